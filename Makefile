@@ -1,0 +1,37 @@
+# One-command set-up: `make demo` runs the main job, `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DATA ?= ../shared/data/scifact
+CACHE ?= .cache/data
+OUT ?= out/demo
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(VENV)/.setup-stamp
+
+# Torch goes first, pinned: a CPU wheel of 2.13.0 is what this project is built and tested on.
+$(VENV)/.setup-stamp: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: setup
+	@set -euo pipefail; \
+	data=$$($(BIN)/twotower data locate "$(DATA)" --cache "$(CACHE)"); \
+	mkdir -p "$(OUT)"; \
+	$(BIN)/twotower eval --data "$$data" --split test --retriever bm25 --out "$(OUT)/bm25.json" --run "$(OUT)/bm25.trec"; \
+	$(BIN)/twotower eval --data "$$data" --split test --retriever dense --out "$(OUT)/dense.json" --run "$(OUT)/dense.trec"; \
+	echo; echo "BM25 vs dense (all-MiniLM-L6-v2) on $$data, split test:"; \
+	$(BIN)/twotower table "$(OUT)/bm25.json" "$(OUT)/dense.json"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) .pytest_cache out

@@ -1,0 +1,57 @@
+"""Shared by the benchmark scripts: machine facts and the JSON + markdown result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DATA = Path(os.environ.get("TWOTOWER_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict | None = None) -> Path:
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (same rows, as a table)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"command": " ".join(["python", *sys.argv]), "machine": machine(), "rows": rows, **(extra or {})}
+    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    lines = [f"# {name}", "", f"Command: `{payload['command']}`", "",
+             f"Machine: {payload['machine']['cpu']}, {payload['machine']['cores']} cores, torch {payload['machine']['torch']}", ""]
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |")
+    if notes:
+        lines += ["", notes.strip()]
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    return RESULTS / f"{name}.json"

@@ -1,0 +1,140 @@
+"""The ``twotower`` command line: parse arguments, call the library, print."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+# Nothing is fetched from a hub unless the user asks for it (HF_HUB_OFFLINE=0).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from twotower.errors import TwoTowerError
+
+app = typer.Typer(help="Train, index, evaluate and serve dual-encoder retrievers.", no_args_is_help=True)
+data_app = typer.Typer(help="Find or download BEIR data sets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+# Tables are wide: don't squeeze them to 80 columns when output goes to a file or pipe.
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err_console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def metrics_table(rows: list[dict], title: str = "") -> Table:
+    """A rich table: one row per result JSON (``retriever``, ``model``, ``metrics``, ``timings``)."""
+    metric_names = list(dict.fromkeys(m for r in rows for m in r["metrics"]))
+    table = Table(title=title or None)
+    for name in ("retriever", "model", *metric_names, "queries/s"):
+        table.add_column(name, justify="left" if name in ("retriever", "model") else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r["retriever"],
+            str(r.get("model") or "-"),
+            *[f"{r['metrics'][m]:.4f}" if m in r["metrics"] else "-" for m in metric_names],
+            f"{r['timings'].get('queries_per_s', float('nan')):.1f}",
+        )
+    return table
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command("eval")
+def eval_cmd(
+    data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
+    split: str = typer.Option("test", help="qrels split to evaluate."),
+    retriever: str = typer.Option("bm25", help="bm25 | dense"),
+    model: Optional[str] = typer.Option(None, help="Model directory for dense retrieval (default: all-MiniLM-L6-v2)."),
+    top_k: int = typer.Option(1000, "--top-k", min=1, help="Documents retrieved per query."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
+    query_max_length: Optional[int] = typer.Option(None, "--query-max-length", min=1),
+    doc_max_length: Optional[int] = typer.Option(None, "--doc-max-length", min=1),
+    pooling: Optional[str] = typer.Option(None, help="mean | cls | max (default: the model's own config, else mean)"),
+    k1: Optional[float] = typer.Option(None, help="BM25 k1 (default 1.5)."),
+    b: Optional[float] = typer.Option(None, help="BM25 b (default 0.75)."),
+    strict: bool = typer.Option(False, help="Fail on qrels that name unknown queries or documents."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write results JSON here."),
+    run_file: Optional[Path] = typer.Option(None, "--run", help="Write a TREC run file here."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Evaluate a retriever on a BEIR split and print its metrics."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.evaluation.runs import write_run
+    from twotower.io import atomic_write_json
+
+    cfg = EvalConfig(
+        data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
+        precision=precision, query_max_length=query_max_length, doc_max_length=doc_max_length,
+        pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
+    )
+    try:
+        result = run_eval(cfg)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    for w in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    payload = result.to_json()
+    if out:
+        atomic_write_json(out, payload)
+    if run_file:
+        write_run(result.run, run_file, tag=f"twotower-{retriever}")
+    console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
+
+
+@app.command("table")
+def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files written by 'twotower eval --out'.")) -> None:
+    """Print several evaluation results side by side."""
+    rows = []
+    for path in results:
+        try:
+            rows.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            _fail(TwoTowerError(f"{path}: cannot read results JSON ({exc})"))
+    console.print(metrics_table(rows))
+
+
+@data_app.command("fetch")
+def data_fetch(
+    name: str = typer.Argument("scifact", help="BEIR data set name."),
+    cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
+) -> None:
+    """Download a BEIR data set (checksum verified) and print its directory."""
+    from twotower.data.fetch import fetch_beir
+
+    try:
+        print(fetch_beir(name, cache))
+    except TwoTowerError as exc:
+        _fail(exc)
+
+
+@data_app.command("locate")
+def data_locate(
+    path: Path = typer.Argument(..., help="A BEIR directory; if missing, the data set named by its last part is fetched."),
+    cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
+) -> None:
+    """Print a usable data directory: PATH itself, or the cached/downloaded copy of its data set."""
+    from twotower.data.fetch import resolve_data
+
+    try:
+        print(resolve_data(path, cache))
+    except TwoTowerError as exc:
+        _fail(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

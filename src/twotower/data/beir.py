@@ -1,0 +1,230 @@
+"""Load and validate BEIR-format data sets.
+
+A BEIR directory holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
+(``_id``, ``text``) and ``qrels/<split>.tsv`` (header ``query-id corpus-id score``).
+Files are streamed line by line; every problem is reported with file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from twotower.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    id: str
+    title: str
+    text: str
+
+    @property
+    def full_text(self) -> str:
+        """Title and text joined by a space, as BEIR does for both BM25 and dense models."""
+        return f"{self.title} {self.text}".strip() if self.title else self.text
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, decoded line) and name the line of any non-UTF-8 bytes."""
+    if not path.is_file():
+        raise DataError(path, "file not found", hint="check the data directory")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    path,
+                    f"bytes that are not UTF-8 at column {exc.start + 1} ({raw[exc.start:exc.start + 4]!r})",
+                    line=number,
+                    hint="re-encode the file as UTF-8",
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield number, line
+
+
+def _iter_json_records(path: Path) -> Iterator[tuple[int, dict]]:
+    for number, line in _iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as exc:
+            raise DataError(path, f"malformed JSON: {exc.msg} at column {exc.colno}", line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
+        yield number, record
+
+
+def _require_id(path: Path, number: int, record: dict) -> str:
+    if "_id" not in record:
+        raise DataError(path, "missing id", line=number, field="_id", hint="every record needs a string '_id'")
+    value = record["_id"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, f"id must be a string, got {type(value).__name__}", line=number, field="_id")
+    value = str(value)
+    if not value.strip():
+        raise DataError(path, "empty id", line=number, field="_id")
+    return value
+
+
+def _require_text(path: Path, number: int, record: dict, name: str, *, required: bool) -> str:
+    if name not in record or record[name] is None:
+        if required:
+            raise DataError(path, f"missing {name}", line=number, field=name)
+        return ""
+    value = record[name]
+    if not isinstance(value, str):
+        raise DataError(path, f"{name} must be a string, got {type(value).__name__}", line=number, field=name)
+    return value
+
+
+def _iter_numbered_documents(path: Path) -> Iterator[tuple[int, Document]]:
+    for number, record in _iter_json_records(path):
+        yield number, Document(
+            id=_require_id(path, number, record),
+            title=_require_text(path, number, record, "title", required=False),
+            text=_require_text(path, number, record, "text", required=True),
+        )
+
+
+def iter_corpus(path: str | Path) -> Iterator[Document]:
+    """Stream documents from a BEIR ``corpus.jsonl`` (no duplicate check: see :func:`load_corpus`)."""
+    for _, doc in _iter_numbered_documents(Path(path)):
+        yield doc
+
+
+def load_corpus(path: str | Path) -> dict[str, Document]:
+    """Load a corpus, rejecting duplicate ids with the lines of both occurrences."""
+    path = Path(path)
+    docs: dict[str, Document] = {}
+    first_line: dict[str, int] = {}
+    for number, doc in _iter_numbered_documents(path):
+        if doc.id in docs:
+            raise DataError(
+                path, f"duplicate id '{doc.id}' (first seen on line {first_line[doc.id]})", line=number, field="_id"
+            )
+        docs[doc.id] = doc
+        first_line[doc.id] = number
+    if not docs:
+        raise DataError(path, "no documents", hint="the corpus file is empty")
+    return docs
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """Load queries as ``{id: text}``, rejecting duplicates."""
+    path = Path(path)
+    queries: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    for number, record in _iter_json_records(path):
+        qid = _require_id(path, number, record)
+        if qid in queries:
+            raise DataError(
+                path, f"duplicate id '{qid}' (first seen on line {first_line[qid]})", line=number, field="_id"
+            )
+        queries[qid] = _require_text(path, number, record, "text", required=True)
+        first_line[qid] = number
+    return queries
+
+
+_QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """Load a qrels TSV as ``{query_id: {doc_id: score}}``.
+
+    The header row ``query-id corpus-id score`` is optional (BEIR files have it).
+    """
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    for number, line in _iter_lines(path):
+        stripped = line.rstrip("\r\n")
+        if not stripped.strip():
+            continue
+        parts = stripped.split("\t")
+        if number == 1 and tuple(p.strip() for p in parts) == _QRELS_HEADER:
+            continue
+        if len(parts) != 3:
+            raise DataError(
+                path,
+                f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}",
+                line=number,
+            )
+        qid, did, score_text = (p.strip() for p in parts)
+        if not qid:
+            raise DataError(path, "empty query id", line=number, field="query-id")
+        if not did:
+            raise DataError(path, "empty document id", line=number, field="corpus-id")
+        try:
+            score = int(score_text)
+        except ValueError:
+            raise DataError(
+                path, f"score must be an integer, got '{score_text}'", line=number, field="score"
+            ) from None
+        qrels.setdefault(qid, {})[did] = score
+    return qrels
+
+
+@dataclass
+class BeirDataset:
+    """A loaded BEIR split: corpus, the queries judged in the split, and its qrels."""
+
+    root: Path
+    split: str
+    corpus: dict[str, Document]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    unknown_queries: int = 0
+    unknown_docs: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: str | Path, split: str = "test", *, strict: bool = False) -> "BeirDataset":
+        """Load ``root`` and keep the queries that ``qrels/<split>.tsv`` judges.
+
+        Qrels rows naming unknown queries or documents are dropped and counted; with
+        ``strict=True`` they are an error instead.
+        """
+        root = Path(root)
+        if not root.is_dir():
+            raise DataError(root, "data directory not found", hint="pass a BEIR-format directory")
+        qrels_path = root / "qrels" / f"{split}.tsv"
+        if not qrels_path.is_file():
+            available = sorted(p.stem for p in (root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+            raise DataError(
+                qrels_path, "qrels file not found", hint=f"available splits: {', '.join(available) or 'none'}"
+            )
+        corpus = load_corpus(root / "corpus.jsonl")
+        all_queries = load_queries(root / "queries.jsonl")
+        raw_qrels = load_qrels(qrels_path)
+
+        unknown_q = [q for q in raw_qrels if q not in all_queries]
+        unknown_d = sum(1 for rels in raw_qrels.values() for d in rels if d not in corpus)
+        warnings = []
+        if unknown_q:
+            warnings.append(
+                f"{qrels_path}: {len(unknown_q)} judged queries are not in queries.jsonl (e.g. '{unknown_q[0]}')"
+            )
+        if unknown_d:
+            warnings.append(f"{qrels_path}: {unknown_d} judgements name documents not in corpus.jsonl")
+        if warnings and strict:
+            raise DataError(qrels_path, "; ".join(w.split(": ", 1)[1] for w in warnings),
+                            hint="fix the qrels or drop --strict")
+        for w in warnings:
+            log.warning(w)
+
+        qrels = {
+            q: {d: s for d, s in rels.items() if d in corpus}
+            for q, rels in raw_qrels.items()
+            if q in all_queries
+        }
+        qrels = {q: rels for q, rels in qrels.items() if rels}
+        queries = {q: all_queries[q] for q in qrels}
+        return cls(root, split, corpus, queries, qrels, len(unknown_q), unknown_d, warnings)

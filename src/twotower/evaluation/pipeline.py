@@ -1,0 +1,120 @@
+"""End-to-end evaluation of a retriever on a BEIR split: index, search, score, time."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from twotower.data.beir import BeirDataset
+from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
+from twotower.retrieval.dense import Run, to_run
+
+log = logging.getLogger(__name__)
+
+RETRIEVERS = ("bm25", "dense")
+
+
+@dataclass
+class EvalConfig:
+    data: Path
+    split: str = "test"
+    retriever: str = "bm25"
+    model: str | None = None
+    top_k: int = 1000
+    batch_size: int = 32
+    precision: str = "auto"
+    query_max_length: int | None = None
+    doc_max_length: int | None = None
+    pooling: str | None = None
+    k1: float | None = None
+    b: float | None = None
+    strict: bool = False
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    show_progress: bool = True
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    split: str
+    retriever: str
+    model: str | None
+    num_queries: int
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    run: Run = field(repr=False, default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "retriever": self.retriever,
+            "model": self.model,
+            "num_queries": self.num_queries,
+            "metrics": self.metrics,
+            "timings": self.timings,
+        }
+
+
+def _bm25_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    from twotower.retrieval.bm25 import BM25, BM25Params
+
+    defaults = BM25Params()
+    params = BM25Params(k1=cfg.k1 if cfg.k1 is not None else defaults.k1, b=cfg.b if cfg.b is not None else defaults.b)
+    doc_ids = list(ds.corpus)
+    t0 = time.perf_counter()
+    bm25 = BM25(params).index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=cfg.show_progress)
+    timings["index_s"] = time.perf_counter() - t0
+    qids = list(ds.queries)
+    t0 = time.perf_counter()
+    scores, idx = bm25.search([ds.queries[q] for q in qids], cfg.top_k, show_progress=cfg.show_progress)
+    timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
+    return to_run(qids, doc_ids, scores, idx)
+
+
+def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+    from twotower.retrieval.dense import exact_search
+
+    model = DualEncoder.load(
+        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length
+    )
+    opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
+    doc_ids = list(ds.corpus)
+    t0 = time.perf_counter()
+    doc_vecs = model.encode_documents([ds.corpus[d].full_text for d in doc_ids], opts)
+    elapsed = time.perf_counter() - t0
+    timings["index_s"] = elapsed
+    timings["encode_docs_per_s"] = len(doc_ids) / elapsed
+    qids = list(ds.queries)
+    t0 = time.perf_counter()
+    q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
+    scores, idx = exact_search(q_vecs, doc_vecs, cfg.top_k)
+    timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
+    return to_run(qids, doc_ids, scores, idx)
+
+
+def run_eval(cfg: EvalConfig) -> EvalResult:
+    if cfg.retriever not in RETRIEVERS:
+        raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
+    ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    timings: dict[str, float] = {}
+    run = _bm25_run(cfg, ds, timings) if cfg.retriever == "bm25" else _dense_run(cfg, ds, timings)
+    metrics = evaluate(ds.qrels, run, cfg.metrics)
+    model_name = None
+    if cfg.retriever == "dense":
+        model_name = cfg.model or "all-MiniLM-L6-v2"
+    return EvalResult(
+        dataset=Path(cfg.data).name,
+        split=cfg.split,
+        retriever=cfg.retriever,
+        model=model_name,
+        num_queries=len(ds.queries),
+        metrics=metrics,
+        timings={k: round(v, 4) for k, v in timings.items()},
+        run=run,
+        warnings=ds.warnings,
+    )

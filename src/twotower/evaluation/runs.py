@@ -1,0 +1,43 @@
+"""TREC run files: ``qid Q0 docid rank score tag``, one line per retrieved document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twotower.errors import DataError
+from twotower.io import atomic_write_text
+
+Run = dict[str, dict[str, float]]
+
+
+def format_run(run: Run, tag: str = "twotower") -> str:
+    lines = []
+    for qid, docs in run.items():
+        ranked = sorted(docs.items(), key=lambda x: (x[1], x[0]), reverse=True)
+        for rank, (did, score) in enumerate(ranked, start=1):
+            lines.append(f"{qid} Q0 {did} {rank} {score:.9g} {tag}")  # 9 digits: float32 round-trips
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def write_run(run: Run, path: str | Path, tag: str = "twotower") -> None:
+    if any(c.isspace() for c in tag):
+        raise ValueError(f"run tag '{tag}' must not contain whitespace")
+    atomic_write_text(path, format_run(run, tag))
+
+
+def read_run(path: str | Path) -> Run:
+    path = Path(path)
+    run: Run = {}
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            if len(parts) != 6:
+                raise DataError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}", line=number)
+            qid, _, did, _, score, _ = parts
+            try:
+                run.setdefault(qid, {})[did] = float(score)
+            except ValueError:
+                raise DataError(path, f"score must be a number, got '{score}'", line=number, field="score") from None
+    return run

@@ -1,0 +1,91 @@
+"""Fixtures: tiny random-weight BERT and T5 encoders built from a config, tiny BEIR directories."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    from twotower.encoders.backbone import default_model_path
+
+    return AutoTokenizer.from_pretrained(str(default_model_path()))
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 32-d BERT with random weights and all-MiniLM-L6-v2's tokenizer."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-bert")
+    tok = _tokenizer()
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg, add_pooling_layer=False).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_t5_dir(tmp_path_factory) -> Path:
+    """A 2-layer, 32-d T5 (encoder is what twotower uses) with random weights."""
+    import torch
+    from transformers import T5Config, T5Model
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-t5")
+    tok = _tokenizer()
+    cfg = T5Config(vocab_size=tok.vocab_size, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                   pad_token_id=tok.pad_token_id, decoder_start_token_id=tok.pad_token_id)
+    T5Model(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def write_beir(root: Path, corpus: list[dict], queries: list[dict], qrels: list[tuple], split: str = "test") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (root / "qrels").mkdir(exist_ok=True)
+    rows = "".join(f"{q}\t{d}\t{s}\n" for q, d, s in qrels)
+    (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows)
+    return root
+
+
+TINY_CORPUS = [
+    {"_id": "d1", "title": "Cats", "text": "Cats are small domesticated felines that purr."},
+    {"_id": "d2", "title": "Dogs", "text": "Dogs are loyal animals that bark at strangers."},
+    {"_id": "d3", "title": "Python", "text": "Python is a programming language with dynamic typing."},
+    {"_id": "d4", "title": "Rust", "text": "Rust is a systems programming language focused on memory safety."},
+    {"_id": "d5", "title": "Tea", "text": "Green tea is brewed from the leaves of Camellia sinensis."},
+    {"_id": "d6", "title": "", "text": "The mitochondria is the powerhouse of the cell."},
+]
+TINY_QUERIES = [
+    {"_id": "q1", "text": "which feline purrs"},
+    {"_id": "q2", "text": "memory safe systems programming language"},
+    {"_id": "q3", "text": "how is green tea made"},
+]
+TINY_QRELS = [("q1", "d1", 1), ("q2", "d4", 1), ("q3", "d5", 1)]
+
+
+@pytest.fixture()
+def tiny_beir(tmp_path) -> Path:
+    return write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+
+
+@pytest.fixture(scope="session")
+def scifact() -> Path:
+    if not (SCIFACT / "corpus.jsonl").is_file():
+        pytest.skip(f"real data not found at {SCIFACT}")
+    return SCIFACT

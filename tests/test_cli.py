@@ -1,0 +1,77 @@
+"""The CLI end to end on tiny data and on real SciFact (BM25 is fast enough for a test)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytrec_eval
+from typer.testing import CliRunner
+
+from twotower.cli import app
+from twotower.data.beir import load_qrels
+from twotower.evaluation.runs import read_run
+
+runner = CliRunner()
+
+
+def test_eval_bm25_tiny(tiny_beir, tmp_path):
+    out, run = tmp_path / "r.json", tmp_path / "r.trec"
+    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "bm25", "--out", str(out),
+                              "--run", str(run), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["retriever"] == "bm25" and payload["num_queries"] == 3
+    assert set(payload["metrics"]) == {"ndcg@10", "recall@100", "mrr@10", "p@1", "recall@1000"}
+    assert set(payload["timings"]) == {"index_s", "queries_per_s"}
+    assert payload["metrics"]["p@1"] == 1.0
+    assert "ndcg@10" in res.output
+
+
+def test_eval_dense_tiny_model(tiny_beir, tiny_bert_dir, tmp_path):
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "dense", "--model", str(tiny_bert_dir),
+                              "--out", str(out), "--no-progress", "--precision", "fp32"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(out.read_text())
+    assert payload["model"] == str(tiny_bert_dir)
+    assert set(payload["timings"]) == {"index_s", "encode_docs_per_s", "queries_per_s"}
+
+
+def test_bad_data_gives_message_not_traceback(tiny_beir):
+    (tiny_beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": 5}\n')
+    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--no-progress"])
+    assert res.exit_code == 2
+    assert "line 2, field 'text': text must be a string, got int" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_unknown_retriever(tiny_beir):
+    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "magic", "--no-progress"])
+    assert res.exit_code == 2 and "unknown retriever 'magic'" in res.output
+
+
+def test_data_locate_missing_folder_offline(tmp_path, monkeypatch):
+    monkeypatch.setattr("twotower.data.fetch.BEIR_URL", "http://127.0.0.1:9/{name}.zip")
+    res = runner.invoke(app, ["data", "locate", str(tmp_path / "nowhere" / "scifact"), "--cache", str(tmp_path / "c")])
+    assert res.exit_code == 2
+    assert "Without network access, put the BEIR 'scifact' directory" in res.output
+
+
+@pytest.mark.slow
+def test_bm25_scifact_metrics_equal_pytrec_eval_on_run_file(scifact, tmp_path):
+    out, run = tmp_path / "r.json", tmp_path / "r.trec"
+    res = runner.invoke(app, ["eval", "--data", str(scifact), "--retriever", "bm25", "--out", str(out),
+                              "--run", str(run), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["ndcg@10"] >= 0.66
+    qrels = load_qrels(scifact / "qrels" / "test.tsv")
+    trec = read_run(run)
+    trec = {q: {d: s for d, s in docs.items() if d != q} for q, docs in trec.items()}
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "recall.1000", "P.1"}).evaluate(trec)
+    mean = lambda key: sum(r[key] for r in ev.values()) / len(qrels)  # noqa: E731
+    assert metrics["ndcg@10"] == pytest.approx(mean("ndcg_cut_10"), abs=1e-9)
+    assert metrics["recall@100"] == pytest.approx(mean("recall_100"), abs=1e-9)
+    assert metrics["recall@1000"] == pytest.approx(mean("recall_1000"), abs=1e-9)
+    assert metrics["p@1"] == pytest.approx(mean("P_1"), abs=1e-9)

@@ -1,0 +1,122 @@
+"""Encoders on tiny random-weight BERT and T5 models: pooling, normalisation, batching, layouts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from twotower.encoders.backbone import read_layout, resolve_model
+from twotower.encoders.inference import encode_texts, resolve_precision
+from twotower.encoders.pooling import pool
+from twotower.encoders.towers import DualEncoder, EncodeOptions
+from twotower.errors import ModelError
+
+TEXTS = ["a short one", "a much longer text that has quite a few more tokens than the others do", "mid length text",
+         "x", "another sentence of moderate size here"]
+
+
+def test_mean_and_cls_pooling_by_hand():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert torch.allclose(pool(hidden, mask, "mean"), torch.tensor([[2.0, 3.0]]))
+    assert torch.allclose(pool(hidden, mask, "cls"), torch.tensor([[1.0, 2.0]]))
+    assert torch.allclose(pool(hidden, mask, "max"), torch.tensor([[3.0, 4.0]]))
+    with pytest.raises(ValueError, match="unknown pooling 'sum'"):
+        pool(hidden, mask, "sum")
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_t5_dir"])
+def test_tiny_models_encode(fixture, request):
+    model = DualEncoder.load(request.getfixturevalue(fixture))
+    emb = model.encode_documents(TEXTS, EncodeOptions(batch_size=2, precision="fp32", show_progress=False))
+    assert emb.shape == (5, 32) and emb.dtype == np.float32
+    assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_t5_dir"])
+def test_sorted_batching_keeps_order_and_values(fixture, request):
+    """Length-sorted, per-batch padded encoding equals encoding each text alone."""
+    model = DualEncoder.load(request.getfixturevalue(fixture))
+    batched = encode_texts(model.doc_tower, TEXTS, batch_size=3, precision="fp32", show_progress=False)
+    for i, text in enumerate(TEXTS):
+        alone = encode_texts(model.doc_tower, [text], batch_size=1, precision="fp32", show_progress=False)
+        assert np.allclose(batched[i], alone[0], atol=1e-5)
+
+
+def test_forward_matches_manual_mean_pooling(tiny_bert_dir):
+    model = DualEncoder.load(tiny_bert_dir, normalize=False)
+    tower = model.query_tower
+    batch = tower.tokenize(["hello world", "hi"])
+    with torch.no_grad():
+        hidden = tower.backbone(**batch).last_hidden_state
+        expected = hidden[1, : int(batch["attention_mask"][1].sum())].mean(0)
+        got = tower(batch["input_ids"], batch["attention_mask"])[1]
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_max_length_truncates(tiny_bert_dir):
+    model = DualEncoder.load(tiny_bert_dir, query_max_length=4, doc_max_length=16)
+    long = "word " * 50
+    q = model.encode_queries([long, "word word"], EncodeOptions(precision="fp32", show_progress=False))
+    # with max length 4 ([CLS] word word [SEP]) both texts tokenize identically
+    assert np.allclose(q[0], q[1], atol=1e-6)
+    d = model.encode_documents([long, "word word"], EncodeOptions(precision="fp32", show_progress=False))
+    assert not np.allclose(d[0], d[1], atol=1e-3)
+
+
+def test_sentence_transformers_layout_is_honoured(tiny_bert_dir, tmp_path):
+    """A sentence-transformers directory with CLS pooling and no Normalize loads as such and
+    gives the same vectors as sentence-transformers itself."""
+    from sentence_transformers import SentenceTransformer, models
+
+    word = models.Transformer(str(tiny_bert_dir), max_seq_length=24)
+    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
+    st = SentenceTransformer(modules=[word, pooling], device="cpu")
+    st.save(str(tmp_path / "st"))
+    layout = read_layout(str(tmp_path / "st"))
+    assert layout.pooling == "cls" and layout.normalize is False and layout.max_length == 24
+    ours = DualEncoder.load(tmp_path / "st").encode_documents(TEXTS, EncodeOptions(precision="fp32", show_progress=False))
+    theirs = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    assert np.allclose(ours, theirs, atol=1e-5)
+
+
+def test_default_model_resolves():
+    path = resolve_model(None)
+    assert (json.loads(open(f"{path}/config.json").read())["model_type"]) == "bert"
+    assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == path
+
+
+def test_missing_model_directory(tmp_path):
+    with pytest.raises(ModelError, match="model directory not found"):
+        resolve_model(str(tmp_path / "no" / "such" / "model"))
+    with pytest.raises(ModelError, match="cannot read a transformer config"):
+        DualEncoder.load(tmp_path)
+
+
+def test_precision_resolution():
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    assert resolve_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        resolve_precision("fp8", torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_default_model_equals_sentence_transformers(scifact):
+    """fp32 embeddings of the real default model match sentence-transformers' to 1e-4."""
+    from sentence_transformers import SentenceTransformer
+
+    from twotower.data.beir import load_corpus
+    from twotower.encoders.backbone import default_model_path
+
+    docs = list(load_corpus(scifact / "corpus.jsonl").values())[:48]
+    texts = [d.full_text for d in docs]
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    theirs = st.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=True)
+    ours = DualEncoder.load().encode_documents(texts, EncodeOptions(batch_size=16, precision="fp32", show_progress=False))
+    assert st.max_seq_length == 256
+    assert np.abs(ours - theirs).max() < 1e-4
+    fast = DualEncoder.load().encode_documents(texts, EncodeOptions(batch_size=16, precision="bf16", show_progress=False))
+    assert (fast * theirs).sum(1).min() > 0.999
