@@ -136,5 +136,18 @@ def data_locate(
         _fail(exc)
 
 
+# Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_commands()
+
 if __name__ == "__main__":  # pragma: no cover
     app()
