@@ -70,10 +70,12 @@ def test_max_length_truncates(tiny_bert_dir):
 def test_sentence_transformers_layout_is_honoured(tiny_bert_dir, tmp_path):
     """A sentence-transformers directory with CLS pooling and no Normalize loads as such and
     gives the same vectors as sentence-transformers itself."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
 
-    word = models.Transformer(str(tiny_bert_dir), max_seq_length=24)
-    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
+    word = Transformer(str(tiny_bert_dir), max_seq_length=24)
+    pooling = Pooling(word.get_embedding_dimension(), pooling_mode="cls")
     st = SentenceTransformer(modules=[word, pooling], device="cpu")
     st.save(str(tmp_path / "st"))
     layout = read_layout(str(tmp_path / "st"))

@@ -62,6 +62,8 @@ class ModelLayout:
     pooling: str | None  # "mean" | "cls" | "max" | None when the directory does not say
     normalize: bool | None
     max_length: int | None
+    dense_dir: str | None = None  # a sentence-transformers Dense module (the projection)
+    layer_norm_dir: str | None = None  # a sentence-transformers LayerNorm module after it
 
 
 def read_layout(model: str) -> ModelLayout:
@@ -75,6 +77,7 @@ def read_layout(model: str) -> ModelLayout:
     except json.JSONDecodeError as exc:
         raise ModelError(f"{modules_file}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
     transformer_dir, pooling, normalize, max_length = model, None, False, None
+    dense_dir = layer_norm_dir = None
     for module in modules:
         kind = module.get("type", "")
         sub = root / module.get("path", "")
@@ -104,8 +107,14 @@ def read_layout(model: str) -> ModelLayout:
         elif kind.endswith("Normalize"):
             normalize = True
         elif kind.endswith("Dense"):
-            log.warning("%s: Dense module is ignored by the plain backbone loader", sub)
-    return ModelLayout(transformer_dir, pooling, normalize, max_length)
+            if dense_dir is not None:
+                raise ModelError(f"{modules_file}: more than one Dense module is not supported")
+            dense_dir = str(sub)
+        elif kind.endswith("LayerNorm"):
+            layer_norm_dir = str(sub)
+        else:
+            raise ModelError(f"{modules_file}: module type '{kind}' is not supported by twotower")
+    return ModelLayout(transformer_dir, pooling, normalize, max_length, dense_dir, layer_norm_dir)
 
 
 def load_backbone(model: str, *, torch_dtype=None):
@@ -122,11 +131,14 @@ def load_backbone(model: str, *, torch_dtype=None):
     if config.model_type in {"bert", "roberta", "xlm-roberta", "mpnet"}:
         kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
     loader = T5EncoderModel if config.model_type in {"t5", "mt5", "umt5"} else AutoModel
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the load report lists the skipped pooler weights: not news
+    hf_logging.disable_progress_bar()  # a bar for loading a few MB of weights is noise
     try:
         backbone = loader.from_pretrained(model, **kwargs)
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     backbone.eval()
     return tokenizer, backbone

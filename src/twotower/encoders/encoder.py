@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from twotower.encoders.pooling import POOLING_MODES, pool
 
 
-@dataclass
-class TowerSpec:
-    pooling: str = "mean"
-    normalize: bool = True
-    max_length: int = 256
+class Projection(nn.Module):
+    """GTR's fixed-size bottleneck: a linear map (no bias) to ``out_features``, optionally layer-normed."""
+
+    def __init__(self, in_features: int, out_features: int, *, layer_norm: bool = False, bias: bool = False) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.linear = nn.Linear(in_features, out_features, bias=bias)
+        self.layer_norm = nn.LayerNorm(out_features) if layer_norm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.linear(x)
+        return self.layer_norm(x) if self.layer_norm is not None else x
 
 
 class TextEncoder(nn.Module):
@@ -27,7 +33,7 @@ class TextEncoder(nn.Module):
         *,
         pooling: str = "mean",
         normalize: bool = True,
-        projection: nn.Module | None = None,
+        projection: Projection | None = None,
         max_length: int = 256,
     ) -> None:
         super().__init__()
@@ -41,10 +47,13 @@ class TextEncoder(nn.Module):
         self.max_length = max_length
 
     @property
+    def hidden_size(self) -> int:
+        cfg = self.backbone.config
+        return cfg.hidden_size if hasattr(cfg, "hidden_size") else cfg.d_model
+
+    @property
     def dim(self) -> int:
-        if self.projection is not None:
-            return self.projection.out_features
-        return self.backbone.config.hidden_size if hasattr(self.backbone.config, "hidden_size") else self.backbone.config.d_model
+        return self.projection.out_features if self.projection is not None else self.hidden_size
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -1,10 +1,17 @@
-"""The dual encoder: a query tower and a document tower.
+"""The dual encoder: a query tower and a document tower, shared or not.
 
-With shared towers (GTR's SDE) both attributes point at the same :class:`TextEncoder`.
+Tower configurations (Dong et al., "Exploring Dual Encoder Architectures"; GTR uses ``sde``):
+
+- ``sde``: one encoder and one projection for both towers;
+- ``ade``: two separately parameterised encoders and projections, both initialised from one checkpoint;
+- ``ade-ste``: separate encoders sharing the token embedder;
+- ``ade-fte``: separate encoders with the token embedders frozen;
+- ``ade-spl``: separate encoders sharing the projection layer.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from twotower.encoders.backbone import load_backbone, read_layout, resolve_model
-from twotower.encoders.encoder import TextEncoder
+from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.encoders.inference import encode_texts
+
+TOWER_KINDS = ("sde", "ade", "ade-ste", "ade-fte", "ade-spl")
+SIMILARITIES = ("cosine", "dot")
 
 
 @dataclass
@@ -25,19 +34,53 @@ class EncodeOptions:
     show_progress: bool = True
 
 
+def new_projection(in_features: int, out_features: int, *, layer_norm: bool = False) -> Projection:
+    """A bottleneck that starts close to the backbone's own geometry: identity when the sizes match,
+    otherwise a semi-orthogonal map (a random rotation then truncation), which keeps angles
+    approximately (Johnson–Lindenstrauss) so training starts from the pretrained similarity."""
+    proj = Projection(in_features, out_features, layer_norm=layer_norm)
+    with torch.no_grad():
+        if in_features == out_features:
+            proj.linear.weight.copy_(torch.eye(out_features))
+        else:
+            nn.init.orthogonal_(proj.linear.weight)
+            if out_features < in_features:
+                proj.linear.weight.mul_((in_features / out_features) ** 0.5)
+    return proj
+
+
+def tie_towers(query: TextEncoder, doc: TextEncoder, kind: str) -> None:
+    """Make ``doc`` share (or freeze) what ``kind`` says it shares with ``query``."""
+    if kind == "ade-ste":
+        doc.backbone.set_input_embeddings(query.backbone.get_input_embeddings())
+    elif kind == "ade-fte":
+        for tower in (query, doc):
+            tower.backbone.get_input_embeddings().weight.requires_grad_(False)
+    elif kind == "ade-spl":
+        if query.projection is None:
+            raise ValueError("ade-spl shares the projection layer: the towers need one (pass dim)")
+        doc.projection = query.projection
+
+
 class DualEncoder(nn.Module):
     def __init__(
         self,
         query_tower: TextEncoder,
         doc_tower: TextEncoder,
         *,
+        kind: str = "sde",
         name: str = "",
         query_max_length: int | None = None,
         doc_max_length: int | None = None,
     ) -> None:
         super().__init__()
+        if kind not in TOWER_KINDS:
+            raise ValueError(f"unknown towers '{kind}': choose one of {', '.join(TOWER_KINDS)}")
+        if (kind == "sde") != (query_tower is doc_tower):
+            raise ValueError("sde means one shared tower; the ade variants need two tower objects")
         self.query_tower = query_tower
         self.doc_tower = doc_tower
+        self.kind = kind
         self.name = name
         self.query_max_length = query_max_length or query_tower.max_length
         self.doc_max_length = doc_max_length or doc_tower.max_length
@@ -45,6 +88,14 @@ class DualEncoder(nn.Module):
     @property
     def shared(self) -> bool:
         return self.query_tower is self.doc_tower
+
+    @property
+    def similarity(self) -> str:
+        return "cosine" if self.query_tower.normalize else "dot"
+
+    @property
+    def dim(self) -> int:
+        return self.query_tower.dim
 
     @classmethod
     def load(
@@ -57,25 +108,63 @@ class DualEncoder(nn.Module):
         doc_max_length: int | None = None,
         device: str | torch.device = "cpu",
     ) -> "DualEncoder":
-        """Load a shared-tower encoder from a HF or sentence-transformers directory (or the default).
+        """Load a model for use: a twotower directory (either tower layout), or any Hugging Face
+        or sentence-transformers directory as one shared tower, or the default model.
 
-        Pooling, normalisation and max length come from the directory's sentence-transformers
-        config when present; explicit arguments override it; otherwise mean pooling, L2
-        normalisation and 512 tokens.
+        Pooling, normalisation, projection and max length come from the directory; explicit
+        arguments override them.
         """
-        resolved = resolve_model(model)
-        layout = read_layout(resolved)
-        tokenizer, backbone = load_backbone(layout.transformer_dir)
-        max_len = layout.max_length or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
-        tower = TextEncoder(
-            backbone,
-            tokenizer,
-            pooling=pooling or layout.pooling or "mean",
-            normalize=normalize if normalize is not None else (layout.normalize if layout.normalize is not None else True),
-            max_length=doc_max_length or max_len,
-        )
+        from twotower.encoders.io import load_dual_encoder
+
+        return load_dual_encoder(
+            model, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
+            doc_max_length=doc_max_length,
+        ).to(device)
+
+    @classmethod
+    def build(
+        cls,
+        model: str | Path | None = None,
+        *,
+        towers: str = "sde",
+        dim: int | None = None,
+        layer_norm: bool = False,
+        similarity: str = "cosine",
+        pooling: str | None = None,
+        query_max_length: int | None = None,
+        doc_max_length: int | None = None,
+    ) -> "DualEncoder":
+        """Start a new dual encoder for training from a (shared) checkpoint.
+
+        ``dim`` adds a projection to a fixed bottleneck (GTR); ``ade-spl`` without ``dim`` gets an
+        identity-initialised projection of the backbone's size so that there is a layer to share.
+        """
+        from twotower.encoders.io import load_tower
+
+        if towers not in TOWER_KINDS:
+            raise ValueError(f"unknown towers '{towers}': choose one of {', '.join(TOWER_KINDS)}")
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"unknown similarity '{similarity}': choose one of {', '.join(SIMILARITIES)}")
+        query = load_tower(model, pooling=pooling, normalize=similarity == "cosine", max_length=doc_max_length)
+        if dim is not None or (towers == "ade-spl" and query.projection is None):
+            query.projection = new_projection(query.hidden_size, dim or query.hidden_size, layer_norm=layer_norm)
         name = str(model) if model else "all-MiniLM-L6-v2"
-        return cls(tower, tower, name=name, query_max_length=query_max_length or max_len).to(device)
+        if towers == "sde":
+            return cls(query, query, kind="sde", name=name, query_max_length=query_max_length)
+        doc = copy.deepcopy(query)
+        tie_towers(query, doc, towers)
+        return cls(query, doc, kind=towers, name=name, query_max_length=query_max_length)
+
+    def save(self, path: str | Path) -> None:
+        from twotower.encoders.io import save_dual_encoder
+
+        save_dual_encoder(self, path)
+
+    def forward_queries(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.query_tower(input_ids, attention_mask)
+
+    def forward_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.doc_tower(input_ids, attention_mask)
 
     def encode_queries(self, queries: Sequence[str], opts: EncodeOptions | None = None) -> np.ndarray:
         opts = opts or EncodeOptions()

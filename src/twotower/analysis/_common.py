@@ -1,0 +1,55 @@
+"""Shared by the analyses: machine facts, matplotlib set-up, atomic PNG/JSON output."""
+
+from __future__ import annotations
+
+import io
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from twotower.io import atomic_write_bytes, atomic_write_json
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
+    """Write ``fig`` as PNG atomically and close it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    pyplot().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return Path(path)
+
+
+def write_json(path: str | Path, payload: dict) -> Path:
+    atomic_write_json(path, payload)
+    return Path(path)

@@ -1,0 +1,612 @@
+"""Random-projection fidelity of BM25 (Luan et al., "Sparse, Dense, and Attentional Representations
+for Text Retrieval", §2): how many random dimensions keep BM25's ranking?
+
+BM25 as an inner product. With the Lucene variant that ``twotower.retrieval.bm25.BM25`` (bm25s)
+uses, score(q, d) = Σ_t c_t(q) · idf_t · tf_{t,d} / (tf_{t,d} + k1·(1 − b + b·|d|/avgdl)), with
+c_t(q) the count of analysed token t in the query and idf_t = ln(1 + (N − df_t + 0.5)/(df_t + 0.5)).
+So score(q, d) = ⟨q, d⟩ with
+
+- the query vector q_t = idf_t · c_t(q) (an idf-weighted indicator; repeated query tokens count
+  as often as bm25s counts them; terms absent from the collection are dropped, as bm25s drops them);
+- the document vector d_t = tf_{t,d} / (tf_{t,d} + k1·(1 − b + b·|d|/avgdl)) (the BM25 term weight).
+
+Both are built here with scipy from the *same tokenization* as our BM25 (bm25s ``Tokenizer``,
+English stopwords, Snowball stemmer; |d| counts analysed tokens), so ⟨q, d⟩ reproduces
+``BM25.search`` scores (a unit test checks this). Document length L truncates every document to its
+first L analysed tokens and recomputes df, idf, |d| and avgdl on the truncated collection.
+
+The normalized margin is μ(q, d1, d2) = ⟨q, d1 − d2⟩ / (‖q‖·‖d1 − d2‖). A random projection
+A ∈ R^{k×v} (Gaussian N(0, 1/k) or Rademacher ±1/√k entries) keeps the order of d1 over d2 with
+probability ≥ 1 − β once k ≥ 2·(ε²/2 − ε³/3)⁻¹·ln(4/β) (ε = μ); ``bound_k`` computes that bound.
+
+Three measurements:
+
+1. Pairwise accuracy (paper's Figure 2). Pairs (q, d1, d2): d1 = BM25's top-1 document for q,
+   d2 = each of BM25's ranks 2 … 1+``pairs_per_query``; full-length documents. Pairs are binned by
+   x = (ε²/2 − ε³/3)⁻¹ (log-spaced bins); for each bin the empirical k* is the smallest k on the
+   grid (``k_step``, 2·``k_step`` … ``k_max``) from which the fraction of pairs ordered correctly,
+   pooled over ``draws`` independent projections, stays ≥ ``target_accuracy`` for every larger k on
+   the grid. It is plotted against the bound with β = 1 − ``target_accuracy``.
+2. Margins by document length (Figure 3a): for each query, μ(q, d1, d) for every other document d in
+   the collection; the r-th smallest (r = 10, 100, 1000) bounds what recall@r can survive. Shown
+   against the truncation length L, and (untruncated) against the length of the top-1 document.
+3. Recall@r of BM25's top-1 document among all documents after projection, by k and L.
+
+Costs: the projection is never materialised as a k×v matrix. The k dimensions are streamed in
+chunks of ``k_chunk``; each chunk draws a v×chunk block once, projects every (truncated) collection
+with a sparse @ dense product, and accumulates the projected inner products, whose partial sums at
+every grid k give the k-dimensional projection exactly: ⟨A_k q, A_k d⟩ = (1/k)·Σ_{i<k} (g_i·q)(g_i·d).
+Collections larger than ``max_docs`` are replaced by a random sample of ``max_docs`` documents.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm.auto import tqdm
+
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+
+PROJECTIONS = ("gaussian", "rademacher")
+
+
+# ----------------------------------------------------------------------------- formulas
+
+
+def margin_x(eps: float | np.ndarray) -> float | np.ndarray:
+    """(ε²/2 − ε³/3)⁻¹, the quantity k* grows with; ε in (0, 1]."""
+    eps = np.asarray(eps, dtype=np.float64)
+    out = 1.0 / (eps**2 / 2.0 - eps**3 / 3.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def bound_k(eps: float | np.ndarray, beta: float = 0.05) -> float | np.ndarray:
+    """The JL-style bound k* ≤ 2·(ε²/2 − ε³/3)⁻¹·ln(4/β) on the dimension that keeps a pair's order
+    with probability ≥ 1 − β."""
+    if not 0.0 < beta < 1.0:
+        raise ValueError(f"beta must be in (0, 1), got {beta}")
+    return 2.0 * margin_x(eps) * math.log(4.0 / beta)
+
+
+def normalized_margin(q, d1, d2) -> float:
+    """μ(q, d1, d2) = ⟨q, d1 − d2⟩ / (‖q‖·‖d1 − d2‖) for 1-d arrays or 1×v sparse rows.
+
+    NaN when q = 0 or d1 = d2 (the margin is undefined).
+    """
+
+    def dense(v) -> np.ndarray:
+        return np.asarray(v.toarray() if sp.issparse(v) else v, dtype=np.float64).ravel()
+
+    q, diff = dense(q), dense(d1) - dense(d2)
+    denom = np.linalg.norm(q) * np.linalg.norm(diff)
+    return float(q @ diff / denom) if denom > 0 else float("nan")
+
+
+def projection_block(kind: str, v: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` unscaled projection rows as a (v, n) float32 block: N(0, 1) or ±1 entries.
+
+    Divided by √k these are rows of A (see :func:`projection_matrix`).
+    """
+    if kind == "gaussian":
+        return rng.standard_normal((v, n), dtype=np.float32)
+    if kind == "rademacher":
+        return (rng.integers(0, 2, size=(v, n), dtype=np.int8) * 2 - 1).astype(np.float32)
+    raise ValueError(f"unknown projection '{kind}': choose one of {', '.join(PROJECTIONS)}")
+
+
+def projection_matrix(kind: str, k: int, v: int, rng: np.random.Generator) -> np.ndarray:
+    """A ∈ R^{k×v} with entries N(0, 1/k) (``gaussian``) or ±1/√k (``rademacher``): E‖Ax‖² = ‖x‖²."""
+    return projection_block(kind, v, k, rng).T / np.float32(math.sqrt(k))
+
+
+# ----------------------------------------------------------------------------- BM25 vectors
+
+
+@dataclass
+class BM25Vectors:
+    """BM25 as sparse vectors whose inner products are the BM25 scores (see the module doc)."""
+
+    queries: sp.csr_matrix  # (n_queries, v): idf_t × count of t in the query
+    docs: sp.csr_matrix  # (n_docs, v): tf / (tf + k1·(1 − b + b·|d|/avgdl))
+    idf: np.ndarray  # (v,), 0 for terms absent from the collection
+    doc_lengths: np.ndarray  # (n_docs,) analysed tokens per (truncated) document
+
+
+def _count_matrix(token_lists: Sequence[Sequence[int]], vocab_size: int) -> sp.csr_matrix:
+    lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = (np.concatenate([np.asarray(t, dtype=np.int64) for t in token_lists])
+               if lengths.sum() else np.empty(0, dtype=np.int64))
+    m = sp.csr_matrix((np.ones(len(indices), dtype=np.float64), indices, indptr),
+                      shape=(len(token_lists), vocab_size))
+    m.sum_duplicates()
+    return m
+
+
+def bm25_vectors(
+    doc_tokens: Sequence[Sequence[int]],
+    query_tokens: Sequence[Sequence[int]],
+    vocab_size: int,
+    *,
+    k1: float = 1.5,
+    b: float = 0.75,
+    max_doc_tokens: int | None = None,
+) -> BM25Vectors:
+    """Lucene BM25 query/document vectors from token ids (bm25s tokenizer output)."""
+    if max_doc_tokens is not None:
+        doc_tokens = [t[:max_doc_tokens] for t in doc_tokens]
+    tf = _count_matrix(doc_tokens, vocab_size)
+    lengths = np.fromiter((len(t) for t in doc_tokens), dtype=np.float64, count=len(doc_tokens))
+    n_docs = tf.shape[0]
+    avgdl = lengths.mean() if n_docs else 0.0
+    df = np.bincount(tf.indices, minlength=vocab_size).astype(np.float64)
+    idf = np.where(df > 0, np.log1p((n_docs - df + 0.5) / (df + 0.5)), 0.0)
+    norm = k1 * (1.0 - b + b * lengths / avgdl) if avgdl > 0 else np.full(n_docs, k1)
+    rows = np.repeat(np.arange(n_docs), np.diff(tf.indptr))
+    docs = tf.copy()
+    docs.data = tf.data / (tf.data + norm[rows])
+    qc = _count_matrix(query_tokens, vocab_size)
+    queries = (qc @ sp.diags(idf)).tocsr()
+    queries.eliminate_zeros()
+    return BM25Vectors(queries=queries, docs=docs.tocsr(), idf=idf, doc_lengths=lengths.astype(np.int64))
+
+
+def _row_norms(m: sp.csr_matrix) -> np.ndarray:
+    return np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
+
+
+def margins_to_all(vecs: BM25Vectors, top1: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """μ(q_i, d_top1[i], d_j) for every query i and document j: (n_queries, n_docs), NaN at j = top1[i]
+    and wherever d_j = d_top1[i]."""
+    q_norm = _row_norms(vecs.queries)
+    d_sq = _row_norms(vecs.docs) ** 2
+    cross = (vecs.docs[top1] @ vecs.docs.T).toarray()  # ⟨d1, d_j⟩
+    diff_sq = np.maximum(d_sq[top1][:, None] + d_sq[None, :] - 2.0 * cross, 0.0)
+    s1 = scores[np.arange(len(top1)), top1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mu = (s1[:, None] - scores) / (q_norm[:, None] * np.sqrt(diff_sq))
+    mu[np.arange(len(top1)), top1] = np.nan
+    mu[diff_sq <= 1e-12 * np.maximum(d_sq[top1][:, None], 1e-30)] = np.nan
+    return mu
+
+
+# ----------------------------------------------------------------------------- the experiment
+
+
+@dataclass
+class FidelityConfig:
+    data: Path
+    split: str = "test"
+    max_queries: int | None = 500
+    max_docs: int = 20000
+    pairs_per_query: int = 100
+    k_step: int = 32
+    k_max: int = 9472
+    k_chunk: int = 512
+    recall_ks: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 9472)
+    recall_at: tuple[int, ...] = (1, 10, 100)
+    margin_ranks: tuple[int, ...] = (10, 100, 1000)
+    doc_lengths: tuple[int | None, ...] = (16, 32, 64, 128, 256, None)  # None: untruncated
+    projections: tuple[str, ...] = PROJECTIONS
+    draws: int = 3
+    target_accuracy: float = 0.95
+    n_bins: int = 16
+    min_pairs_per_bin: int = 50
+    k1: float = 1.5
+    b: float = 0.75
+    seed: int = 0
+    show_progress: bool = True
+
+    def validate(self) -> None:
+        if self.k_step <= 0 or self.k_max % self.k_step:
+            raise TwoTowerError(f"--k-max ({self.k_max}) must be a positive multiple of --k-step ({self.k_step})")
+        if self.k_chunk % self.k_step:
+            raise TwoTowerError(f"k_chunk ({self.k_chunk}) must be a multiple of k_step ({self.k_step})")
+        bad = [k for k in self.recall_ks if k % self.k_step or k > self.k_max or k <= 0]
+        if bad:
+            raise TwoTowerError(f"recall k values {bad} must be multiples of k_step ({self.k_step}) up to k_max")
+        for p in self.projections:
+            if p not in PROJECTIONS:
+                raise TwoTowerError(f"unknown projection '{p}': choose from {', '.join(PROJECTIONS)}")
+        if not 0.5 < self.target_accuracy < 1.0:
+            raise TwoTowerError(f"target accuracy must be in (0.5, 1), got {self.target_accuracy}")
+        if self.draws < 1:
+            raise TwoTowerError("draws must be ≥ 1")
+
+
+def _length_name(length: int | None) -> str:
+    return "full" if length is None else str(length)
+
+
+def _kstar(acc: np.ndarray, grid: np.ndarray, target: float) -> int | None:
+    """Smallest grid k from which ``acc`` stays ≥ target (None when it never does up to k_max)."""
+    ok = acc >= target
+    if not ok[-1]:
+        return None
+    bad = np.flatnonzero(~ok)
+    return int(grid[0] if len(bad) == 0 else grid[bad[-1] + 1])
+
+
+def run_fidelity(cfg: FidelityConfig) -> dict:
+    """Run the three measurements; returns the JSON-ready result (see :func:`write_fidelity`)."""
+    from twotower.data.beir import BeirDataset
+    from twotower.retrieval.bm25 import BM25, BM25Params
+
+    cfg.validate()
+    t_start = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    ds = BeirDataset.load(cfg.data, cfg.split)
+    qids = list(ds.queries)
+    if cfg.max_queries is not None and len(qids) > cfg.max_queries:
+        qids = [qids[i] for i in sorted(rng.choice(len(qids), cfg.max_queries, replace=False))]
+    doc_ids = list(ds.corpus)
+    sampled_docs = len(doc_ids) > cfg.max_docs
+    if sampled_docs:
+        doc_ids = [doc_ids[i] for i in sorted(rng.choice(len(doc_ids), cfg.max_docs, replace=False))]
+        log.warning("collection sampled: %d of %d documents", cfg.max_docs, len(ds.corpus))
+
+    bm = BM25(BM25Params(k1=cfg.k1, b=cfg.b))
+    doc_tokens = bm.tokenizer.tokenize([ds.corpus[d].full_text for d in doc_ids], update_vocab=True,
+                                       return_as="ids", show_progress=cfg.show_progress)
+    query_tokens = bm.tokenizer.tokenize([ds.queries[q] for q in qids], update_vocab=False,
+                                         return_as="ids", show_progress=False)
+    vocab_size = len(bm.tokenizer.get_vocab_dict())
+    lengths = list(dict.fromkeys(cfg.doc_lengths))
+    if None not in lengths:
+        lengths.append(None)
+
+    # --- BM25 per document length: top-1, margins to all documents, valid queries
+    per_len: dict[str | None, dict] = {}
+    for L in tqdm(lengths, desc="BM25 vectors by length", disable=not cfg.show_progress):
+        vecs = bm25_vectors(doc_tokens, query_tokens, vocab_size, k1=cfg.k1, b=cfg.b, max_doc_tokens=L)
+        scores = (vecs.queries @ vecs.docs.T).toarray()
+        top1 = scores.argmax(axis=1)
+        valid = scores[np.arange(len(qids)), top1] > 0
+        mu = margins_to_all(vecs, top1, scores)
+        per_len[L] = {"vecs": vecs, "scores": scores, "top1": top1, "valid": valid, "mu": mu}
+
+    full = per_len[None]
+    valid_q = np.flatnonzero(full["valid"])
+
+    # --- pairs for Figure 2: d1 = top-1, d2 = BM25 ranks 2 … 1+P (full-length documents)
+    P = min(cfg.pairs_per_query, len(doc_ids) - 1)
+    order = np.argsort(-full["scores"][valid_q], axis=1, kind="stable")[:, : P + 1]
+    pair_q = np.repeat(valid_q, P)
+    pair_d1 = np.repeat(full["top1"][valid_q], P)
+    pair_d2 = order[:, 1:].reshape(-1)
+    pair_mu = full["mu"][pair_q, pair_d2]
+    # the argmax may differ from the stable sort's first entry only on ties (margin 0): drop those
+    keep = np.isfinite(pair_mu) & (pair_mu > 0) & (pair_d2 != pair_d1)
+    pair_q, pair_d1, pair_d2, pair_mu = pair_q[keep], pair_d1[keep], pair_d2[keep], pair_mu[keep]
+    pair_x = margin_x(pair_mu)
+
+    grid = np.arange(cfg.k_step, cfg.k_max + 1, cfg.k_step)
+    n_blocks = len(grid)
+    correct = {kind: np.zeros((len(pair_q), n_blocks), dtype=np.int32) for kind in cfg.projections}
+    recall_hits = {kind: {_length_name(L): np.zeros((len(cfg.recall_at), len(cfg.recall_ks)), dtype=np.int64)
+                          for L in lengths} for kind in cfg.projections}
+
+    bounds = sorted(set(range(cfg.k_chunk, cfg.k_max, cfg.k_chunk)) | set(cfg.recall_ks) | {cfg.k_max})
+    starts = [0, *bounds[:-1]]
+    at = np.asarray(cfg.recall_at)
+    n_valid_by_len = {L: int(per_len[L]["valid"].sum()) for L in lengths}
+
+    t_proj = time.perf_counter()
+    total_steps = len(cfg.projections) * cfg.draws * len(bounds)
+    bar = tqdm(total=total_steps, desc="random projections", unit="chunk", disable=not cfg.show_progress)
+    try:
+        for kind in cfg.projections:
+            for draw in range(cfg.draws):
+                draw_rng = np.random.default_rng([cfg.seed, PROJECTIONS.index(kind), draw])
+                acc_scores = {L: np.zeros(per_len[L]["scores"].shape, dtype=np.float32) for L in lengths}
+                running = np.zeros(len(pair_q), dtype=np.float64)
+                for a, b_ in zip(starts, bounds):
+                    G = projection_block(kind, vocab_size, b_ - a, draw_rng)
+                    for L in lengths:
+                        st = per_len[L]
+                        pq = np.asarray(st["vecs"].queries @ G, dtype=np.float32)
+                        pd = np.asarray(st["vecs"].docs @ G, dtype=np.float32)
+                        acc_scores[L] += pq @ pd.T
+                        if L is None:
+                            # pair sums at every k_step inside the chunk
+                            prod = pq[pair_q] * (pd[pair_d1] - pd[pair_d2])
+                            block = prod.reshape(len(pair_q), -1, cfg.k_step).sum(axis=2, dtype=np.float64)
+                            cum = running[:, None] + np.cumsum(block, axis=1)
+                            running = cum[:, -1].copy()
+                            first = a // cfg.k_step
+                            correct[kind][:, first : first + block.shape[1]] += cum > 0
+                        if b_ in cfg.recall_ks:
+                            ki = cfg.recall_ks.index(b_)
+                            s = acc_scores[L]
+                            ok = np.flatnonzero(st["valid"])
+                            s1 = s[ok, st["top1"][ok]]
+                            rank = (s[ok] > s1[:, None]).sum(axis=1) + 1
+                            recall_hits[kind][_length_name(L)][:, ki] += (rank[:, None] <= at[None, :]).sum(axis=0)
+                    bar.update(1)
+    finally:
+        bar.close()
+    proj_s = time.perf_counter() - t_proj
+
+    # --- Figure 2: bins of x, accuracy by k, empirical k*
+    beta = 1.0 - cfg.target_accuracy
+    bins: list[dict] = []
+    if len(pair_x):
+        edges = np.geomspace(pair_x.min(), pair_x.max() * (1 + 1e-9), cfg.n_bins + 1)
+        which = np.clip(np.searchsorted(edges, pair_x, side="right") - 1, 0, cfg.n_bins - 1)
+        for i in range(cfg.n_bins):
+            members = np.flatnonzero(which == i)
+            if len(members) < cfg.min_pairs_per_bin:
+                continue
+            x_med = float(np.median(pair_x[members]))
+            row = {
+                "x_lo": float(edges[i]), "x_hi": float(edges[i + 1]), "x_median": x_med,
+                "eps_median": float(np.median(pair_mu[members])), "pairs": int(len(members)),
+                "bound_k": float(2.0 * x_med * math.log(4.0 / beta)),
+            }
+            for kind in cfg.projections:
+                acc = correct[kind][members].sum(axis=0) / (len(members) * cfg.draws)
+                row[f"kstar_{kind}"] = _kstar(acc, grid, cfg.target_accuracy)
+                row[f"acc_at_kmax_{kind}"] = float(acc[-1])
+            bins.append(row)
+
+    fits = {}
+    for kind in cfg.projections:
+        pts = [(r["x_median"], r[f"kstar_{kind}"]) for r in bins if r[f"kstar_{kind}"] is not None]
+        if len(pts) >= 2:
+            x, y = np.array(pts, dtype=np.float64).T
+            slope = float((x @ y) / (x @ x))
+            ss_res = float(((y - slope * x) ** 2).sum())
+            ss_tot = float(((y - y.mean()) ** 2).sum())
+            fits[kind] = {
+                "slope_through_origin": slope,
+                "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"),
+                "pearson_r": float(np.corrcoef(x, y)[0, 1]),
+                "bins_used": len(pts),
+                "bins_censored": sum(1 for r in bins if r[f"kstar_{kind}"] is None),
+                "max_kstar_over_bound": float(max(yy / (2 * xx * math.log(4 / beta)) for xx, yy in pts)),
+            }
+    bound_slope = 2.0 * math.log(4.0 / beta)
+
+    # --- Figure 3a: r-th smallest margins by truncation length and by top-1 length
+    def rth_smallest(mu: np.ndarray, rows: np.ndarray) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for r in cfg.margin_ranks:
+            vals = []
+            for i in rows:
+                m = mu[i][np.isfinite(mu[i])]
+                vals.append(float(np.partition(m, r - 1)[r - 1]) if len(m) >= r else float("nan"))
+            out[str(r)] = vals
+        return out
+
+    margins_by_len = []
+    for L in lengths:
+        st = per_len[L]
+        rows_ok = np.flatnonzero(st["valid"])
+        per_r = rth_smallest(st["mu"], rows_ok)
+        row: dict = {"doc_length": _length_name(L), "queries": int(len(rows_ok)),
+                     "mean_doc_tokens": float(st["vecs"].doc_lengths.mean())}
+        for r, vals in per_r.items():
+            v = np.asarray(vals)
+            v = v[np.isfinite(v)]
+            row[f"margin_{r}th_median"] = float(np.median(v)) if len(v) else None
+            row[f"margin_{r}th_q25"] = float(np.quantile(v, 0.25)) if len(v) else None
+            row[f"margin_{r}th_q75"] = float(np.quantile(v, 0.75)) if len(v) else None
+        margins_by_len.append(row)
+
+    top1_len = full["vecs"].doc_lengths[full["top1"][valid_q]]
+    per_r_full = rth_smallest(full["mu"], valid_q)
+    n_lbins = min(5, max(1, len(valid_q) // 20))
+    qedges = np.unique(np.quantile(top1_len, np.linspace(0, 1, n_lbins + 1))) if len(valid_q) else np.array([])
+    margins_by_top1_len = []
+    if len(qedges) >= 2:
+        lb = np.clip(np.searchsorted(qedges, top1_len, side="right") - 1, 0, len(qedges) - 2)
+        for i in range(len(qedges) - 1):
+            sel = np.flatnonzero(lb == i)
+            if not len(sel):
+                continue
+            row = {"top1_tokens_lo": int(qedges[i]), "top1_tokens_hi": int(qedges[i + 1]),
+                   "top1_tokens_median": float(np.median(top1_len[sel])), "queries": int(len(sel))}
+            for r, vals in per_r_full.items():
+                v = np.asarray(vals)[sel]
+                v = v[np.isfinite(v)]
+                row[f"margin_{r}th_median"] = float(np.median(v)) if len(v) else None
+            margins_by_top1_len.append(row)
+
+    # --- recall@r of BM25's top-1 after projection
+    recall_rows = []
+    for kind in cfg.projections:
+        for L in lengths:
+            n = n_valid_by_len[L] * cfg.draws
+            hits = recall_hits[kind][_length_name(L)]
+            for ki, k in enumerate(cfg.recall_ks):
+                row = {"projection": kind, "doc_length": _length_name(L), "k": k}
+                for ri, r in enumerate(cfg.recall_at):
+                    row[f"recall@{r}"] = float(hits[ri, ki] / n) if n else None
+                recall_rows.append(row)
+
+    cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    summary_rows = [
+        {"projection": kind, "kstar_slope": f["slope_through_origin"], "bound_slope": bound_slope,
+         "r2": f["r2"], "bins_used": f["bins_used"], "bins_censored": f["bins_censored"],
+         "max_kstar_over_bound": f["max_kstar_over_bound"]}
+        for kind, f in fits.items()
+    ]
+    return {
+        "analysis": "fidelity",
+        "title": "Random-projection fidelity of BM25 (Luan et al. §2)",
+        "dataset": Path(cfg.data).name,
+        "split": cfg.split,
+        "config": cfg_json,
+        "num_queries": len(qids),
+        "num_queries_with_match": int(len(valid_q)),
+        "num_docs": len(doc_ids),
+        "docs_sampled": sampled_docs,
+        "vocab_size": vocab_size,
+        "num_pairs": int(len(pair_q)),
+        "pair_eps_quantiles": {str(q): float(np.quantile(pair_mu, q)) for q in (0.0, 0.1, 0.5, 0.9, 1.0)}
+        if len(pair_mu) else {},
+        "bm25_vectors": "scipy, from bm25s tokenization (stopwords en, Snowball english); Lucene BM25: "
+                        "q_t = idf_t·count_t(q), d_t = tf/(tf + k1(1 − b + b|d|/avgdl)); ⟨q, d⟩ = bm25s score",
+        "beta": beta,
+        "bound_slope": bound_slope,
+        "kstar_bins": bins,
+        "kstar_fit": fits,
+        "margins_by_doc_length": margins_by_len,
+        "margins_by_top1_length": margins_by_top1_len,
+        "recall": recall_rows,
+        "rows": summary_rows,
+        "timings": {"projection_s": round(proj_s, 2), "total_s": round(time.perf_counter() - t_start, 2)},
+        "notes": _notes(fits, bins, margins_by_len, margins_by_top1_len, cfg, bound_slope),
+    }
+
+
+def _notes(fits: dict, bins: list, by_len: list, by_top1: list, cfg: FidelityConfig, bound_slope: float) -> list[str]:
+    notes = []
+    for kind, f in fits.items():
+        under = f["max_kstar_over_bound"] <= 1.0
+        notes.append(
+            f"{kind}: empirical k* ≈ {f['slope_through_origin']:.2f}·x (R² {f['r2']:.3f} over {f['bins_used']} bins, "
+            f"{f['bins_censored']} bins beyond k={cfg.k_max}); bound slope {bound_slope:.2f}; "
+            f"largest k*/bound {f['max_kstar_over_bound']:.3f} — {'under' if under else 'ABOVE'} the bound."
+        )
+    for r in cfg.margin_ranks:
+        key = f"margin_{r}th_median"
+        seq = [(row["doc_length"], row[key]) for row in by_len if row.get(key) is not None]
+        if len(seq) >= 2:
+            vals = [v for _, v in seq]
+            mono = all(a >= b for a, b in zip(vals, vals[1:]))
+            notes.append(
+                f"{r}th smallest margin (median over queries) by truncation length: "
+                + ", ".join(f"L={n}: {v:.4f}" for n, v in seq)
+                + (" — shrinking with length." if mono else " — not monotone in length.")
+            )
+    return notes
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
+    """Figure 2 (k* vs. (ε²/2 − ε³/3)⁻¹), Figure 3a (margins by length), recall@r by k and length."""
+    from twotower.analysis._common import pyplot, save_figure
+
+    plt = pyplot()
+    out_dir = Path(out_dir)
+    paths = []
+    cfg = result["config"]
+    kinds = cfg["projections"]
+    bins = result["kstar_bins"]
+    styles = {"gaussian": ("tab:blue", "o"), "rademacher": ("tab:orange", "s")}
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if bins:
+        xs = np.array([b["x_median"] for b in bins])
+        x_line = np.geomspace(xs.min() * 0.8, xs.max() * 1.25, 100)
+        ax.plot(x_line, result["bound_slope"] * x_line, "k--",
+                label=f"bound 2·x·ln(4/β), β={result['beta']:.2f}")
+        for kind in kinds:
+            color, marker = styles.get(kind, ("tab:green", "^"))
+            pts = [(b["x_median"], b[f"kstar_{kind}"]) for b in bins if b[f"kstar_{kind}"] is not None]
+            cens = [b["x_median"] for b in bins if b[f"kstar_{kind}"] is None]
+            if pts:
+                px, py = zip(*pts)
+                ax.plot(px, py, marker=marker, color=color, linestyle="-", label=f"empirical k*, {kind}")
+            if cens:
+                ax.scatter(cens, [cfg["k_max"]] * len(cens), marker="^", facecolors="none", edgecolors=color,
+                           label=f"{kind}: k* > {cfg['k_max']} (off grid)")
+            fit = result["kstar_fit"].get(kind)
+            if fit:
+                ax.plot(x_line, fit["slope_through_origin"] * x_line, color=color, linestyle=":", linewidth=1,
+                        label=f"fit k* = {fit['slope_through_origin']:.2f}·x ({kind})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(cfg["k_max"], color="grey", linewidth=0.5)
+    ax.set_xlabel("x = (ε²/2 − ε³/3)⁻¹   (ε: normalized margin, median of bin)")
+    ax.set_ylabel(f"k* (smallest k with ≥{cfg['target_accuracy']:.0%} pairwise accuracy)")
+    ax.set_title(f"Random projections of BM25: dimension needed vs. margin\n"
+                 f"{result['dataset']}/{result['split']}, {result['num_pairs']} pairs (top-1 vs ranks 2–"
+                 f"{cfg['pairs_per_query'] + 1}), {cfg['draws']} draws")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, which="both", alpha=0.3)
+    paths.append(save_figure(fig, out_dir / "fidelity_kstar.png"))
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    by_len = result["margins_by_doc_length"]
+    xlab = [r["doc_length"] for r in by_len]
+    xpos = np.arange(len(by_len))
+    for r in cfg["margin_ranks"]:
+        med = [row.get(f"margin_{r}th_median") for row in by_len]
+        lo = [row.get(f"margin_{r}th_q25") for row in by_len]
+        hi = [row.get(f"margin_{r}th_q75") for row in by_len]
+        ok = [i for i, v in enumerate(med) if v is not None]
+        if not ok:
+            continue
+        line = ax1.plot([xpos[i] for i in ok], [med[i] for i in ok], marker="o", label=f"{r}th smallest")[0]
+        ax1.fill_between([xpos[i] for i in ok], [lo[i] for i in ok], [hi[i] for i in ok],
+                         color=line.get_color(), alpha=0.15)
+    ax1.set_xticks(xpos, [f"{x}\n(mean {row['mean_doc_tokens']:.0f})" for x, row in zip(xlab, by_len)])
+    ax1.set_xlabel("documents truncated to L analysed tokens (mean tokens per document)")
+    ax1.set_ylabel("normalized margin ε (median over queries; band: IQR)")
+    ax1.set_yscale("log")
+    ax1.set_title("(a) r-th smallest margin of BM25's top-1 vs. truncation length")
+    ax1.legend(title="margin rank r")
+    ax1.grid(True, which="both", alpha=0.3)
+    by_top1 = result["margins_by_top1_length"]
+    for r in cfg["margin_ranks"]:
+        pts = [(row["top1_tokens_median"], row[f"margin_{r}th_median"]) for row in by_top1
+               if row.get(f"margin_{r}th_median") is not None]
+        if pts:
+            ax2.plot(*zip(*pts), marker="o", label=f"{r}th smallest")
+    ax2.set_xlabel("length of BM25's top-1 document (analysed tokens; median of quantile bin)")
+    ax2.set_ylabel("normalized margin ε (median over queries)")
+    ax2.set_yscale("log")
+    ax2.set_title("(b) same, untruncated, by the top-1 document's own length")
+    ax2.legend(title="margin rank r")
+    ax2.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"Normalized margins shrink with document length? — {result['dataset']}/{result['split']}")
+    paths.append(save_figure(fig, out_dir / "fidelity_margins.png"))
+
+    recall = result["recall"]
+    fig, axes = plt.subplots(len(kinds), len(cfg["recall_at"]), figsize=(4.2 * len(cfg["recall_at"]), 3.6 * len(kinds)),
+                             squeeze=False, sharex=True, sharey=True)
+    lengths = [row["doc_length"] for row in by_len]
+    cmap = plt.get_cmap("viridis")
+    for i, kind in enumerate(kinds):
+        for j, r in enumerate(cfg["recall_at"]):
+            ax = axes[i][j]
+            for li, L in enumerate(lengths):
+                rows = [row for row in recall if row["projection"] == kind and row["doc_length"] == L]
+                ax.plot([row["k"] for row in rows], [row[f"recall@{r}"] for row in rows], marker=".",
+                        color=cmap(li / max(1, len(lengths) - 1)), label=f"L={L}")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{kind}: recall@{r}")
+            ax.set_ylim(0, 1.02)
+            ax.grid(True, alpha=0.3)
+            if i == len(kinds) - 1:
+                ax.set_xlabel("projection dimension k")
+            if j == 0:
+                ax.set_ylabel("BM25 top-1 found in projected top-r")
+    axes[0][-1].legend(title="doc length (tokens)", fontsize=8, loc="lower right")
+    fig.suptitle(f"Recall of BM25's top-1 after random projection — {result['dataset']}/{result['split']}")
+    fig.tight_layout()
+    paths.append(save_figure(fig, out_dir / "fidelity_recall.png"))
+    return paths
+
+
+def write_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
+    """Write ``fidelity.json`` and the three PNGs into ``out_dir``; returns their paths."""
+    from twotower.analysis._common import write_json
+
+    out_dir = Path(out_dir)
+    plots = plot_fidelity(result, out_dir)
+    result["plots"] = [p.name for p in plots]
+    return [write_json(out_dir / "fidelity.json", result), *plots]

@@ -1,0 +1,164 @@
+"""Save and load towers in the sentence-transformers layout, and dual encoders around them.
+
+A tower is a sentence-transformers directory: Transformer (root) → Pooling → [Dense] →
+[LayerNorm] → [Normalize], so ``SentenceTransformer(path)`` loads it as it is. A dual encoder
+directory holds ``twotower.json``; with shared towers (sde) the root itself is the tower, with
+separate towers ``query/`` and ``document/`` are, and the sharing is re-tied on load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from twotower.encoders.backbone import load_backbone, read_layout, resolve_model
+from twotower.encoders.encoder import Projection, TextEncoder
+from twotower.errors import ModelError
+from twotower.io import atomic_directory, atomic_write_json
+
+CONFIG_NAME = "twotower.json"
+FORMAT_VERSION = 1
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    if (directory / "model.safetensors").is_file():
+        return load_file(str(directory / "model.safetensors"))
+    if (directory / "pytorch_model.bin").is_file():
+        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ModelError(f"{directory}: no model.safetensors or pytorch_model.bin")
+
+
+def _load_projection(dense_dir: str, layer_norm_dir: str | None) -> Projection:
+    cfg_path = Path(dense_dir) / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    activation = cfg.get("activation_function", "torch.nn.modules.linear.Identity")
+    if not activation.endswith("Identity"):
+        raise ModelError(f"{cfg_path}: only linear (Identity) Dense projections are supported, not {activation}")
+    proj = Projection(cfg["in_features"], cfg["out_features"], layer_norm=layer_norm_dir is not None,
+                      bias=bool(cfg.get("bias", True)))
+    weights = _read_weights(Path(dense_dir))
+    proj.linear.load_state_dict({k.removeprefix("linear."): v for k, v in weights.items()})
+    if layer_norm_dir is not None:
+        ln = _read_weights(Path(layer_norm_dir))
+        proj.layer_norm.load_state_dict({k.removeprefix("norm."): v for k, v in ln.items()})
+    return proj
+
+
+def load_tower(
+    model: str | Path | None,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    max_length: int | None = None,
+) -> TextEncoder:
+    """One tower from a HF or sentence-transformers directory (or the default model)."""
+    resolved = resolve_model(model)
+    layout = read_layout(resolved)
+    tokenizer, backbone = load_backbone(layout.transformer_dir)
+    default_len = layout.max_length or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+    projection = _load_projection(layout.dense_dir, layout.layer_norm_dir) if layout.dense_dir else None
+    if normalize is None:
+        normalize = layout.normalize if layout.normalize is not None else True
+    return TextEncoder(
+        backbone, tokenizer, pooling=pooling or layout.pooling or "mean", normalize=normalize,
+        projection=projection, max_length=max_length or default_len,
+    )
+
+
+def save_tower(tower: TextEncoder, path: Path) -> None:
+    """Write ``tower`` as a sentence-transformers directory into the (existing, empty) ``path``."""
+    path.mkdir(parents=True, exist_ok=True)
+    tower.backbone.save_pretrained(path)
+    tower.tokenizer.save_pretrained(path)
+    (path / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": tower.max_length, "do_lower_case": False}, indent=2)
+    )
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+
+    def add(kind: str, folder: str) -> Path:
+        idx = len(modules)
+        modules.append({"idx": idx, "name": str(idx), "path": f"{idx}_{folder}",
+                        "type": f"sentence_transformers.models.{kind}"})
+        sub = path / f"{idx}_{folder}"
+        sub.mkdir()
+        return sub
+
+    pool_dir = add("Pooling", "Pooling")
+    (pool_dir / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": tower.hidden_size,
+        "pooling_mode_cls_token": tower.pooling == "cls",
+        "pooling_mode_mean_tokens": tower.pooling == "mean",
+        "pooling_mode_max_tokens": tower.pooling == "max",
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    }, indent=2))
+    proj = tower.projection
+    if proj is not None:
+        dense_dir = add("Dense", "Dense")
+        (dense_dir / "config.json").write_text(json.dumps({
+            "in_features": proj.in_features, "out_features": proj.out_features,
+            "bias": proj.linear.bias is not None, "activation_function": "torch.nn.modules.linear.Identity",
+        }, indent=2))
+        save_file({f"linear.{k}": v.contiguous() for k, v in proj.linear.state_dict().items()},
+                  str(dense_dir / "model.safetensors"))
+        if proj.layer_norm is not None:
+            ln_dir = add("LayerNorm", "LayerNorm")
+            (ln_dir / "config.json").write_text(json.dumps({"dimension": proj.out_features}))
+            save_file({f"norm.{k}": v.contiguous() for k, v in proj.layer_norm.state_dict().items()},
+                      str(ln_dir / "model.safetensors"))
+    if tower.normalize:
+        add("Normalize", "Normalize")
+    (path / "modules.json").write_text(json.dumps(modules, indent=2))
+
+
+def save_dual_encoder(model, path: str | Path) -> None:
+    """Write the dual encoder to ``path`` atomically (a crash leaves the previous save intact)."""
+    with atomic_directory(path) as tmp:
+        config = {
+            "format": FORMAT_VERSION,
+            "towers": model.kind,
+            "similarity": model.similarity,
+            "query_max_length": model.query_max_length,
+            "doc_max_length": model.doc_max_length,
+            "base_model": model.name,
+        }
+        if model.shared:
+            save_tower(model.query_tower, tmp)
+        else:
+            save_tower(model.query_tower, tmp / "query")
+            save_tower(model.doc_tower, tmp / "document")
+        atomic_write_json(tmp / CONFIG_NAME, config)
+
+
+def load_dual_encoder(
+    model: str | Path | None,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    query_max_length: int | None = None,
+    doc_max_length: int | None = None,
+):
+    from twotower.encoders.towers import DualEncoder, tie_towers
+
+    name = str(model) if model else "all-MiniLM-L6-v2"
+    config_path = Path(str(model)) / CONFIG_NAME if model else None
+    if config_path is None or not config_path.is_file():
+        tower = load_tower(model, pooling=pooling, normalize=normalize, max_length=doc_max_length)
+        return DualEncoder(tower, tower, name=name, query_max_length=query_max_length or tower.max_length)
+    try:
+        config = json.loads(config_path.read_text())
+        kind = config["towers"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise ModelError(f"{config_path}: not a valid twotower config ({exc})") from None
+    q_len = query_max_length or config.get("query_max_length")
+    d_len = doc_max_length or config.get("doc_max_length")
+    root = Path(str(model))
+    if kind == "sde":
+        tower = load_tower(root, pooling=pooling, normalize=normalize, max_length=d_len)
+        return DualEncoder(tower, tower, kind="sde", name=name, query_max_length=q_len)
+    query = load_tower(root / "query", pooling=pooling, normalize=normalize, max_length=q_len)
+    doc = load_tower(root / "document", pooling=pooling, normalize=normalize, max_length=d_len)
+    tie_towers(query, doc, kind)
+    return DualEncoder(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len)

@@ -1,0 +1,106 @@
+"""Sparse–dense fusion as small pure functions over runs ``{query_id: {doc_id: score}}``.
+
+- :func:`interpolate`: Luan et al.'s hybrid, score = λ·dense + (1 − λ)·sparse over the union of
+  each system's n-best, each run min-max normalised per query first (a document missing from one
+  system's n-best gets that system's minimum, i.e. 0 after normalisation).
+- :func:`rrf`: reciprocal rank fusion, Σ 1 / (k + rank), rank from 1 (Cormack et al.; k = 60).
+- :func:`tune_lambda`: pick λ on a dev split by a metric; :func:`dev_split` holds out part of a
+  *train* split's queries for that, so the test split is never looked at.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+Run = dict[str, dict[str, float]]
+Qrels = dict[str, dict[str, int]]
+
+
+def truncate(run: Run, n: int | None) -> Run:
+    """Each query's ``n`` best documents (all when ``n`` is None)."""
+    if n is None:
+        return {q: dict(docs) for q, docs in run.items()}
+    return {q: dict(sorted(docs.items(), key=lambda kv: kv[1], reverse=True)[:n]) for q, docs in run.items()}
+
+
+def minmax(run: Run) -> Run:
+    """Per-query min-max normalisation to [0, 1] (all scores 1.0 when a query's scores are equal)."""
+    out: Run = {}
+    for q, docs in run.items():
+        if not docs:
+            out[q] = {}
+            continue
+        lo, hi = min(docs.values()), max(docs.values())
+        span = hi - lo
+        out[q] = {d: (s - lo) / span if span > 0 else 1.0 for d, s in docs.items()}
+    return out
+
+
+def interpolate(dense: Run, sparse: Run, lam: float, *, n_best: int | None = None, normalize: bool = True) -> Run:
+    """λ·dense + (1 − λ)·sparse over the union of both n-bests (per query; queries of either run)."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must be in [0, 1], got {lam}")
+    d_run, s_run = truncate(dense, n_best), truncate(sparse, n_best)
+    if normalize:
+        d_run, s_run = minmax(d_run), minmax(s_run)
+    fused: Run = {}
+    for q in dict.fromkeys([*d_run, *s_run]):
+        d, s = d_run.get(q, {}), s_run.get(q, {})
+        d_floor = min(d.values(), default=0.0) if not normalize else 0.0
+        s_floor = min(s.values(), default=0.0) if not normalize else 0.0
+        fused[q] = {
+            doc: lam * d.get(doc, d_floor) + (1.0 - lam) * s.get(doc, s_floor) for doc in dict.fromkeys([*d, *s])
+        }
+    return fused
+
+
+def rrf(runs: Sequence[Run], *, k: int = 60, n_best: int | None = None, weights: Sequence[float] | None = None) -> Run:
+    """Reciprocal rank fusion: Σ_r w_r / (k + rank_r(doc)) over the runs that retrieved doc."""
+    if weights is not None and len(weights) != len(runs):
+        raise ValueError(f"{len(runs)} runs but {len(weights)} weights")
+    weights = weights or [1.0] * len(runs)
+    fused: Run = {}
+    for run, w in zip(runs, weights):
+        for q, docs in truncate(run, n_best).items():
+            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+            target = fused.setdefault(q, {})
+            for rank, (doc, _) in enumerate(ranked, start=1):
+                target[doc] = target.get(doc, 0.0) + w / (k + rank)
+    return fused
+
+
+def dev_split(query_ids: Iterable[str], fraction: float = 0.5, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Split query ids into ``(dev, rest)`` reproducibly; ``dev`` gets ``fraction`` of them."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    ids = sorted(query_ids)
+    random.Random(seed).shuffle(ids)
+    cut = max(1, round(len(ids) * fraction))
+    return sorted(ids[:cut]), sorted(ids[cut:])
+
+
+def tune_lambda(
+    dense: Run,
+    sparse: Run,
+    qrels: Qrels,
+    *,
+    grid: Sequence[float] = tuple(i / 20 for i in range(21)),
+    metric: str = "ndcg@10",
+    n_best: int | None = 100,
+) -> tuple[float, dict[float, float]]:
+    """The λ in ``grid`` with the best ``metric`` on ``qrels`` (ties: the λ closest to 0.5).
+
+    Only queries in ``qrels`` count, so pass dev qrels (never test ones). Returns
+    ``(best λ, {λ: metric})``.
+    """
+    from twotower.evaluation.metrics import evaluate
+
+    qids = set(qrels)
+    d = {q: v for q, v in dense.items() if q in qids}
+    s = {q: v for q, v in sparse.items() if q in qids}
+    if not d and not s:
+        raise ValueError("no query of the runs is judged in the given qrels")
+    table = {lam: evaluate(qrels, interpolate(d, s, lam, n_best=n_best), (metric,))[metric] for lam in grid}
+    best = max(table, key=lambda lam: (round(table[lam], 10), -abs(lam - 0.5)))
+    return best, table

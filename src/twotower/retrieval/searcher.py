@@ -1,0 +1,198 @@
+"""Text in, ranked documents out, over a stored index: build, add, search (dense | bm25 | hybrid).
+
+The encoder that built an index is recorded in its manifest (``model``: name, path, pooling,
+normalisation, lengths) and re-loaded here for queries and for documents added later, so the
+vectors stay comparable. :class:`Searcher` holds one immutable :class:`IndexStore` version;
+:meth:`Searcher.refresh` swaps in the live version after a writer switched it (one attribute
+assignment, so concurrent readers see the old or the new version, never a mix).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from twotower.data.beir import Document, load_corpus
+from twotower.errors import TwoTowerError
+from twotower.retrieval.hybrid import interpolate, rrf
+from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
+
+log = logging.getLogger(__name__)
+
+MODES = ("dense", "bm25", "hybrid", "rrf")
+# λ for hybrid = λ·dense + (1 − λ)·BM25 (min-max normalised, union of the 100-bests): tuned on a
+# held-out half of SciFact *train* queries by benchmarks/hybrid_scifact.py (default model).
+DEFAULT_LAMBDA = 0.5
+HYBRID_N_BEST = 100
+
+
+@dataclass
+class EncodeConfig:
+    batch_size: int = 32
+    precision: str = "auto"
+    show_progress: bool = True
+
+
+def model_info(model_arg: str | None, encoder) -> dict:
+    """What the manifest records about the encoder."""
+    from twotower.encoders.backbone import resolve_model
+
+    tower = encoder.doc_tower
+    return {
+        "name": str(model_arg) if model_arg else "all-MiniLM-L6-v2",
+        "path": resolve_model(model_arg),
+        "pooling": tower.pooling,
+        "normalize": bool(tower.normalize),
+        "query_max_length": int(encoder.query_max_length),
+        "doc_max_length": int(encoder.doc_max_length),
+    }
+
+
+def load_encoder(info: dict, override: str | None = None):
+    """The dual encoder an index was built with (or ``override``, a model directory)."""
+    from twotower.encoders.towers import DualEncoder
+
+    if override:
+        return DualEncoder.load(override)
+    path = info.get("path")
+    model = path if path and Path(path).exists() else info.get("name")
+    return DualEncoder.load(
+        model, pooling=info.get("pooling"), normalize=info.get("normalize"),
+        query_max_length=info.get("query_max_length"), doc_max_length=info.get("doc_max_length"),
+    )
+
+
+def encode_new_docs(
+    encoder, docs: list[Document], cfg: EncodeConfig, *, multivector: int | None = None,
+    projection: np.ndarray | None = None,
+) -> NewDocs:
+    from twotower.encoders.towers import EncodeOptions
+
+    texts = [d.full_text for d in docs]
+    if multivector:
+        from twotower.retrieval.multivector import encode_multivector
+
+        vectors, offsets = encode_multivector(
+            encoder.doc_tower, texts, multivector, max_length=encoder.doc_max_length, batch_size=cfg.batch_size,
+            precision=cfg.precision, projection=projection, show_progress=cfg.show_progress,
+        )
+    else:
+        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
+        vectors, offsets = encoder.encode_documents(texts, opts), None
+    return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
+
+
+def build_index(
+    data: str | Path,
+    out: str | Path,
+    *,
+    model: str | None = None,
+    spec: IndexSpec | None = None,
+    multivector: int | None = None,
+    project_dim: int | None = None,
+    cfg: EncodeConfig | None = None,
+) -> IndexStore:
+    """Encode a BEIR directory's corpus (or a corpus .jsonl file) and write an index at ``out``."""
+    from twotower.encoders.towers import DualEncoder
+
+    cfg = cfg or EncodeConfig()
+    data = Path(data)
+    corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    encoder = DualEncoder.load(model)
+    projection = None
+    if project_dim:
+        if not multivector:
+            raise TwoTowerError("--project applies to multi-vector indexes (--multivector M)")
+        from twotower.retrieval.multivector import random_projection
+
+        projection = random_projection(encoder.doc_tower.backbone.config.hidden_size, project_dim)
+    new = encode_new_docs(encoder, list(corpus.values()), cfg, multivector=multivector, projection=projection)
+    return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
+                            projection=projection, show_progress=cfg.show_progress)
+
+
+def add_documents(
+    index: str | Path, docs_path: str | Path, *, replace: bool = False, model: str | None = None,
+    cfg: EncodeConfig | None = None,
+) -> IndexStore:
+    """Encode only the documents in ``docs_path`` (BEIR corpus lines) and add them to ``index``."""
+    cfg = cfg or EncodeConfig()
+    store = IndexStore.open(index)
+    docs = load_corpus(docs_path)
+    dup = [d for d in docs if d in store.row_of]
+    if dup and not replace:  # fail before spending time encoding
+        shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
+        raise TwoTowerError(
+            f"{docs_path}: {len(dup)} document id(s) are already in the index {index}: {shown} "
+            f"(pass --replace to overwrite them)"
+        )
+    encoder = load_encoder(store.manifest["model"], model)
+    new = encode_new_docs(encoder, list(docs.values()), cfg, multivector=store.multivector, projection=store.projection)
+    return store.add(new, replace=replace, show_progress=cfg.show_progress)
+
+
+@dataclass
+class Hit:
+    doc_id: str
+    score: float
+    title: str
+
+
+class Searcher:
+    """Queries against a stored index; safe to share between threads that only search."""
+
+    def __init__(self, index: str | Path | IndexStore, *, model: str | None = None) -> None:
+        self.store = index if isinstance(index, IndexStore) else IndexStore.open(index)
+        self._model_override = model
+        self._encoder = None
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            self._encoder = load_encoder(self.store.manifest["model"], self._model_override)
+        return self._encoder
+
+    def refresh(self) -> bool:
+        """Switch to the live version if a writer made a new one; True when it changed."""
+        live = self.store.refresh()
+        changed = live is not self.store
+        self.store = live
+        return changed
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        from twotower.encoders.towers import EncodeOptions
+
+        return self.encoder.encode_queries(queries, EncodeOptions(show_progress=False))
+
+    def run(
+        self, queries: dict[str, str], k: int = 10, *, mode: str = "dense", lam: float = DEFAULT_LAMBDA,
+        n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
+    ) -> dict[str, dict[str, float]]:
+        """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``)."""
+        if mode not in MODES:
+            raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
+        store = self.store  # one version for the whole call
+        qids, texts = list(queries), list(queries.values())
+        depth = k if mode in ("dense", "bm25") else max(k, n_best)
+        runs = {}
+        if mode != "bm25":
+            scores, rows = store.search(self.encode_queries(texts), depth, ef_search=ef_search, nprobe=nprobe)
+            runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
+                             for q, rs, rr in zip(qids, scores, rows)}
+        if mode != "dense":
+            scores, rows = store.bm25.search(texts, depth, show_progress=False)
+            runs["bm25"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr)} for q, rs, rr in zip(qids, scores, rows)}
+        if mode in ("dense", "bm25"):
+            return runs[mode]
+        if mode == "hybrid":
+            return interpolate(runs["dense"], runs["bm25"], lam, n_best=n_best)
+        return rrf([runs["dense"], runs["bm25"]], n_best=n_best)
+
+    def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
+        """The top ``k`` hits for one query, with titles."""
+        store = self.store
+        ranked = sorted(self.run({"q": query}, k, **kwargs)["q"].items(), key=lambda kv: -kv[1])[:k]
+        return [Hit(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked]
