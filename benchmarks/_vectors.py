@@ -19,7 +19,7 @@ CACHE = Path(__file__).resolve().parents[1] / ".cache" / "vectors" / "scifact-mi
 
 def scifact_vectors(precision: str = "auto") -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
     """``(doc_ids, doc_vecs, query_ids, query_vecs)`` for every SciFact document and query."""
-    if (CACHE / "docs.npy").is_file() and (CACHE / "queries.npy").is_file():
+    if all((CACHE / n).is_file() for n in ("docs.npy", "queries.npy", "doc_ids.json", "query_ids.json")):
         return (json.loads((CACHE / "doc_ids.json").read_text()), np.load(CACHE / "docs.npy"),
                 json.loads((CACHE / "query_ids.json").read_text()), np.load(CACHE / "queries.npy"))
     from twotower.data.beir import load_corpus, load_queries

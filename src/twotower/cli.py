@@ -57,7 +57,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 def eval_cmd(
     data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
-    retriever: str = typer.Option("bm25", help="bm25 | dense"),
+    retriever: str = typer.Option("bm25", help="bm25 | dense | hybrid | multivector"),
     model: Optional[str] = typer.Option(None, help="Model directory for dense retrieval (default: all-MiniLM-L6-v2)."),
     top_k: int = typer.Option(1000, "--top-k", min=1, help="Documents retrieved per query."),
     batch_size: int = typer.Option(32, "--batch-size", min=1),
@@ -71,6 +71,11 @@ def eval_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write results JSON here."),
     run_file: Optional[Path] = typer.Option(None, "--run", help="Write a TREC run file here."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
+    rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
+    rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
+    multivector: int = typer.Option(8, "--multivector", min=1, help="ME-BERT m (without --index)."),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
@@ -82,6 +87,8 @@ def eval_cmd(
         precision=precision, query_max_length=query_max_length, doc_max_length=doc_max_length,
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
     )
+    cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector = (
+        index, rerank, rerank_depth, hybrid_lambda, multivector)
     try:
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:
@@ -137,7 +144,11 @@ def data_locate(
 
 
 # Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "twotower.training.commands",
+    "twotower.retrieval.commands",
+    "twotower.analysis.commands",
+)
 
 
 def _register_commands() -> None:

@@ -464,6 +464,12 @@ def run_fidelity(cfg: FidelityConfig) -> dict:
         "margins_by_top1_length": margins_by_top1_len,
         "recall": recall_rows,
         "rows": summary_rows,
+        "tables": {
+            "k* by margin bin (x = (ε²/2 − ε³/3)⁻¹; k* None: beyond k_max)": "kstar_bins",
+            "r-th smallest margin by truncation length L": "margins_by_doc_length",
+            "r-th smallest margin by the top-1 document's length (untruncated)": "margins_by_top1_length",
+            "recall of BM25's top-1 after projection": "recall",
+        },
         "timings": {"projection_s": round(proj_s, 2), "total_s": round(time.perf_counter() - t_start, 2)},
         "notes": _notes(fits, bins, margins_by_len, margins_by_top1_len, cfg, bound_slope),
     }
@@ -535,11 +541,13 @@ def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
     ax.set_title(f"Random projections of BM25: dimension needed vs. margin\n"
                  f"{result['dataset']}/{result['split']}, {result['num_pairs']} pairs (top-1 vs ranks 2–"
                  f"{cfg['pairs_per_query'] + 1}), {cfg['draws']} draws")
-    ax.legend(fontsize=8, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     paths.append(save_figure(fig, out_dir / "fidelity_kstar.png"))
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    from matplotlib.ticker import ScalarFormatter
     by_len = result["margins_by_doc_length"]
     xlab = [r["doc_length"] for r in by_len]
     xpos = np.arange(len(by_len))
@@ -553,12 +561,13 @@ def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
         line = ax1.plot([xpos[i] for i in ok], [med[i] for i in ok], marker="o", label=f"{r}th smallest")[0]
         ax1.fill_between([xpos[i] for i in ok], [lo[i] for i in ok], [hi[i] for i in ok],
                          color=line.get_color(), alpha=0.15)
-    ax1.set_xticks(xpos, [f"{x}\n(mean {row['mean_doc_tokens']:.0f})" for x, row in zip(xlab, by_len)])
-    ax1.set_xlabel("documents truncated to L analysed tokens (mean tokens per document)")
+    ax1.set_xticks(xpos, [f"{x}\n({row['mean_doc_tokens']:.0f})" for x, row in zip(xlab, by_len)])
+    ax1.set_xlabel("truncation length L in analysed tokens\n(in brackets: mean tokens per document)")
     ax1.set_ylabel("normalized margin ε (median over queries; band: IQR)")
     ax1.set_yscale("log")
-    ax1.set_title("(a) r-th smallest margin of BM25's top-1 vs. truncation length")
-    ax1.legend(title="margin rank r")
+    ax1.set_title("(a) documents truncated to L tokens")
+    if ax1.get_legend_handles_labels()[0]:
+        ax1.legend(title="margin rank r")
     ax1.grid(True, which="both", alpha=0.3)
     by_top1 = result["margins_by_top1_length"]
     for r in cfg["margin_ranks"]:
@@ -566,13 +575,17 @@ def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
                if row.get(f"margin_{r}th_median") is not None]
         if pts:
             ax2.plot(*zip(*pts), marker="o", label=f"{r}th smallest")
-    ax2.set_xlabel("length of BM25's top-1 document (analysed tokens; median of quantile bin)")
+    ax2.set_xlabel("length of BM25's top-1 document in analysed tokens\n(median of a quantile bin of queries)")
     ax2.set_ylabel("normalized margin ε (median over queries)")
-    ax2.set_yscale("log")
-    ax2.set_title("(b) same, untruncated, by the top-1 document's own length")
-    ax2.legend(title="margin rank r")
+    ax2.set_title("(b) untruncated, by the top-1 document's own length")
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(title="margin rank r")
     ax2.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"Normalized margins shrink with document length? — {result['dataset']}/{result['split']}")
+    ax1.yaxis.set_major_formatter(ScalarFormatter())
+    ax1.yaxis.set_minor_formatter(ScalarFormatter())
+    ax1.tick_params(axis="y", which="minor", labelsize=7)
+    fig.suptitle(f"r-th smallest normalized margin between BM25's top-1 and the other documents"
+                 f" — {result['dataset']}/{result['split']}")
     paths.append(save_figure(fig, out_dir / "fidelity_margins.png"))
 
     recall = result["recall"]

@@ -50,7 +50,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def _iter_json_records(path: Path) -> Iterator[tuple[int, dict]]:
+def iter_json_records(path: Path) -> Iterator[tuple[int, dict]]:
     for number, line in _iter_lines(path):
         if not line.strip():
             continue
@@ -87,7 +87,7 @@ def _require_text(path: Path, number: int, record: dict, name: str, *, required:
 
 
 def _iter_numbered_documents(path: Path) -> Iterator[tuple[int, Document]]:
-    for number, record in _iter_json_records(path):
+    for number, record in iter_json_records(path):
         yield number, Document(
             id=_require_id(path, number, record),
             title=_require_text(path, number, record, "title", required=False),
@@ -123,7 +123,7 @@ def load_queries(path: str | Path) -> dict[str, str]:
     path = Path(path)
     queries: dict[str, str] = {}
     first_line: dict[str, int] = {}
-    for number, record in _iter_json_records(path):
+    for number, record in iter_json_records(path):
         qid = _require_id(path, number, record)
         if qid in queries:
             raise DataError(

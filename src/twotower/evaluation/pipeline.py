@@ -13,7 +13,7 @@ from twotower.retrieval.dense import Run, to_run
 
 log = logging.getLogger(__name__)
 
-RETRIEVERS = ("bm25", "dense")
+RETRIEVERS = ("bm25", "dense", "hybrid", "multivector")
 
 
 @dataclass
@@ -33,6 +33,11 @@ class EvalConfig:
     strict: bool = False
     metrics: tuple[str, ...] = DEFAULT_METRICS
     show_progress: bool = True
+    index: Path | None = None  # a stored index (twotower index build) to search instead of encoding the corpus
+    rerank: str | None = None  # cross-encoder directory: re-rank each query's top ``rerank_depth``
+    rerank_depth: int = 100
+    hybrid_lambda: float | None = None  # default: twotower.retrieval.searcher.DEFAULT_LAMBDA
+    multivector: int = 8  # ME-BERT m when no --index is given
 
 
 @dataclass
@@ -97,15 +102,86 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     return to_run(qids, doc_ids, scores, idx)
 
 
+def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    from twotower.retrieval.hybrid import interpolate
+    from twotower.retrieval.searcher import DEFAULT_LAMBDA, HYBRID_N_BEST
+
+    dense_t: dict[str, float] = {}
+    sparse_t: dict[str, float] = {}
+    dense, sparse = _dense_run(cfg, ds, dense_t), _bm25_run(cfg, ds, sparse_t)
+    timings["index_s"] = dense_t["index_s"] + sparse_t["index_s"]
+    n_q = len(ds.queries)
+    timings["queries_per_s"] = n_q / (n_q / dense_t["queries_per_s"] + n_q / sparse_t["queries_per_s"])
+    lam = DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda
+    return interpolate(dense, sparse, lam, n_best=HYBRID_N_BEST)
+
+
+def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+    from twotower.retrieval.multivector import encode_multivector, exact_multivector_search
+
+    model = DualEncoder.load(
+        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length
+    )
+    doc_ids = list(ds.corpus)
+    t0 = time.perf_counter()
+    vecs, offsets = encode_multivector(
+        model.doc_tower, [ds.corpus[d].full_text for d in doc_ids], cfg.multivector, max_length=model.doc_max_length,
+        batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
+    )
+    timings["index_s"] = time.perf_counter() - t0
+    qids = list(ds.queries)
+    t0 = time.perf_counter()
+    opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
+    q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
+    scores, idx = exact_multivector_search(q_vecs, vecs, offsets, cfg.top_k)
+    timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
+    return to_run(qids, doc_ids, scores, idx)
+
+
+def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    """Search a stored index (its own encoder, FAISS kind and BM25) for the split's queries."""
+    from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
+
+    searcher = Searcher(cfg.index, model=cfg.model)
+    if cfg.retriever == "multivector" and not searcher.store.multivector:
+        raise ValueError(f"{cfg.index}: not a multi-vector index (build it with --multivector M)")
+    mode = "dense" if cfg.retriever == "multivector" else cfg.retriever
+    timings["index_s"] = 0.0
+    t0 = time.perf_counter()
+    run = searcher.run(dict(ds.queries), cfg.top_k, mode=mode,
+                       lam=DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda)
+    timings["queries_per_s"] = len(ds.queries) / (time.perf_counter() - t0)
+    return run
+
+
+def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
+    if cfg.index is not None:
+        run = _index_run(cfg, ds, timings)
+    else:
+        run = {"bm25": _bm25_run, "dense": _dense_run, "hybrid": _hybrid_run, "multivector": _multivector_run}[
+            cfg.retriever
+        ](cfg, ds, timings)
+    if cfg.rerank:
+        from twotower.retrieval.rerank import Reranker
+
+        t0 = time.perf_counter()
+        reranker = Reranker(cfg.rerank, batch_size=cfg.batch_size, precision=cfg.precision)
+        run = reranker.rerank(run, ds.queries, lambda d: ds.corpus[d].full_text, top_n=cfg.rerank_depth,
+                              show_progress=cfg.show_progress)
+        timings["rerank_s"] = time.perf_counter() - t0
+    return run
+
+
 def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
     timings: dict[str, float] = {}
-    run = _bm25_run(cfg, ds, timings) if cfg.retriever == "bm25" else _dense_run(cfg, ds, timings)
+    run = _retrieve(cfg, ds, timings)
     metrics = evaluate(ds.qrels, run, cfg.metrics)
     model_name = None
-    if cfg.retriever == "dense":
+    if cfg.retriever != "bm25":
         model_name = cfg.model or "all-MiniLM-L6-v2"
     return EvalResult(
         dataset=Path(cfg.data).name,

@@ -1,0 +1,166 @@
+"""Encoding latency and throughput per model and precision (GTR §8).
+
+- Query latency: one query of exactly ``query_length`` tokens (special tokens included), batch 1,
+  through the public path (``encode_texts``: tokenize, forward, pool, normalise, copy to numpy),
+  ``warmup`` untimed runs then ``runs`` timed ones; p50 / p95 / mean in milliseconds.
+- Document throughput: ``n_docs`` documents (the data set's first ones, or a synthetic text) at
+  batch ``doc_batch_size`` and the model's document max length; documents per second.
+
+Precisions: ``fp32`` and ``auto`` (the fast path: bf16 autocast where the CPU has AMX/AVX512-BF16
+or the GPU supports bf16; the resolved precision is recorded). On a shared machine latencies
+include whatever else runs: the torch thread count is recorded with them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+
+_FILLER = ("retrieval of scientific claims needs evidence from abstracts that describe experiments, "
+           "cohorts, measurements and their statistical significance in clinical and laboratory settings ")
+
+
+@dataclass
+class LatencyConfig:
+    models: Sequence[str | None] = field(default_factory=lambda: [None])
+    precisions: Sequence[str] = ("fp32", "auto")
+    query_length: int = 128
+    runs: int = 100
+    warmup: int = 10
+    data: Path | None = None
+    n_docs: int = 256
+    doc_batch_size: int = 64
+    seed: int = 0
+    show_progress: bool = True
+
+
+def text_of_length(tokenizer, n_tokens: int) -> str:
+    """A text that the tokenizer turns into at least ``n_tokens`` tokens (truncation cuts it to n)."""
+    text = _FILLER
+    while len(tokenizer(text, add_special_tokens=True)["input_ids"]) < n_tokens:
+        text += _FILLER
+    return text
+
+
+def _percentiles(times_s: list[float]) -> dict:
+    ms = np.asarray(times_s) * 1000.0
+    return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+            "mean_ms": float(ms.mean()), "runs": int(len(ms))}
+
+
+def run_latency(cfg: LatencyConfig) -> dict:
+    import torch
+
+    from twotower.encoders.inference import encode_texts, resolve_precision
+    from twotower.encoders.towers import DualEncoder
+
+    if cfg.runs < 1 or cfg.query_length < 2:
+        raise TwoTowerError("latency needs --runs ≥ 1 and --query-length ≥ 2")
+    t_start = time.perf_counter()
+    docs: list[str] | None = None
+    if cfg.data is not None:
+        from twotower.data.beir import iter_corpus
+
+        docs = []
+        for doc in iter_corpus(Path(cfg.data) / "corpus.jsonl"):
+            docs.append(doc.full_text)
+            if len(docs) == cfg.n_docs:
+                break
+    rows = []
+    device = torch.device("cpu")
+    for name in list(cfg.models) or [None]:
+        model = DualEncoder.load(name)
+        label = Path(str(name)).name if name else "all-MiniLM-L6-v2"
+        tower = model.query_tower
+        device = next(tower.parameters()).device
+        query = text_of_length(tower.tokenizer, cfg.query_length)
+        n_tok = len(tower.tokenizer(query, truncation=True, max_length=cfg.query_length)["input_ids"])
+        doc_texts = docs or [text_of_length(model.doc_tower.tokenizer, model.doc_max_length)] * cfg.n_docs
+        for precision in cfg.precisions:
+            resolved = resolve_precision(precision, device)
+            times = []
+            for i in range(cfg.warmup + cfg.runs):
+                t0 = time.perf_counter()
+                encode_texts(tower, [query], max_length=cfg.query_length, batch_size=1,
+                             precision=precision, show_progress=False)
+                if i >= cfg.warmup:
+                    times.append(time.perf_counter() - t0)
+            encode_texts(model.doc_tower, doc_texts[: cfg.doc_batch_size], max_length=model.doc_max_length,
+                         batch_size=cfg.doc_batch_size, precision=precision, show_progress=False)  # warm-up
+            t0 = time.perf_counter()
+            encode_texts(model.doc_tower, doc_texts, max_length=model.doc_max_length,
+                         batch_size=cfg.doc_batch_size, precision=precision, show_progress=cfg.show_progress,
+                         desc=f"{label} {precision} docs")
+            docs_s = len(doc_texts) / (time.perf_counter() - t0)
+            rows.append({"model": label, "precision": precision, "resolved_precision": resolved,
+                         "query_tokens": n_tok, **_percentiles(times), "docs_per_s": float(docs_s),
+                         "doc_batch_size": cfg.doc_batch_size, "doc_max_length": int(model.doc_max_length),
+                         "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2)})
+            log.info("%s %s: p50 %.2f ms, %.1f docs/s", label, precision, rows[-1]["p50_ms"], docs_s)
+    cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    cfg_json["models"] = [str(m) if m else None for m in cfg.models]
+    return {
+        "analysis": "latency",
+        "title": f"Batch-1 query latency at {cfg.query_length} tokens and documents/s at batch {cfg.doc_batch_size}",
+        "config": cfg_json,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "doc_source": f"first {cfg.n_docs} documents of {Path(cfg.data).name}" if docs else "synthetic text",
+        "rows": rows,
+        "notes": [f"p50/p95 over {cfg.runs} runs after {cfg.warmup} warm-up runs, through encode_texts "
+                  f"(tokenize + forward + pool + normalise); 'auto' = bf16 autocast where the hardware has fast "
+                  f"bf16 (see resolved_precision). {torch.get_num_threads()} torch threads."],
+        "timings": {"total_s": round(time.perf_counter() - t_start, 2)},
+    }
+
+
+def plot_latency(result: dict, out_dir: str | Path) -> list[Path]:
+    from twotower.analysis._common import pyplot, save_figure
+
+    plt = pyplot()
+    rows = result["rows"]
+    labels = [f"{r['model']}\n{r['precision']}" + (f" ({r['resolved_precision']})" if r["precision"] == "auto" else "")
+              for r in rows]
+    x = np.arange(len(rows))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(9, 2.4 * len(rows) * 2), 4.8))
+    p50 = [r["p50_ms"] for r in rows]
+    p95 = [r["p95_ms"] for r in rows]
+    ax1.bar(x - 0.2, p50, width=0.4, label="p50", color="tab:blue")
+    ax1.bar(x + 0.2, p95, width=0.4, label="p95", color="tab:orange")
+    for xi, v in zip(x, p50):
+        ax1.annotate(f"{v:.1f}", (xi - 0.2, v), ha="center", va="bottom", fontsize=8)
+    ax1.set_xticks(x, labels, fontsize=8)
+    ax1.set_ylabel("milliseconds per query")
+    ax1.set_title(f"Batch-1 query latency, {result['config']['query_length']} tokens "
+                  f"({result['config']['runs']} runs)")
+    ax1.legend()
+    ax1.grid(True, axis="y", alpha=0.3)
+    dps = [r["docs_per_s"] for r in rows]
+    ax2.bar(x, dps, color="tab:green", label=f"batch {result['config']['doc_batch_size']}")
+    for xi, v in zip(x, dps):
+        ax2.annotate(f"{v:.1f}", (xi, v), ha="center", va="bottom", fontsize=8)
+    ax2.set_xticks(x, labels, fontsize=8)
+    ax2.set_ylabel("documents per second")
+    ax2.set_title(f"Document encoding throughput ({result['doc_source']})", fontsize=10)
+    ax2.legend()
+    ax2.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"Encoding speed on {result['device']} with {result['torch_threads']} threads")
+    fig.tight_layout()
+    return [save_figure(fig, Path(out_dir) / "latency.png")]
+
+
+def write_latency(result: dict, out_dir: str | Path) -> list[Path]:
+    from twotower.analysis._common import write_json
+
+    plots = plot_latency(result, out_dir)
+    result["plots"] = [p.name for p in plots]
+    return [write_json(Path(out_dir) / "latency.json", result), *plots]

@@ -1,0 +1,60 @@
+"""Training examples: a query, one positive document, optional hard negatives.
+
+From a BEIR split each judged (query, document) pair with score > 0 is one example. A pairs file
+is JSONL, one example per line: ``{"query": str, "positive": str, "negatives": [str, ...]}``
+(``qid``/``pid``/``negative_ids`` optional).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from twotower.data.beir import BeirDataset, iter_json_records
+from twotower.errors import DataError
+from twotower.io import atomic_write_text
+
+
+@dataclass
+class TrainExample:
+    query: str
+    positive: str
+    negatives: list[str] = field(default_factory=list)
+    qid: str = ""
+    pid: str = ""
+    negative_ids: list[str] = field(default_factory=list)
+
+
+def pairs_from_beir(ds: BeirDataset) -> list[TrainExample]:
+    """One example per judged relevant (query, document) pair, in qrels order."""
+    return [
+        TrainExample(query=ds.queries[qid], positive=ds.corpus[did].full_text, qid=qid, pid=did)
+        for qid, rels in ds.qrels.items()
+        for did, score in rels.items()
+        if score > 0
+    ]
+
+
+def load_pairs(path: str | Path) -> list[TrainExample]:
+    path = Path(path)
+    out = []
+    for number, rec in iter_json_records(path):
+        for key in ("query", "positive"):
+            if not isinstance(rec.get(key), str) or not rec[key].strip():
+                raise DataError(path, f"{key} must be a non-empty string", line=number, field=key)
+        negatives = rec.get("negatives", [])
+        if not isinstance(negatives, list) or not all(isinstance(n, str) for n in negatives):
+            raise DataError(path, "negatives must be a list of strings", line=number, field="negatives")
+        out.append(TrainExample(
+            query=rec["query"], positive=rec["positive"], negatives=negatives,
+            qid=str(rec.get("qid", "")), pid=str(rec.get("pid", "")),
+            negative_ids=[str(x) for x in rec.get("negative_ids", [])],
+        ))
+    if not out:
+        raise DataError(path, "no training examples")
+    return out
+
+
+def save_pairs(examples: list[TrainExample], path: str | Path) -> None:
+    atomic_write_text(path, "".join(json.dumps(asdict(e)) + "\n" for e in examples))

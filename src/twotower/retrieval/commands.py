@@ -1,0 +1,182 @@
+"""CLI commands for stored indexes, search and re-rankers: ``index build|add|remove|info``,
+``search`` and ``train-reranker``. Heavy imports stay inside the command functions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from twotower.cli import _fail, console
+    from twotower.errors import TwoTowerError
+
+    index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
+    app.add_typer(index_app, name="index")
+
+    @index_app.command("build")
+    def index_build(
+        data: Path = typer.Option(..., "--data", help="BEIR directory (its corpus.jsonl) or a corpus .jsonl file."),
+        out: Path = typer.Option(..., "--out", help="Index directory (created; an existing index gets a new version)."),
+        model: Optional[str] = typer.Option(None, help="Encoder directory (default: all-MiniLM-L6-v2)."),
+        kind: str = typer.Option("flat", help="flat | hnsw | ivf | ivfpq | any FAISS factory string"),
+        hnsw_m: int = typer.Option(32, "--hnsw-m", min=2, help="HNSW graph degree M."),
+        ef_construction: int = typer.Option(200, "--ef-construction", min=1),
+        nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF lists (default ≈ 4·√n)."),
+        pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="IVF-PQ sub-quantizers (default dim/8)."),
+        bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid)."),
+        bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
+        multivector: Optional[int] = typer.Option(None, "--multivector", min=1,
+                                                  help="ME-BERT: keep the first M token vectors per document."),
+        project: Optional[int] = typer.Option(None, "--project", min=1,
+                                              help="Multi-vector: random projection of token vectors to this many dims."),
+        batch_size: int = typer.Option(32, "--batch-size", min=1),
+        precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        progress: bool = typer.Option(True, help="Show progress bars."),
+    ) -> None:
+        """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
+        from twotower.retrieval.bm25 import BM25Params
+        from twotower.retrieval.searcher import EncodeConfig, build_index
+        from twotower.retrieval.store import IndexSpec
+
+        spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
+                         bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
+        try:
+            store = build_index(data, out, model=model, spec=spec, multivector=multivector, project_dim=project,
+                                cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress))
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        m = store.manifest
+        console.print(f"{out}: version {store.version}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
+                      f"{m['dim']} dims, {m['factory']}{', BM25' if m['bm25'] else ''}")
+
+    @index_app.command("add")
+    def index_add(
+        index: Path = typer.Option(..., "--index", help="Index directory."),
+        docs: Path = typer.Option(..., "--docs", help="New documents, BEIR corpus lines (_id, title, text)."),
+        replace: bool = typer.Option(False, "--replace", help="Overwrite documents whose ids are already indexed."),
+        model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the manifest)."),
+        batch_size: int = typer.Option(32, "--batch-size", min=1),
+        precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        progress: bool = typer.Option(True, help="Show progress bars."),
+    ) -> None:
+        """Encode only the new documents and add them as a new index version."""
+        from twotower.retrieval.searcher import EncodeConfig, add_documents
+
+        try:
+            store = add_documents(index, docs, replace=replace, model=model,
+                                  cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress))
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        console.print(f"{index}: version {store.version}, {len(store)} documents")
+
+    @index_app.command("remove")
+    def index_remove(
+        index: Path = typer.Option(..., "--index", help="Index directory."),
+        ids: list[str] = typer.Argument(..., help="Document ids to remove."),
+    ) -> None:
+        """Remove documents (a new index version without them)."""
+        from twotower.retrieval.store import IndexStore
+
+        try:
+            store = IndexStore.open(index).remove(ids, show_progress=False)
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        console.print(f"{index}: version {store.version}, {len(store)} documents")
+
+    @index_app.command("info")
+    def index_info(
+        index: Path = typer.Option(..., "--index", help="Index directory."),
+        verify: bool = typer.Option(False, help="Check every file's sha256."),
+    ) -> None:
+        """Print the live version's manifest."""
+        from twotower.retrieval.store import IndexStore
+
+        try:
+            store = IndexStore.open(index, verify=verify)
+        except TwoTowerError as exc:
+            _fail(exc)
+        print(json.dumps(store.manifest, indent=2))
+
+    @app.command("search")
+    def search_cmd(
+        query: str = typer.Argument(..., help="Query text."),
+        index: Path = typer.Option(..., "--index", help="Index directory."),
+        k: int = typer.Option(10, "-k", "--top-k", min=1),
+        mode: str = typer.Option("dense", help="dense | bm25 | hybrid | rrf"),
+        lam: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned value)."),
+        ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
+        nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
+        rerank: Optional[Path] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the hits."),
+        rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+    ) -> None:
+        """Print the top-k documents for QUERY: rank, id, score, title."""
+        from rich.table import Table
+
+        from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
+
+        try:
+            searcher = Searcher(index)
+            depth = max(k, rerank_depth) if rerank else k
+            hits = searcher.search(query, depth, mode=mode, lam=DEFAULT_LAMBDA if lam is None else lam,
+                                   ef_search=ef_search, nprobe=nprobe)
+            if rerank:
+                from twotower.retrieval.rerank import Reranker
+
+                store = searcher.store
+                ce = Reranker(rerank)
+                scores = ce.score([(query, _doc_text(store, h.doc_id)) for h in hits[:rerank_depth]])
+                for h, s in zip(hits, scores):
+                    h.score = float(s)
+                hits = sorted(hits[:rerank_depth], key=lambda h: -h.score)
+            hits = hits[:k]
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        if as_json:
+            for rank, h in enumerate(hits, start=1):
+                print(json.dumps({"rank": rank, "id": h.doc_id, "score": round(h.score, 6), "title": h.title}))
+            return
+        table = Table(title=f"{mode}: {query}")
+        for name in ("rank", "id", "score", "title"):
+            table.add_column(name, justify="right" if name in ("rank", "score") else "left")
+        for rank, h in enumerate(hits, start=1):
+            table.add_row(str(rank), h.doc_id, f"{h.score:.4f}", h.title)
+        console.print(table)
+
+    @app.command("train-reranker")
+    def train_reranker_cmd(
+        data: Path = typer.Option(..., "--data", help="BEIR directory with qrels/<split>.tsv."),
+        out: Path = typer.Option(..., "--out", help="Where to save the cross-encoder."),
+        base: Optional[str] = typer.Option(None, help="Backbone (default: all-MiniLM-L6-v2)."),
+        split: str = typer.Option("train", help="qrels split to train on (never test)."),
+        negatives: int = typer.Option(3, min=1, help="BM25-mined negatives per positive."),
+        mine_depth: int = typer.Option(30, "--mine-depth", min=2, help="BM25 depth mined for negatives."),
+        epochs: int = typer.Option(1, min=1),
+        batch_queries: int = typer.Option(8, "--batch-queries", min=1, help="(query, positive) groups per step."),
+        lr: float = typer.Option(3e-5),
+        max_length: int = typer.Option(192, "--max-length", min=16),
+        max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Train on at most this many groups."),
+        precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        seed: int = typer.Option(0),
+        progress: bool = typer.Option(True, help="Show progress bars."),
+    ) -> None:
+        """Train a cross-encoder re-ranker: judged positives vs BM25-mined negatives, softmax over each group."""
+        from twotower.retrieval.rerank import RerankerTrainConfig, train_reranker
+
+        cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs, batch_queries=batch_queries,
+                                  lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
+                                  show_progress=progress)
+        try:
+            stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        console.print(f"{out}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
+
+
+def _doc_text(store, doc_id: str) -> str:
+    d = store.document(store.row_of[doc_id])
+    return f"{d['title']} {d['text']}".strip() if d["title"] else d["text"]

@@ -1,0 +1,204 @@
+"""Cross-encoder re-ranking of the top n of any run, and training such a cross-encoder.
+
+:class:`Reranker` loads any local cross-encoder directory (sentence-transformers ``CrossEncoder``
+layout or a plain Hugging Face sequence-classification model with one label) and re-scores each
+query's top ``n`` documents; documents below the top ``n`` keep their order under them.
+
+:func:`train_reranker` builds one from a backbone (default all-MiniLM-L6-v2) on a train split:
+every judged (query, positive) pair is grouped with ``negatives`` documents mined from BM25's top
+``mine_depth`` (judged positives removed), and the model learns to put the positive first with a
+softmax cross-entropy over the group (the "localized contrastive estimation" loss of Gao et al.).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from twotower.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+Run = dict[str, dict[str, float]]
+
+
+class Reranker:
+    """A cross-encoder scoring (query, document) pairs."""
+
+    def __init__(self, model_dir: str | Path, *, max_length: int | None = None, batch_size: int = 32,
+                 precision: str = "auto", device: str = "cpu") -> None:
+        from sentence_transformers import CrossEncoder
+
+        path = Path(model_dir)
+        if not path.is_dir():
+            raise ModelError(f"{path}: cross-encoder directory not found")
+        try:
+            self.model = CrossEncoder(str(path), max_length=max_length, device=device, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{path}: cannot load a cross-encoder ({exc})") from None
+        if self.model.num_labels != 1:
+            raise ModelError(f"{path}: a re-ranker needs one output label, this model has {self.model.num_labels}")
+        self.name = str(model_dir)
+        self.batch_size = batch_size
+        self.precision = precision
+
+    def score(self, pairs: list[tuple[str, str]], *, show_progress: bool = False) -> np.ndarray:
+        from twotower.encoders.inference import autocast_context, resolve_precision
+
+        device = self.model.device
+        precision = resolve_precision(self.precision, device)
+        # sort by length so that batches pad little, then restore the order
+        order = np.argsort([-(len(q) + len(d)) for q, d in pairs], kind="stable")
+        with torch.inference_mode(), autocast_context(precision, device):
+            scores = self.model.predict([pairs[i] for i in order], batch_size=self.batch_size,
+                                        show_progress_bar=show_progress, convert_to_numpy=True)
+        out = np.empty(len(pairs), dtype=np.float32)
+        out[order] = np.asarray(scores, dtype=np.float32).reshape(-1)
+        return out
+
+    def rerank(
+        self, run: Run, queries: Mapping[str, str], doc_text: Callable[[str], str], *, top_n: int = 100,
+        show_progress: bool = True,
+    ) -> Run:
+        """Re-score each query's ``top_n`` documents; the rest follow below, in their old order."""
+        pairs, keys = [], []
+        ranked_by_q: dict[str, list[str]] = {}
+        for q, docs in run.items():
+            ranked = [d for d, _ in sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))]
+            ranked_by_q[q] = ranked
+            for d in ranked[:top_n]:
+                pairs.append((queries[q], doc_text(d)))
+                keys.append((q, d))
+        scores = self.score(pairs, show_progress=show_progress)
+        out: Run = {q: {} for q in run}
+        for (q, d), s in zip(keys, scores):
+            out[q][d] = float(s)
+        for q, ranked in ranked_by_q.items():
+            floor = min(out[q].values(), default=0.0)
+            for i, d in enumerate(ranked[top_n:], start=1):
+                out[q][d] = floor - i  # below every re-scored document, old order kept
+        return out
+
+
+@dataclass
+class RerankerTrainConfig:
+    negatives: int = 3
+    mine_depth: int = 30
+    epochs: int = 1
+    batch_queries: int = 8  # groups per step: batch_queries × (1 + negatives) pairs
+    lr: float = 3e-5
+    warmup: float = 0.1
+    max_length: int = 192
+    precision: str = "auto"
+    seed: int = 0
+    max_queries: int | None = None
+    show_progress: bool = True
+
+
+def mine_negatives(
+    queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], doc_ids: list[str], doc_texts: list[str],
+    *, depth: int = 30, show_progress: bool = True,
+) -> dict[str, list[str]]:
+    """BM25's top ``depth`` for each judged query, its judged documents removed."""
+    from twotower.retrieval.bm25 import BM25
+
+    bm25 = BM25().index(doc_ids, doc_texts, show_progress=show_progress)
+    qids = [q for q in qrels if q in queries]
+    _, idx = bm25.search([queries[q] for q in qids], depth, show_progress=show_progress)
+    return {q: [doc_ids[j] for j in row if qrels[q].get(doc_ids[j], 0) <= 0] for q, row in zip(qids, idx)}
+
+
+def train_reranker(
+    data: str | Path, out: str | Path, *, base: str | None = None, split: str = "train",
+    cfg: RerankerTrainConfig | None = None,
+) -> dict:
+    """Train a cross-encoder on ``data``'s ``split`` qrels and save it to ``out``; returns stats."""
+    from sentence_transformers import CrossEncoder
+    from transformers import get_linear_schedule_with_warmup
+
+    from twotower.data.beir import BeirDataset
+    from twotower.encoders.backbone import read_layout, resolve_model
+    from twotower.encoders.inference import autocast_context, resolve_precision
+
+    cfg = cfg or RerankerTrainConfig()
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    ds = BeirDataset.load(data, split)
+    doc_ids = list(ds.corpus)
+    texts = {d: ds.corpus[d].full_text for d in doc_ids}
+    negs = mine_negatives(ds.queries, ds.qrels, doc_ids, [texts[d] for d in doc_ids], depth=cfg.mine_depth,
+                          show_progress=cfg.show_progress)
+    groups = []
+    for q, rels in ds.qrels.items():
+        pool = negs.get(q, [])
+        if not pool:
+            continue
+        for d, rel in rels.items():
+            if rel > 0:
+                groups.append((q, d, pool))
+    if cfg.max_queries:
+        rng.shuffle(groups)
+        groups = groups[: cfg.max_queries]
+    if not groups:
+        raise ModelError(f"{data}: no judged positives with mined negatives in split '{split}'")
+
+    transformer_dir = read_layout(resolve_model(base)).transformer_dir
+    ce = CrossEncoder(transformer_dir, num_labels=1, max_length=cfg.max_length, local_files_only=True)
+    model, tok = ce.model, ce.tokenizer
+    model.train()
+    device = next(model.parameters()).device
+    precision = resolve_precision(cfg.precision, device)
+    steps = cfg.epochs * ((len(groups) + cfg.batch_queries - 1) // cfg.batch_queries)
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    sched = get_linear_schedule_with_warmup(optim, int(cfg.warmup * steps), steps)
+    group_size = 1 + cfg.negatives
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, desc="training re-ranker", disable=not cfg.show_progress)
+    for _ in range(cfg.epochs):
+        rng.shuffle(groups)
+        for b in range(0, len(groups), cfg.batch_queries):
+            batch = groups[b : b + cfg.batch_queries]
+            pairs = []
+            for q, pos, pool in batch:
+                chosen = rng.sample(pool, min(cfg.negatives, len(pool)))
+                chosen += [rng.choice(pool) for _ in range(cfg.negatives - len(chosen))]
+                pairs += [(ds.queries[q], texts[pos])] + [(ds.queries[q], texts[n]) for n in chosen]
+            enc = tok([p[0] for p in pairs], [p[1] for p in pairs], padding=True, truncation="only_second",
+                      max_length=cfg.max_length, return_tensors="pt").to(device)
+            with autocast_context(precision, device):
+                logits = model(**enc).logits.float().view(len(batch), group_size)
+            loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(batch), dtype=torch.long, device=device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            sched.step()
+            optim.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+    bar.close()
+    model.eval()
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    ce.save(str(tmp))
+    old = out.with_name(f".{out.name}.old")
+    if out.exists():  # swap by renames: a model stays at ``out`` except between the two renames
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return {"groups": len(groups), "steps": steps, "pairs_per_step": cfg.batch_queries * group_size,
+            "train_s": round(time.perf_counter() - t0, 1), "first_loss": round(float(np.mean(losses[:10])), 4),
+            "last_loss": round(float(np.mean(losses[-10:])), 4)}

@@ -1,0 +1,1 @@
+"""Training: losses, gradient caching, hard-negative mining, the trainer."""

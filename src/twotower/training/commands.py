@@ -1,0 +1,100 @@
+"""CLI commands for training: ``twotower train`` and ``twotower mine``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+    app.command("mine")(mine_cmd)
+
+
+def _fail(exc: Exception) -> None:
+    from twotower.cli import _fail as fail
+
+    fail(exc)
+
+
+def train_cmd(
+    out: Path = typer.Option(..., "--out", help="Run directory: model/ (final), checkpoints/, train_log.json."),
+    data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory whose judged pairs are the training data."),
+    split: str = typer.Option("train", help="qrels split to train on."),
+    pairs: Optional[Path] = typer.Option(None, help="Or a JSONL pairs file {query, positive, negatives}."),
+    model: Optional[str] = typer.Option(None, help="Starting checkpoint (default all-MiniLM-L6-v2)."),
+    towers: str = typer.Option("sde", help="sde | ade | ade-ste | ade-fte | ade-spl"),
+    dim: Optional[int] = typer.Option(None, help="Projection bottleneck size (none: keep the backbone's)."),
+    layer_norm: bool = typer.Option(False, "--layer-norm", help="Layer-normalise the projection output."),
+    similarity: str = typer.Option("cosine", help="cosine | dot"),
+    temperature: float = typer.Option(0.05, help="Softmax temperature (GTR: 0.01; MiniLM was trained at 0.05)."),
+    batch_size: int = typer.Option(32, "--batch-size", min=2),
+    cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
+    hard_negatives: str = typer.Option("none", "--hard-negatives", help="none | bm25 | model (train, mine with it, retrain)"),
+    num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query in the loss."),
+    epochs: Optional[float] = typer.Option(None, help="Epochs (default 1 when --steps is not given)."),
+    steps: Optional[int] = typer.Option(None, help="Steps, instead of epochs."),
+    lr: float = typer.Option(2e-5, help="Peak learning rate."),
+    optimizer: str = typer.Option("adamw", help="adamw | adafactor"),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Document max tokens (default: the model's)."),
+    query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
+    config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
+    resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
+    tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
+    seed: int = typer.Option(42),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
+    from twotower.errors import TwoTowerError
+    from twotower.training.pipeline import TrainRequest, run_training
+    from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
+
+    maybe_init_distributed()
+    common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
+                  precision=precision, doc_max_length=max_length, query_max_length=query_max_length, seed=seed,
+                  checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress)
+    try:
+        if config is not None:
+            cfg = TrainConfig.from_toml(config, **{k: v for k, v in common.items() if k == "out" or v is not None})
+        else:
+            if data is None and pairs is None:
+                raise TwoTowerError("give --data (a BEIR directory), --pairs (a JSONL file) or --config (stages TOML)")
+            stage = StageConfig(
+                name="finetune", data=str(data) if data else None, split=split, pairs=str(pairs) if pairs else None,
+                epochs=epochs if epochs is not None else (None if steps else 1.0), steps=steps,
+                batch_size=batch_size, lr=lr, temperature=temperature, optimizer=optimizer, cache_chunk=cache_chunk,
+            )
+            cfg = TrainConfig(stages=[stage], **common)
+        result = run_training(TrainRequest(config=cfg, hard_negatives=hard_negatives, num_negatives=num_negatives,
+                                           data=data, split=split), resume=resume)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    print(f"model saved to {result}")
+
+
+def mine_cmd(
+    data: Path = typer.Option(..., "--data", help="BEIR directory."),
+    out: Path = typer.Option(..., "--out", help="Pairs JSONL to write (query, positive, negatives)."),
+    split: str = typer.Option("train"),
+    retriever: str = typer.Option("bm25", help="bm25 | model"),
+    model: Optional[str] = typer.Option(None, help="Model for --retriever model (default all-MiniLM-L6-v2)."),
+    num_negatives: int = typer.Option(4, "--num-negatives", min=1),
+    rank_from: int = typer.Option(3, "--rank-from", min=1, help="Sample negatives from ranks a..b (1-based)."),
+    rank_to: int = typer.Option(50, "--rank-to", min=1),
+    seed: int = typer.Option(0),
+    progress: bool = typer.Option(True),
+) -> None:
+    """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
+    from twotower.errors import TwoTowerError
+    from twotower.training.pipeline import mine_pairs
+
+    try:
+        n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
+                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    print(f"wrote {n} examples to {out}")

@@ -1,0 +1,93 @@
+"""Contrastive losses for dual encoders (GTR eq. 1–2, Contriever's InfoNCE).
+
+Expected inputs: ``q`` (B, dim) query embeddings, ``d`` (B, dim) their positive documents (row i
+is query i's positive), optional ``hard`` (B·h, dim) extra negatives that join every query's
+denominator. Scores are inner products (embeddings are already normalised for cosine) divided by
+the temperature.
+
+With ``gather_across_devices=True`` under ``torch.distributed``, every process's embeddings join
+the denominator through an autograd-aware all-gather, so gradients reach the process that made
+each embedding; averaging gradients across processes (as DDP does) then gives exactly the
+gradient of the loss on the global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x`` from all processes along dim 0, keeping gradients to every part."""
+    if not _distributed():
+        return x
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x), dim=0)
+
+
+def _offset() -> int:
+    return dist.get_rank() if _distributed() else 0
+
+
+@dataclass
+class InBatchSoftmaxLoss:
+    """In-batch sampled softmax with temperature; bi-directional and hard negatives optional.
+
+    ``loss = mean_i −log softmax(q_i·[d; hard] / τ)_i`` (query → document), plus, when
+    ``bidirectional``, ``mean_i −log softmax(d_i·q / τ)_i`` (document → query, GTR's second term;
+    hard negatives have no query and stay out of it). The two directions are averaged.
+    ``false_negative_mask`` (B, B), True where document j is also relevant to query i (j ≠ i),
+    removes such in-batch "negatives" from the denominators (single process only).
+    """
+
+    temperature: float = 0.01
+    bidirectional: bool = True
+    gather_across_devices: bool = False
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        d: torch.Tensor,
+        hard: torch.Tensor | None = None,
+        false_negative_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if q.shape != d.shape:
+            raise ValueError(f"queries {tuple(q.shape)} and positives {tuple(d.shape)} must have the same shape")
+        q, d = q.float(), d.float()
+        gather = self.gather_across_devices and _distributed()
+        all_q = gather_with_grad(q) if gather else q
+        all_d = gather_with_grad(d) if gather else d
+        labels = torch.arange(len(q), device=q.device) + (_offset() * len(q) if gather else 0)
+        candidates = all_d
+        if hard is not None and len(hard):
+            candidates = torch.cat([all_d, gather_with_grad(hard.float()) if gather else hard.float()], dim=0)
+        logits = q @ candidates.T / self.temperature
+        if false_negative_mask is not None:
+            if gather:
+                raise ValueError("false_negative_mask is only supported in a single process")
+            logits[:, : len(d)] = logits[:, : len(d)].masked_fill(false_negative_mask, float("-inf"))
+        loss = F.cross_entropy(logits, labels)
+        if self.bidirectional:
+            back = d @ all_q.T / self.temperature
+            if false_negative_mask is not None:
+                back = back.masked_fill(false_negative_mask.T, float("-inf"))
+            loss = (loss + F.cross_entropy(back, labels)) / 2
+        return loss
+
+
+def moco_loss(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor | None, temperature: float = 0.05) -> torch.Tensor:
+    """InfoNCE with a key queue (He et al.; Contriever): positives ``k`` (B, dim) come from the
+    momentum encoder (no gradient), negatives are the other keys in the batch plus the queue."""
+    k = k.detach().float()
+    q = q.float()
+    negatives = k if queue is None or not len(queue) else torch.cat([k, queue.float()], dim=0)
+    logits = q @ negatives.T / temperature
+    return F.cross_entropy(logits, torch.arange(len(q), device=q.device))

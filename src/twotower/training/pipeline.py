@@ -1,0 +1,83 @@
+"""Training recipes on top of the trainer: mining to a pairs file, and "train → mine with the
+model → retrain" (one ANCE / Contriever-style iteration)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from twotower.data.beir import BeirDataset
+from twotower.data.pairs import pairs_from_beir, save_pairs
+from twotower.errors import TwoTowerError
+from twotower.training.mining import add_hard_negatives, retrieve_for_mining
+from twotower.training.trainer import Trainer, TrainConfig
+
+log = logging.getLogger(__name__)
+
+HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
+
+
+def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=4, rank_range=(3, 50), seed=0,
+               show_progress=True, precision="auto") -> int:
+    """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever``."""
+    from twotower.encoders.towers import DualEncoder
+
+    ds = BeirDataset.load(data, split)
+    encoder = None
+    if retriever == "model":
+        encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model)
+    ranked = retrieve_for_mining(ds, retriever, model=encoder, depth=rank_range[1], precision=precision,
+                                 show_progress=show_progress)
+    examples = add_hard_negatives(pairs_from_beir(ds), ds, ranked, num_negatives=num_negatives,
+                                  rank_range=rank_range, seed=seed)
+    save_pairs(examples, out)
+    return len(examples)
+
+
+@dataclass
+class TrainRequest:
+    config: TrainConfig
+    hard_negatives: str = "none"
+    num_negatives: int = 1
+    data: Path | None = None
+    split: str = "train"
+    mined_per_query: int = 8
+    rank_range: tuple[int, int] = (3, 50)
+
+
+def _with_mined(cfg: TrainConfig, out: Path, pairs: Path, num_negatives: int, model: str | None) -> TrainConfig:
+    stages = [replace(s, pairs=str(pairs), data=None, hard_negatives=num_negatives) for s in cfg.stages]
+    return replace(cfg, out=str(out), stages=stages, model=model if model is not None else cfg.model)
+
+
+def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
+    """Run the request; returns the final model directory."""
+    cfg = req.config
+    out = Path(cfg.out)
+    if req.hard_negatives not in HARD_NEGATIVE_SOURCES:
+        raise TwoTowerError(f"unknown --hard-negatives '{req.hard_negatives}': choose one of {', '.join(HARD_NEGATIVE_SOURCES)}")
+    if req.hard_negatives == "none":
+        Trainer(cfg).train(resume=resume)
+        return out / "model"
+    if req.data is None:
+        raise TwoTowerError("--hard-negatives needs --data (the BEIR directory to mine from)")
+    show = cfg.show_progress
+    if req.hard_negatives == "bm25":
+        pairs = out / "mined-bm25.jsonl"
+        if not pairs.is_file():
+            mine_pairs(req.data, req.split, pairs, retriever="bm25", num_negatives=req.mined_per_query,
+                       rank_range=req.rank_range, show_progress=show)
+        Trainer(_with_mined(cfg, out, pairs, req.num_negatives, None)).train(resume=resume)
+        return out / "model"
+    # model: round 1 without negatives, mine with the round-1 model, round 2 continues from it
+    round1 = out / "round1"
+    if not (round1 / "model" / "twotower.json").is_file():
+        Trainer(replace(cfg, out=str(round1))).train(resume=resume)
+    pairs = out / "mined-model.jsonl"
+    if not pairs.is_file():
+        mine_pairs(req.data, req.split, pairs, retriever="model", model=str(round1 / "model"),
+                   num_negatives=req.mined_per_query, rank_range=req.rank_range, show_progress=show,
+                   precision=cfg.precision)
+    Trainer(_with_mined(cfg, out, pairs, req.num_negatives, str(round1 / "model"))).train(resume=resume)
+    return out / "model"

@@ -1,0 +1,101 @@
+"""Losses: values by hand, hard negatives, bi-directional term, false-negative masking, and the
+cross-process gather (2 CPU processes, gloo) equal to the single-process full batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from twotower.training.losses import InBatchSoftmaxLoss, moco_loss
+
+
+def test_one_direction_by_hand():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[0.8, 0.6], [0.6, 0.8]])
+    loss = InBatchSoftmaxLoss(temperature=0.5, bidirectional=False)(q, d)
+    l0 = -torch.log(torch.exp(torch.tensor(0.8 / 0.5)) / (torch.exp(torch.tensor(0.8 / 0.5)) + torch.exp(torch.tensor(0.6 / 0.5))))
+    assert loss.item() == pytest.approx(l0.item(), rel=1e-6)  # both rows are symmetric
+
+
+def test_hard_negatives_join_the_denominator():
+    torch.manual_seed(0)
+    q, d, h = torch.randn(4, 8), torch.randn(4, 8), torch.randn(6, 8)
+    loss = InBatchSoftmaxLoss(temperature=0.1, bidirectional=False)(q, d, h)
+    expected = F.cross_entropy(q @ torch.cat([d, h]).T / 0.1, torch.arange(4))
+    assert torch.allclose(loss, expected)
+
+
+def test_bidirectional_adds_document_to_query_term():
+    torch.manual_seed(1)
+    q, d = torch.randn(5, 8), torch.randn(5, 8)
+    loss = InBatchSoftmaxLoss(temperature=0.2)(q, d)
+    qd = F.cross_entropy(q @ d.T / 0.2, torch.arange(5))
+    dq = F.cross_entropy(d @ q.T / 0.2, torch.arange(5))
+    assert torch.allclose(loss, (qd + dq) / 2)
+
+
+def test_false_negative_mask_removes_duplicates():
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    d = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # the same document twice
+    mask = torch.tensor([[False, True], [True, False]])
+    loss = InBatchSoftmaxLoss(temperature=0.1)(q, d, false_negative_mask=mask)
+    assert loss.item() == pytest.approx(0.0, abs=1e-6)
+    assert InBatchSoftmaxLoss(temperature=0.1)(q, d).item() == pytest.approx(torch.log(torch.tensor(2.0)).item(), rel=1e-5)
+
+
+def test_moco_loss_has_no_gradient_into_keys():
+    q = torch.randn(3, 4, requires_grad=True)
+    k = torch.randn(3, 4, requires_grad=True)
+    moco_loss(q, k, torch.randn(5, 4)).backward()
+    assert q.grad is not None and k.grad is None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    enc = torch.nn.Linear(6, 4)  # same init on every rank
+    torch.manual_seed(1)
+    xq, xd, xh = torch.randn(8, 6), torch.randn(8, 6), torch.randn(4, 6)
+    sl = slice(rank * 4, rank * 4 + 4)
+    hl = slice(rank * 2, rank * 2 + 2)
+    loss = InBatchSoftmaxLoss(temperature=0.1, gather_across_devices=True)(enc(xq[sl]), enc(xd[sl]), enc(xh[hl]))
+    loss.backward()
+    for p in enc.parameters():  # what DDP does: average gradients
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    results[rank] = (total.item() / world, [p.grad.clone() for p in enc.parameters()])
+    dist.destroy_process_group()
+
+
+def test_gather_across_two_processes_equals_full_batch():
+    torch.manual_seed(0)
+    enc = torch.nn.Linear(6, 4)
+    torch.manual_seed(1)
+    xq, xd, xh = torch.randn(8, 6), torch.randn(8, 6), torch.randn(4, 6)
+    # the single-process reference: the whole batch; hard negatives ordered as the gather orders them
+    loss = InBatchSoftmaxLoss(temperature=0.1)(enc(xq), enc(xd), enc(xh))
+    loss.backward()
+    ctx = mp.get_context("spawn")
+    manager = ctx.Manager()
+    results = manager.dict()
+    mp.start_processes(_worker, args=(2, _free_port(), results), nprocs=2, start_method="spawn")
+    for rank in (0, 1):
+        dist_loss, grads = results[rank]
+        assert dist_loss == pytest.approx(loss.item(), rel=1e-5)
+        for g, p in zip(grads, enc.parameters()):
+            assert torch.allclose(g, p.grad, atol=1e-6)
