@@ -55,3 +55,30 @@ def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict |
         lines += ["", notes.strip()]
     (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
     return RESULTS / f"{name}.json"
+
+
+def interleaved(systems: dict, texts: list[str], slice_size: int = 256, show_progress: bool = True) -> dict:
+    """Run every system on the same slices of ``texts``, alternating the order slice by slice,
+    so that load from other processes falls on all systems alike. Each system is a function
+    ``texts -> np.ndarray``. Returns ``{name: (embeddings, seconds)}``."""
+    import time
+
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    names = list(systems)
+    parts = {n: [] for n in names}
+    seconds = dict.fromkeys(names, 0.0)
+    slices = range(0, len(texts), slice_size)
+    for k, start in enumerate(tqdm(slices, desc="interleaved encoding", disable=not show_progress)):
+        chunk = texts[start : start + slice_size]
+        order = names if k % 2 == 0 else names[::-1]
+        for n in order:
+            t0 = time.perf_counter()
+            parts[n].append(systems[n](chunk))
+            seconds[n] += time.perf_counter() - t0
+    return {n: (np.concatenate(parts[n]), seconds[n]) for n in names}
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]

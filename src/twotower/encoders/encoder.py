@@ -57,11 +57,11 @@ class TextEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        emb = pool(hidden, attention_mask, self.pooling)
+        emb = pool(hidden.float(), attention_mask, self.pooling)  # sums over hundreds of tokens: fp32
         if self.projection is not None:
-            emb = self.projection(emb)
+            emb = self.projection(emb.to(self.projection.linear.weight.dtype)).float()
         if self.normalize:
-            emb = nn.functional.normalize(emb.float(), p=2, dim=-1)
+            emb = nn.functional.normalize(emb, p=2, dim=-1)
         return emb
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
