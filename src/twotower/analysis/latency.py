@@ -14,6 +14,7 @@ include whatever else runs: the torch thread count is recorded with them.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,7 @@ def run_latency(cfg: LatencyConfig) -> dict:
     if cfg.runs < 1 or cfg.query_length < 2:
         raise TwoTowerError("latency needs --runs ≥ 1 and --query-length ≥ 2")
     t_start = time.perf_counter()
+    load_start = os.getloadavg()[0]  # other processes on the machine inflate latencies: record them
     docs: list[str] | None = None
     if cfg.data is not None:
         from twotower.data.beir import iter_corpus
@@ -114,11 +116,14 @@ def run_latency(cfg: LatencyConfig) -> dict:
         "config": cfg_json,
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
+        "load_avg_1m": {"start": load_start, "end": os.getloadavg()[0]},
         "doc_source": f"first {cfg.n_docs} documents of {Path(cfg.data).name}" if docs else "synthetic text",
         "rows": rows,
         "notes": [f"p50/p95 over {cfg.runs} runs after {cfg.warmup} warm-up runs, through encode_texts "
                   f"(tokenize + forward + pool + normalise); 'auto' = bf16 autocast where the hardware has fast "
-                  f"bf16 (see resolved_precision). {torch.get_num_threads()} torch threads."],
+                  f"bf16 (see resolved_precision). {torch.get_num_threads()} torch threads; 1-minute load average "
+                  f"{load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (above the core count, "
+                  f"other processes share the CPU and the times are inflated)."],
         "timings": {"total_s": round(time.perf_counter() - t_start, 2)},
     }
 

@@ -1,0 +1,240 @@
+"""Encoding and search at the hardware limit, against the peers, in one run.
+
+1. Document encoding of the SciFact corpus: sentence-transformers fp32 ``encode`` and twotower's
+   paths (fp32, default = bf16 weights, bf16 autocast, int8 dynamic quantization), interleaved
+   on 256-document slices; docs/s, ratio to sentence-transformers, NDCG@10 / Recall@100.
+2. Batch-1 query latency (tokenize + encode + exact search over the SciFact index), p50/p99.
+3. BM25: index build and queries/s for twotower, bm25s used directly, and rank_bm25 (same tokens).
+4. The limit: fp32 and bf16 matmul throughput of this machine (a microbenchmark in this run, on
+   the encoder's own GEMM shapes), the encoder's FLOPs per token, and the fraction reached.
+
+    python benchmarks/speed.py [--limit N] [--latency-queries 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+
+from _common import DATA, interleaved, load_average, write_results
+from twotower.data.beir import BeirDataset
+from twotower.encoders.backbone import default_model_path
+from twotower.encoders.encoder import TextEncoder
+from twotower.encoders.inference import encode_texts
+from twotower.encoders.towers import DualEncoder, EncodeOptions
+from twotower.evaluation.metrics import evaluate
+from twotower.retrieval.dense import exact_search, to_run
+
+
+def matmul_gflops(dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 2.0) -> float:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    for _ in range(3):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
+
+
+def encoder_flops(tower: TextEncoder, texts: list[str], batch_size: int, max_length: int) -> float:
+    """Multiply-adds ×2 of the transformer on the batches the encoder really runs (length-sorted,
+    padded per batch): the dense layers per padded token plus attention's QKᵀ and AV."""
+    cfg = tower.backbone.config
+    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    ids = tower.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    lengths = sorted((len(x) for x in ids), reverse=True)
+    total = 0.0
+    for start in range(0, len(lengths), batch_size):
+        batch = lengths[start : start + batch_size]
+        width = batch[0]
+        tokens = width * len(batch)
+        dense = 2 * tokens * (4 * h * h + 2 * h * inter)  # Q, K, V, O projections + the two FFN matmuls
+        attention = 2 * 2 * len(batch) * width * width * h  # QKᵀ and AV
+        total += layers * (dense + attention)
+    return total
+
+
+def int8_tower(tower: TextEncoder) -> TextEncoder:
+    import copy
+
+    from torch.ao.quantization import quantize_dynamic
+
+    backbone = quantize_dynamic(copy.deepcopy(tower.backbone), {torch.nn.Linear}, dtype=torch.qint8)
+    return TextEncoder(backbone, tower.tokenizer, pooling=tower.pooling, normalize=tower.normalize,
+                       projection=tower.projection, max_length=tower.max_length)
+
+
+def latency(encode_one, doc_vecs: np.ndarray, queries: list[str]) -> dict:
+    for q in queries[:10]:
+        encode_one(q)
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        vec = encode_one(q)
+        exact_search(vec, doc_vecs, 10)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DATA / "scifact"))
+    ap.add_argument("--limit", type=int, default=0, help="encode only the first N documents (0 = all; NDCG needs all)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--latency-queries", type=int, default=300)
+    args = ap.parse_args()
+    load_start = load_average()
+
+    ds = BeirDataset.load(args.data, "test")
+    doc_ids = list(ds.corpus)[: args.limit or None]
+    texts = [ds.corpus[d].full_text for d in doc_ids]
+    qids = list(ds.queries)
+    queries = [ds.queries[q] for q in qids]
+    full = len(doc_ids) == len(ds.corpus)
+
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    st.max_seq_length = args.max_length
+    model = DualEncoder.load(query_max_length=args.max_length, doc_max_length=args.max_length)
+    tower = model.doc_tower
+    int8 = int8_tower(tower)
+
+    def st_encode(items):
+        return st.encode(items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                         show_progress_bar=False)
+
+    def tt(precision, t=tower):
+        return lambda items: encode_texts(t, items, batch_size=args.batch_size, max_length=args.max_length,
+                                          precision=precision, show_progress=False)
+
+    systems = {
+        "sentence-transformers fp32": st_encode,
+        "twotower fp32": tt("fp32"),
+        "twotower default": tt("auto"),
+        "twotower bf16-autocast": lambda items: _autocast_encode(tower, items, args),
+        "twotower int8-dynamic": tt("fp32", int8),
+    }
+    out = interleaved(systems, texts)
+    ref_s = out["sentence-transformers fp32"][1]
+    ref = out["sentence-transformers fp32"][0]
+    rows = []
+    vecs = {}
+    for name, (emb, secs) in out.items():
+        vecs[name] = emb
+        row = {"system": name, "docs_per_s": len(texts) / secs, "ratio_vs_st": ref_s / secs,
+               "min_cosine_vs_st": float((emb * ref).sum(1).min())}
+        if full:
+            fn = systems[name] if name != "twotower default" else tt("auto")
+            s, i = exact_search(fn(queries), emb, 1000)
+            row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10", "recall@100")))
+        rows.append(row)
+        print(row, flush=True)
+
+    # the limit: matmul microbenchmarks on the encoder's GEMM shapes, FLOPs per token, fraction reached
+    h = tower.backbone.config.hidden_size
+    inter = tower.backbone.config.intermediate_size
+    m = args.batch_size * 128
+    peak = {
+        "fp32": np.mean([matmul_gflops(torch.float32, m, h, inter), matmul_gflops(torch.float32, m, inter, h)]),
+        "bf16": np.mean([matmul_gflops(torch.bfloat16, m, h, inter), matmul_gflops(torch.bfloat16, m, inter, h)]),
+        "fp32_2048": matmul_gflops(torch.float32, 2048, 2048, 2048),
+        "bf16_2048": matmul_gflops(torch.bfloat16, 2048, 2048, 2048),
+    }
+    flops = encoder_flops(tower, texts, args.batch_size, args.max_length)
+    n_tokens = sum(len(x) for x in tower.tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"])
+    for row in rows:
+        secs = len(texts) / row["docs_per_s"]
+        row["gflops_per_s"] = flops / secs / 1e9
+        if row["system"] in ("sentence-transformers fp32", "twotower fp32"):
+            row["fraction_of_matmul_peak"] = row["gflops_per_s"] / peak["fp32"]
+        elif row["system"] in ("twotower default", "twotower bf16-autocast"):
+            row["fraction_of_matmul_peak"] = row["gflops_per_s"] / peak["bf16"]
+
+    # batch-1 query latency: tokenize + encode + exact search over the SciFact index
+    lat_queries = queries[: args.latency_queries]
+    doc_vecs = vecs["twotower default"]
+    lat = {
+        "sentence-transformers fp32": latency(lambda q: st.encode([q], convert_to_numpy=True, normalize_embeddings=True,
+                                                                  show_progress_bar=False), doc_vecs, lat_queries),
+        "twotower fp32": latency(lambda q: encode_texts(model.query_tower, [q], precision="fp32", show_progress=False),
+                                 doc_vecs, lat_queries),
+        "twotower default": latency(lambda q: encode_texts(model.query_tower, [q], precision="auto", show_progress=False),
+                                    doc_vecs, lat_queries),
+    }
+    for row in rows:
+        if row["system"] in lat:
+            row.update({f"query_{k}": v for k, v in lat[row["system"]].items()})
+
+    rows.extend(bm25_rows(ds, doc_ids if full else list(ds.corpus), queries))
+    for row in rows[-3:]:
+        print(row, flush=True)
+    write_results("speed", rows, extra={"matmul_gflops": peak, "encoder_gflop_per_doc": flops / len(texts) / 1e9,
+                                        "encoder_flops_per_token": flops / n_tokens}, notes=(
+        f"all-MiniLM-L6-v2, max length {args.max_length}, batch {args.batch_size}, {len(texts)} SciFact documents, "
+        f"torch threads {torch.get_num_threads()}; load average {load_start:.1f} at start, {load_average():.1f} at end. "
+        "Encoding systems take turns on 256-document slices. 'twotower default' = precision auto = bf16 weights on this "
+        f"CPU. Matmul throughput measured in this run on the encoder's GEMM shapes ({m}×{h}×{inter} and "
+        f"{m}×{inter}×{h}): fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s (2048³: fp32 "
+        f"{peak['fp32_2048']:.0f}, bf16 {peak['bf16_2048']:.0f}). gflops_per_s = the transformer's dense + attention "
+        f"FLOPs on the padded, length-sorted batches ({flops / n_tokens / 1e6:.1f} MFLOP per real token) divided by "
+        "encoding time; fraction_of_matmul_peak divides it by the matmul rate of the same precision. Query latency: "
+        "batch 1, tokenize + encode + exact top-10 over the corpus vectors, p50/p99 over the test queries. BM25 rows: "
+        "same tokens (bm25s tokenizer, English stopwords, Snowball), k1 1.5, b 0.75."))
+
+
+def _autocast_encode(tower, items, args):
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        from twotower.encoders import inference
+
+        return inference.encode_texts(tower, items, batch_size=args.batch_size, max_length=args.max_length,
+                                      precision="fp32", show_progress=False)
+
+
+def bm25_rows(ds, doc_ids, queries) -> list[dict]:
+    import bm25s
+    from rank_bm25 import BM25Okapi
+
+    from twotower.retrieval.bm25 import BM25
+
+    texts = [ds.corpus[d].full_text for d in doc_ids]
+    rows = []
+    t0 = time.perf_counter()
+    ours = BM25().index(doc_ids, texts, show_progress=False)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours.search(queries, 10, show_progress=False)
+    rows.append({"system": "twotower bm25", "build_s": build, "queries_per_s": len(queries) / (time.perf_counter() - t0)})
+
+    tok = ours.tokenizer
+    t0 = time.perf_counter()
+    raw = bm25s.BM25(k1=1.5, b=0.75)
+    raw.index(tok.tokenize(texts, update_vocab=False, return_as="tuple", show_progress=False), show_progress=False)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    raw.retrieve(tok.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False), k=10,
+                 show_progress=False)
+    rows.append({"system": "bm25s direct", "build_s": build, "queries_per_s": len(queries) / (time.perf_counter() - t0)})
+
+    strings = tok.tokenize(texts, update_vocab=False, return_as="string", show_progress=False)
+    q_strings = tok.tokenize(queries, update_vocab=False, return_as="string", show_progress=False)
+    t0 = time.perf_counter()
+    ref = BM25Okapi(strings, k1=1.5, b=0.75)
+    build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for q in q_strings:
+        np.argsort(-ref.get_scores(q))[:10]
+    rows.append({"system": "rank_bm25", "build_s": build, "queries_per_s": len(queries) / (time.perf_counter() - t0)})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
