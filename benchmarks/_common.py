@@ -13,24 +13,9 @@ DATA = Path(os.environ.get("TWOTOWER_DATA", Path(__file__).resolve().parents[1].
 
 
 def machine() -> dict:
-    import torch
+    from twotower.analysis._common import machine_info
 
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-    }
+    return {**machine_info(), "platform": platform.platform()}
 
 
 def _fmt(value) -> str:

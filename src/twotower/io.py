@@ -64,3 +64,11 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file, read in 1 MiB blocks."""
+    import hashlib
+
+    with Path(path).open("rb") as handle:
+        return hashlib.file_digest(handle, algorithm).hexdigest()

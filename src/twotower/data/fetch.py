@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from twotower.errors import DatasetNotFound
+from twotower.io import file_digest
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +24,6 @@ BEIR_MD5 = {
     "nfcorpus": "a89dba18a62ef92f7d323ec890a0d38d",
     "arguana": "8ad3e3c2a5867cdced806d6503f29b99",
 }
-
-
-def _md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download(url: str, dest: Path, timeout: float) -> None:
@@ -69,7 +61,7 @@ def fetch_beir(
                 f"could not download {url} ({exc}). Without network access, put the BEIR '{name}' directory "
                 f"(corpus.jsonl, queries.jsonl, qrels/) at {target} or pass its path with --data."
             ) from None
-        got = _md5(archive)
+        got = file_digest(archive, "md5")
         if got != expected:
             raise DatasetNotFound(f"{url}: checksum mismatch (md5 {got}, expected {expected}); nothing was unpacked")
         with zipfile.ZipFile(archive) as zf:

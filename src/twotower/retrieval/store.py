@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -49,7 +48,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from twotower.errors import DataError, TwoTowerError
-from twotower.io import atomic_write_json, atomic_write_text
+from twotower.io import atomic_write_json, atomic_write_text, file_digest
 from twotower.retrieval.bm25 import BM25, BM25Params
 
 log = logging.getLogger(__name__)
@@ -198,14 +197,6 @@ def search_params(index, *, ef_search: int | None = None, nprobe: int | None = N
 
 # --------------------------------------------------------------------------------------------
 # files
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_file(path: Path) -> None:
@@ -383,7 +374,7 @@ class IndexStore:
             size = path.stat().st_size
             if size != info.get("bytes"):
                 raise self._corrupt(f"{name} has {size} bytes, expected {info.get('bytes')}", "files")
-            if verify and _sha256(path) != info.get("sha256"):
+            if verify and file_digest(path) != info.get("sha256"):
                 raise self._corrupt(f"{name} fails its sha256 checksum", "files")
 
     def refresh(self) -> "IndexStore":
@@ -774,7 +765,7 @@ def _fill_version(
     files = {}
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         _fsync_file(path)
-        files[str(path.relative_to(out))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        files[str(path.relative_to(out))] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
     for sub in sorted(p for p in out.rglob("*") if p.is_dir()):
         _fsync_dir(sub)
     return {
