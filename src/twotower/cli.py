@@ -146,8 +146,10 @@ def data_locate(
 # Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "twotower.training.commands",
+    "twotower.training.pretrain_commands",
     "twotower.retrieval.commands",
     "twotower.analysis.commands",
+    "twotower.serve.commands",
 )
 
 

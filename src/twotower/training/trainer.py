@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -174,9 +175,42 @@ def make_optimizer(model: torch.nn.Module, stage: StageConfig) -> torch.optim.Op
     raise TwoTowerError(f"unknown optimizer '{stage.optimizer}': choose one of {', '.join(OPTIMIZERS)}")
 
 
+class Objective:
+    """What a training step optimises; the Trainer keeps the loop, optimizer, schedule, precision,
+    progress and checkpoints. This base class is supervised training on (query, positive[,
+    negatives]) pairs with the in-batch softmax; others (e.g. Contriever pre-training in
+    ``twotower.training.pretrain``) override:
+
+    - :meth:`setup`, called once at the start of :meth:`Trainer.train`, before a checkpoint is loaded;
+    - :meth:`examples`: the items a stage's batches index into (``batch_indices``);
+    - :meth:`step_loss`: embed one batch, backpropagate (``Trainer.backward``), return the detached
+      loss. ``rng`` is seeded by (seed, stage, step), so anything drawn from it is reproduced on resume;
+    - :meth:`state_dict` / :meth:`load_state_dict`: extra state written with every checkpoint
+      (``objective.pt``) and restored on resume.
+    """
+
+    def setup(self, trainer: "Trainer") -> None:
+        pass
+
+    def examples(self, stage: StageConfig) -> Sequence:
+        return stage_examples(stage)
+
+    def step_loss(self, trainer: "Trainer", batch: list, stage: StageConfig, loss_fn: InBatchSoftmaxLoss,
+                  rng: random.Random) -> torch.Tensor:
+        return trainer._step_loss(batch, stage, loss_fn, rng)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
 class Trainer:
-    def __init__(self, config: TrainConfig, model: DualEncoder | None = None) -> None:
+    def __init__(self, config: TrainConfig, model: DualEncoder | None = None,
+                 objective: Objective | None = None) -> None:
         self.config = config
+        self.objective = objective or Objective()
         self.out = Path(config.out)
         self.rank, self.world = _world()
         torch.manual_seed(config.seed)  # a new projection's initialisation is part of the run
@@ -210,6 +244,9 @@ class Trainer:
             torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
             torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
                        tmp / "rng.pt")
+            extra = self.objective.state_dict()
+            if extra:
+                torch.save(extra, tmp / "objective.pt")
             atomic_write_json(tmp / "state.json", {"stage": stage_idx, "step": step, "global_step": global_step,
                                                    "history": self.history[-1000:]})
         old = sorted(p for p in self.checkpoint_dir.glob("step-*") if (p / "state.json").is_file())
@@ -221,6 +258,9 @@ class Trainer:
         self.model.load_state_dict(torch.load(path / "model.pt", map_location=self.device, weights_only=True))
         state["optim"] = torch.load(path / "optim.pt", map_location=self.device, weights_only=False)
         state["rng"] = torch.load(path / "rng.pt", weights_only=False)
+        extra = path / "objective.pt"
+        self.objective.load_state_dict(torch.load(extra, map_location=self.device, weights_only=True)
+                                       if extra.is_file() else {})
         self.history = state.get("history", [])
         return state
 
@@ -256,6 +296,12 @@ class Trainer:
         def loss_of(q, d, h=None):
             return loss_fn(q, d, h, false_negative_mask=fn_mask)
 
+        return self.backward(groups, loss_of, stage)
+
+    def backward(self, groups, loss_of, stage: StageConfig) -> torch.Tensor:
+        """Embed ``groups`` (``(embed_fn, input_ids, attention_mask)`` each) under the run's precision,
+        backpropagate ``loss_of(*embeddings)`` (GradCache when the stage sets ``cache_chunk``) and
+        return the detached loss."""
         if stage.cache_chunk:
             return cached_backward(groups, loss_of, stage.cache_chunk, autocast=self._autocast)
         with self._autocast():
@@ -280,6 +326,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             atomic_write_json(self.out / "train_config.json", asdict(cfg))
+        self.objective.setup(self)
         start = None
         if resume:
             ckpt = self.latest_checkpoint()
@@ -298,7 +345,7 @@ class Trainer:
             self.writer = SummaryWriter(str(self.out / "tensorboard"))
         global_step = 0
         for stage_idx, stage in enumerate(cfg.stages):
-            examples = stage_examples(stage)
+            examples = self.objective.examples(stage)
             total, _ = steps_for(stage, len(examples), self.world)
             if start is not None and stage_idx < start["stage"]:
                 global_step += total
@@ -339,7 +386,7 @@ class Trainer:
             batch = [examples[i] for i in idx]
             neg_rng = random.Random(hash((cfg.seed, stage_idx, step)))
             optimizer.zero_grad(set_to_none=True)
-            loss = self._step_loss(batch, stage, loss_fn, neg_rng)
+            loss = self.objective.step_loss(self, batch, stage, loss_fn, neg_rng)
             self._sync_gradients()
             if stage.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, stage.max_grad_norm)

@@ -1,0 +1,66 @@
+"""CLI command ``twotower pretrain``: unsupervised contrastive pre-training on raw text (Contriever)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pretrain")(pretrain_cmd)
+
+
+def pretrain_cmd(
+    corpus: Path = typer.Option(..., "--corpus", help="BEIR directory / corpus.jsonl, JSONL files with 'text', or "
+                                                      "plain text (documents separated by blank lines)."),
+    out: Path = typer.Option(..., "--out", help="Run directory: model/ (final), checkpoints/, train_log.json."),
+    model: Optional[str] = typer.Option(None, help="Starting checkpoint (default all-MiniLM-L6-v2)."),
+    augment: str = typer.Option("crop", help="crop (independent random cropping) | ict (inverse cloze task)"),
+    chunk_tokens: int = typer.Option(256, "--chunk-tokens", min=2, help="Tokens per corpus chunk."),
+    ratio_min: float = typer.Option(0.05, "--crop-min", help="Shortest crop, as a fraction of the chunk."),
+    ratio_max: float = typer.Option(0.5, "--crop-max", help="Longest crop, as a fraction of the chunk."),
+    ict_keep: float = typer.Option(0.1, "--ict-keep", help="ICT: probability of keeping the sentence in the key."),
+    delete: float = typer.Option(0.1, "--delete", help="Token deletion probability (each view)."),
+    replace: float = typer.Option(0.0, "--replace", help="Token replacement probability (each view)."),
+    negatives: str = typer.Option("inbatch", help="inbatch | moco"),
+    queue_size: int = typer.Option(131072, "--queue-size", min=1, help="MoCo: keys kept as negatives."),
+    momentum: float = typer.Option(0.9995, "--momentum", help="MoCo: key encoder momentum m."),
+    temperature: float = typer.Option(0.05, help="Softmax temperature."),
+    steps: Optional[int] = typer.Option(None, help="Steps (default: one pass over the chunks)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=2),
+    lr: float = typer.Option(2e-5, help="Peak learning rate (linear warm-up, then linear decay)."),
+    warmup: float = typer.Option(0.1, help="Warm-up fraction of the steps."),
+    cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
+    limit_docs: Optional[int] = typer.Option(None, "--limit-docs", min=1, help="Read only the first N documents."),
+    precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per view (default: the model's)."),
+    checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
+    resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
+    tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
+    seed: int = typer.Option(42),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
+    from twotower.cli import _fail
+    from twotower.data.augment import ViewConfig
+    from twotower.errors import TwoTowerError
+    from twotower.training.pretrain import PretrainConfig, pretrain
+    from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
+
+    maybe_init_distributed()
+    try:
+        views = ViewConfig(augment=augment, chunk_tokens=chunk_tokens, ratio_min=ratio_min, ratio_max=ratio_max,
+                           ict_keep=ict_keep, delete=delete, replace=replace)
+        pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, queue_size=queue_size,
+                             momentum=momentum, limit_docs=limit_docs)
+        stage = StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
+                            lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk)
+        cfg = TrainConfig(out=str(out), model=model, precision=precision, doc_max_length=max_length,
+                          query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
+                          tensorboard=tensorboard, show_progress=progress, stages=[stage])
+        result = pretrain(cfg, pre, resume=resume)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    print(f"model saved to {result}")
