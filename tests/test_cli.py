@@ -75,3 +75,15 @@ def test_bm25_scifact_metrics_equal_pytrec_eval_on_run_file(scifact, tmp_path):
     assert metrics["recall@100"] == pytest.approx(mean("recall_100"), abs=1e-9)
     assert metrics["recall@1000"] == pytest.approx(mean("recall_1000"), abs=1e-9)
     assert metrics["p@1"] == pytest.approx(mean("P_1"), abs=1e-9)
+
+
+def test_eval_top_k_accuracy_metric(tiny_beir, tmp_path):
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--metrics", "acc@1,acc@5,ndcg@10", "--out", str(out),
+                              "--no-progress"])
+    assert res.exit_code == 0, res.output
+    metrics = json.loads(out.read_text())["metrics"]
+    assert list(metrics) == ["acc@1", "acc@5", "ndcg@10"]
+    assert metrics["acc@1"] == 1.0 and metrics["acc@5"] == 1.0
+    bad = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--metrics", "zap@3", "--no-progress"])
+    assert bad.exit_code == 2 and "unknown metric 'zap@3'" in bad.output

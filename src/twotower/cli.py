@@ -70,6 +70,11 @@ def eval_cmd(
     strict: bool = typer.Option(False, help="Fail on qrels that name unknown queries or documents."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write results JSON here."),
     run_file: Optional[Path] = typer.Option(None, "--run", help="Write a TREC run file here."),
+    metrics: str = typer.Option(
+        "ndcg@10,recall@100,mrr@10,p@1,recall@1000",
+        help="Comma-separated metrics: ndcg|recall|p|map|mrr|acc @k (acc@k = top-k answer accuracy: "
+        "the share of queries with a relevant document in the top k).",
+    ),
     progress: bool = typer.Option(True, help="Show progress bars."),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
     rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
@@ -86,6 +91,7 @@ def eval_cmd(
         data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
         precision=precision, query_max_length=query_max_length, doc_max_length=doc_max_length,
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
+        metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
     )
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector = (
         index, rerank, rerank_depth, hybrid_lambda, multivector)
