@@ -36,6 +36,10 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
         progress: bool = typer.Option(True, help="Show progress bars."),
+        use_ray: bool = typer.Option(False, "--ray", help="Encode on Ray: an actor pool holding the model."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="auto | local | ray://host:port"),
+        workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Ray actors (default: one per CPU/GPU)."),
+        gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0, help="Ray: GPUs per actor."),
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
         from twotower.retrieval.bm25 import BM25Params
@@ -44,9 +48,18 @@ def register(app: typer.Typer) -> None:
 
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
+        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress)
         try:
-            store = build_index(data, out, model=model, spec=spec, multivector=multivector, project_dim=project,
-                                cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress))
+            if use_ray:
+                from twotower.scale.ray_encode import RayConfig, build_index_ray
+
+                if multivector or project:
+                    raise TwoTowerError("--ray encodes single-vector indexes; drop --multivector/--project")
+                store = build_index_ray(data, out, model=model, spec=spec, cfg=cfg, ray_cfg=RayConfig(
+                    address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
+            else:
+                store = build_index(data, out, model=model, spec=spec, multivector=multivector, project_dim=project,
+                                    cfg=cfg)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         m = store.manifest

@@ -142,6 +142,8 @@ def batch_indices(seed: int, stage_idx: int, step: int, n: int, batch_size: int,
     epoch, pos = divmod(step, per_epoch)
     order = np.random.default_rng([seed, stage_idx, epoch]).permutation(n)
     batch = order[pos * global_bs : (pos + 1) * global_bs]
+    if world > 1 and len(batch) < global_bs:  # equal shares for the all-gather: wrap around (as DistributedSampler)
+        batch = np.concatenate([batch, np.resize(order, global_bs - len(batch))])
     return batch[rank::world]
 
 
@@ -219,6 +221,8 @@ class Trainer:
             similarity=config.similarity, pooling=config.pooling,
             query_max_length=config.query_max_length, doc_max_length=config.doc_max_length,
         )
+        if model is None and torch.cuda.is_available():  # the current GPU (under torchrun: LOCAL_RANK's)
+            self.model.to(torch.device("cuda", torch.cuda.current_device()))
         self.device = next(self.model.parameters()).device
         self.precision = resolve_precision(config.precision, self.device)
         self.writer = None

@@ -1,0 +1,1 @@
+"""Scaling out: distributed corpus encoding on Ray (``twotower index build --ray``)."""

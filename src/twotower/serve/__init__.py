@@ -1,0 +1,1 @@
+"""The search service: a FastAPI app over a stored index (``twotower serve``)."""

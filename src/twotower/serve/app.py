@@ -1,0 +1,493 @@
+"""A search service over a stored index (FastAPI): search, read, add/replace and delete documents.
+
+Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
+
+    POST   /search            {"query", "k", "mode"}            → ranked {id, score, title}
+    POST   /search/batch      {"queries": [...], "k", "mode"}   → one ranked list per query
+    GET    /documents/{id}                                      → {id, title, text}
+    POST   /documents         {"documents": [...], "replace"}   → the new version   (API key)
+    DELETE /documents/{id}                                      → the new version   (API key)
+    GET    /healthz                                             → status, version, documents
+    GET    /metrics                                             → Prometheus text
+
+Consistency: every request works on one immutable index version (a snapshot taken when it
+starts), so a search that runs while a write is in progress sees the old or the new version,
+never a mix. Writes are serialized by a lock in the process (and by the store's file lock across
+processes) and go through :meth:`IndexStore.add` / :meth:`IndexStore.remove`, which switch the
+live version atomically; a write is acknowledged only after its version is durable on disk.
+Reads pick up versions written by other processes (``twotower index add``) on their next request.
+
+Bad input gets a 4xx JSON body ``{"error": ..., "detail": ...}``: 401/403 for a missing/wrong API
+key, 404 for unknown ids, 409 for adding existing ids without ``replace``, 413 for a body over the
+limit, 422 for anything the request models reject (query length, ``k``, batch size, field types).
+"""
+
+# no `from __future__ import annotations`: FastAPI and pydantic resolve the request models defined
+# inside create_app from their (local) annotations at run time.
+
+import copy
+import hmac
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+
+API_KEY_HEADER = "X-API-Key"
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Input limits; requests over them get a 4xx, never reach the model."""
+
+    max_query_chars: int = 2048
+    max_k: int = 1000
+    max_batch_queries: int = 64
+    max_docs_per_request: int = 256
+    max_id_chars: int = 256
+    max_title_chars: int = 2048
+    max_text_chars: int = 100_000
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+class ServiceState:
+    """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
+
+    def __init__(self, index: str | Path, *, model: str | None = None, precision: str = "auto") -> None:
+        from twotower.retrieval.searcher import EncodeConfig, Searcher
+
+        self.index = Path(index)
+        self.searcher = Searcher(self.index, model=model)
+        self.searcher.encoder  # load now: the first request should not pay for it
+        self.cfg = EncodeConfig(batch_size=32, precision=precision, show_progress=False)
+        # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
+        # and FAISS use every core anyway: one search or encode at a time.
+        self.compute_lock = threading.Lock()
+        self.write_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+
+    # ---- snapshots ----------------------------------------------------------------------
+
+    def snapshot(self):
+        """The live index version (picking up writes by other processes); one object per request."""
+        with self._refresh_lock:
+            try:
+                self.searcher.refresh()
+            except TwoTowerError as exc:  # a half-visible foreign write: keep serving what we have
+                log.warning("index refresh failed, serving version %s: %s", self.searcher.store.version, exc)
+            return self.searcher.store
+
+    def search(self, queries: list[str], k: int, mode: str, lam: float | None) -> tuple[object, list[list]]:
+        from twotower.retrieval.searcher import DEFAULT_LAMBDA
+
+        store = self.snapshot()
+        view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
+        view.store = store
+        kwargs = {"mode": mode, "lam": DEFAULT_LAMBDA if lam is None else lam}
+        k = min(k, len(store))
+        with self.compute_lock:
+            run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
+        results = []
+        for i in range(len(queries)):
+            ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
+            results.append([(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked])
+        return store, results
+
+    # ---- writes -------------------------------------------------------------------------
+
+    def add(self, docs: list, replace: bool):
+        from twotower.data.beir import Document
+        from twotower.retrieval.searcher import encode_new_docs
+        from twotower.retrieval.store import IndexStoreError
+
+        with self.write_lock:
+            store = self.snapshot()
+            dup = [d.id for d in docs if d.id in store.row_of]
+            if dup and not replace:
+                raise _Conflict(f"{len(dup)} document id(s) already in the index: "
+                                + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
+            with self.compute_lock:
+                new = encode_new_docs(self.searcher.encoder, [Document(d.id, d.title, d.text) for d in docs], self.cfg,
+                                      multivector=store.multivector, projection=store.projection)
+            try:
+                live = store.add(new, replace=replace, show_progress=False)
+            except IndexStoreError as exc:
+                if "already in the index" in str(exc):  # another process added them meanwhile
+                    raise _Conflict(str(exc)) from None
+                raise
+            with self._refresh_lock:
+                self.searcher.store = live
+            return live, len(dup)
+
+    def remove(self, doc_id: str):
+        with self.write_lock:
+            store = self.snapshot()
+            if doc_id not in store.row_of:
+                raise _NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
+            if len(store) == 1:
+                raise _Conflict("cannot delete the last document: an index needs at least one")
+            live = store.remove([doc_id], show_progress=False)
+            with self._refresh_lock:
+                self.searcher.store = live
+            return live
+
+
+class _NotFound(TwoTowerError):
+    pass
+
+
+class _Conflict(TwoTowerError):
+    pass
+
+
+# ------------------------------------------------------------------------------------------
+# body size limit (pure ASGI, so it holds for chunked bodies without Content-Length too)
+
+
+class BodySizeLimit:
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                await _json_response(send, 400, "bad_request", "Content-Length is not a number")
+                return
+            if int(declared) > self.max_bytes:
+                await _json_response(send, 413, "body_too_large",
+                                     f"request body of {int(declared)} bytes exceeds the limit of {self.max_bytes}")
+                return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await _json_response(send, 413, "body_too_large", f"request body exceeds the limit of {self.max_bytes} bytes")
+                return
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _json_response(send, status: int, error: str, detail: str) -> None:
+    import json
+
+    payload = json.dumps({"error": error, "detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+# ------------------------------------------------------------------------------------------
+# the app
+
+
+def create_app(
+    index_path: str | Path,
+    api_key: str | None = None,
+    open_reads: bool = True,
+    limits: ServeLimits | None = None,
+    *,
+    model: str | None = None,
+    precision: str = "auto",
+):
+    """A FastAPI app serving the index at ``index_path``.
+
+    ``api_key``: the key writes (and, with ``open_reads=False``, reads) must send in the
+    ``X-API-Key`` header; without one, writes are refused (403). ``model`` overrides the encoder
+    recorded in the index manifest.
+    """
+    from fastapi import Depends, FastAPI, Path as PathParam, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from fastapi.security import APIKeyHeader
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.routing import Match
+
+    from twotower.retrieval.store import UnknownIdError
+
+    limits = limits or ServeLimits()
+    state = ServiceState(index_path, model=model, precision=precision)
+    if api_key is not None and not api_key.strip():
+        raise TwoTowerError("the API key is empty: put a non-empty key in the --api-key-file")
+    if not open_reads and api_key is None:
+        raise TwoTowerError("keyed reads (open_reads=False) need an API key (--api-key-file)")
+
+    Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars)]
+    K = Annotated[int, Field(ge=1, le=limits.max_k)]
+    Mode = Literal["dense", "bm25", "hybrid", "rrf"]
+    Lambda = Annotated[float | None, Field(default=None, ge=0.0, le=1.0)]
+    DocId = Annotated[str, Field(min_length=1, max_length=limits.max_id_chars)]
+
+    class Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    class SearchRequest(Strict):
+        query: Query
+        k: K = 10
+        mode: Mode = "dense"
+        lam: Lambda = Field(default=None, alias="lambda", description="hybrid weight of dense (default: tuned)")
+
+    class BatchSearchRequest(Strict):
+        queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
+        k: K = 10
+        mode: Mode = "dense"
+        lam: Lambda = Field(default=None, alias="lambda")
+
+    class Hit(BaseModel):
+        id: str
+        score: float
+        title: str
+
+    class SearchResponse(BaseModel):
+        version: str
+        took_ms: float
+        hits: list[Hit]
+
+    class BatchSearchResponse(BaseModel):
+        version: str
+        took_ms: float
+        results: list[list[Hit]]
+
+    class DocumentIn(Strict):
+        id: DocId = Field(alias="_id")
+        title: Annotated[str, Field(max_length=limits.max_title_chars)] = ""
+        text: Annotated[str, Field(max_length=limits.max_text_chars)]
+
+    class AddRequest(Strict):
+        documents: Annotated[list[DocumentIn], Field(min_length=1, max_length=limits.max_docs_per_request)]
+        replace: bool = True
+
+    class DocumentOut(BaseModel):
+        id: str
+        title: str
+        text: str
+        version: str
+
+    class WriteResponse(BaseModel):
+        version: str
+        documents: int
+        added: int = 0
+        replaced: int = 0
+        deleted: int = 0
+
+    class Health(BaseModel):
+        status: str
+        version: str
+        documents: int
+        dim: int
+        model: str | None
+
+    class ErrorBody(BaseModel):
+        error: str
+        detail: object
+
+    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
+    app = FastAPI(title="twotower search", version="1", description=__doc__.split("\n\n")[0])
+    app.state.service = state
+    app.state.limits = limits
+
+    # ---- metrics (a registry per app: no global state) --------------------------------
+    registry = CollectorRegistry()
+    requests_total = Counter("twotower_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
+    latency = Histogram("twotower_request_latency_seconds", "request latency", ["route"], registry=registry,
+                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+    docs_gauge = Gauge("twotower_index_documents", "documents in the live index version", registry=registry)
+    vectors_gauge = Gauge("twotower_index_vectors", "vectors in the live index version", registry=registry)
+    version_gauge = Gauge("twotower_index_version", "number of the live index version", registry=registry)
+    docs_gauge.set_function(lambda: len(state.searcher.store))
+    vectors_gauge.set_function(lambda: state.searcher.store.manifest["num_vectors"])
+    version_gauge.set_function(lambda: state.searcher.store.manifest["version"])
+
+    async def record(request: Request, call_next):  # registered last: outermost, so it counts every answer
+        t0 = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            name = _route_name(request)
+            requests_total.labels(request.method, name, str(status)).inc()
+            latency.labels(name).observe(time.perf_counter() - t0)
+
+    def _route_name(request: Request) -> str:
+        """The route template (``/documents/{doc_id}``), also for answers given before routing."""
+        route = request.scope.get("route")
+        if route is not None:
+            return route.path
+        for candidate in app.routes:
+            if candidate.matches(request.scope)[0] != Match.NONE:
+                return candidate.path
+        return "unmatched"
+
+
+    # ---- errors as JSON -----------------------------------------------------------------
+    def error(status: int, kind: str, detail) -> JSONResponse:
+        return JSONResponse({"error": kind, "detail": detail}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request: Request, exc: RequestValidationError):
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+        return error(422, "invalid_request", detail)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException):
+        kinds = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+        response = error(exc.status_code, kinds.get(exc.status_code, "http_error"), exc.detail)
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        return response
+
+    @app.exception_handler(_NotFound)
+    @app.exception_handler(UnknownIdError)
+    async def on_not_found(request: Request, exc: TwoTowerError):
+        return error(404, "not_found", str(exc))
+
+    @app.exception_handler(_Conflict)
+    async def on_conflict(request: Request, exc: TwoTowerError):
+        return error(409, "conflict", str(exc))
+
+    @app.exception_handler(TwoTowerError)
+    async def on_twotower(request: Request, exc: TwoTowerError):  # e.g. mode bm25 on an index without BM25
+        return error(400, "bad_request", str(exc))
+
+    # ---- auth ---------------------------------------------------------------------------
+    key_header = APIKeyHeader(name=API_KEY_HEADER, auto_error=False, description="the server's API key")
+
+    def check_key(sent: str | None) -> None:
+        from fastapi import HTTPException
+
+        if api_key is None:
+            raise HTTPException(403, "writes are disabled: start the server with --api-key-file to allow them")
+        if not sent:
+            raise HTTPException(401, f"missing API key: send it in the {API_KEY_HEADER} header",
+                                headers={"WWW-Authenticate": "ApiKey"})
+        if not hmac.compare_digest(sent.encode(), api_key.encode()):
+            raise HTTPException(403, "wrong API key")
+
+    open_paths = {"/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+    @app.middleware("http")
+    async def gate(request: Request, call_next):
+        # Before the body is parsed: an unauthenticated write gets 401/403, never a validation
+        # error that describes the request models. The dependencies below document the scheme.
+        from fastapi import HTTPException
+
+        path, method = request.url.path, request.method
+        is_write = method not in ("GET", "HEAD", "OPTIONS") and (path == "/documents" or path.startswith("/documents/"))
+        if is_write or (not open_reads and path not in open_paths):
+            try:
+                check_key(request.headers.get(API_KEY_HEADER))
+            except HTTPException as exc:
+                return await on_http(request, exc)
+        return await call_next(request)
+
+    app.middleware("http")(record)
+
+    def writer(sent: str | None = Depends(key_header)) -> None:
+        check_key(sent)
+
+    def reader(sent: str | None = Depends(key_header)) -> None:
+        if not open_reads:
+            check_key(sent)
+
+    # ---- endpoints ----------------------------------------------------------------------
+    def hits_of(rows) -> list[Hit]:
+        return [Hit(id=d, score=s, title=t) for d, s, t in rows]
+
+    @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)])
+    def search(req: SearchRequest) -> SearchResponse:
+        """The top ``k`` documents for one query."""
+        t0 = time.perf_counter()
+        store, results = state.search([req.query], req.k, req.mode, req.lam)
+        return SearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, hits=hits_of(results[0]))
+
+    @app.post("/search/batch", response_model=BatchSearchResponse, responses=errors, dependencies=[Depends(reader)])
+    def search_batch(req: BatchSearchRequest) -> BatchSearchResponse:
+        """The top ``k`` documents for each of several queries (all against one index version)."""
+        t0 = time.perf_counter()
+        store, results = state.search(req.queries, req.k, req.mode, req.lam)
+        return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000,
+                                   results=[hits_of(r) for r in results])
+
+    @app.get("/documents/{doc_id}", response_model=DocumentOut, responses=errors, dependencies=[Depends(reader)])
+    def get_document(doc_id: Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars)]) -> DocumentOut:
+        """One stored document."""
+        store = state.snapshot()
+        row = store.row_of.get(doc_id)
+        if row is None:
+            raise _NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
+        d = store.document(row)
+        return DocumentOut(id=d["_id"], title=d["title"], text=d["text"], version=store.version)
+
+    @app.post("/documents", response_model=WriteResponse, responses=errors, dependencies=[Depends(writer)])
+    def add_documents(req: AddRequest) -> WriteResponse:
+        """Add documents (encoded with the index's model); with ``replace`` (default) existing ids are
+        overwritten. Answered once the new index version is durable and live."""
+        ids = [d.id for d in req.documents]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            return error(422, "invalid_request", f"duplicate ids in the request: {', '.join(map(repr, dup[:5]))}")
+        live, replaced = state.add(req.documents, req.replace)
+        return WriteResponse(version=live.version, documents=len(live), added=len(ids) - replaced, replaced=replaced)
+
+    @app.delete("/documents/{doc_id}", response_model=WriteResponse, responses=errors, dependencies=[Depends(writer)])
+    def delete_document(doc_id: Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars)]) -> WriteResponse:
+        """Remove one document (a new index version without it)."""
+        live = state.remove(doc_id)
+        return WriteResponse(version=live.version, documents=len(live), deleted=1)
+
+    @app.get("/healthz", response_model=Health)
+    def healthz() -> Health:
+        """Liveness and the live index version."""
+        store = state.snapshot()
+        return Health(status="ok", version=store.version, documents=len(store), dim=store.dim,
+                      model=store.manifest["model"].get("name"))
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        """Prometheus metrics: requests by route and status, latency histograms, index size."""
+        state.snapshot()
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    if limits.max_body_bytes:
+        app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    return app
+
+
+def read_api_key(path: str | Path) -> str:
+    """The API key in ``path`` (first line, stripped)."""
+    path = Path(path)
+    try:
+        key = path.read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TwoTowerError(f"{path}: cannot read the API key file ({exc})") from None
+    if not key or not key[0].strip():
+        raise TwoTowerError(f"{path}: the API key file is empty (write one key on its first line)")
+    return key[0].strip()

@@ -1,0 +1,50 @@
+"""CLI command ``twotower serve``: the search service (FastAPI on uvicorn) over a stored index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_cmd)
+
+
+def serve_cmd(
+    index: Path = typer.Option(..., "--index", help="Index directory (twotower index build)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for every interface)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file",
+                                                help="File whose first line is the API key writes need (X-API-Key)."),
+    keyed_reads: bool = typer.Option(False, "--keyed-reads", help="Require the API key for searches and reads too."),
+    model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the index manifest)."),
+    precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+    max_k: int = typer.Option(1000, "--max-k", min=1, help="Largest k a search may ask for."),
+    max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most queries in one /search/batch."),
+    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body."),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve search, document reads and (with an API key) document writes over HTTP."""
+    from twotower.cli import _fail, console
+    from twotower.errors import TwoTowerError
+
+    try:
+        import uvicorn
+
+        from twotower.serve.app import ServeLimits, create_app, read_api_key
+    except ImportError as exc:
+        _fail(TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
+                            f"pip install 'twotower[serve]'"))
+    try:
+        key = read_api_key(api_key_file) if api_key_file else None
+        limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
+        api = create_app(index, api_key=key, open_reads=not keyed_reads, limits=limits, model=model, precision=precision)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    store = api.state.service.searcher.store
+    console.print(f"serving {index} (version {store.version}, {len(store)} documents) on http://{host}:{port}"
+                  f" — writes {'need the API key' if key else 'disabled (no --api-key-file)'}")
+    # one process: writes are serialized in it and every read sees one whole index version
+    uvicorn.run(api, host=host, port=port, log_level=log_level, workers=1)
