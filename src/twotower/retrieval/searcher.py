@@ -170,11 +170,13 @@ class Searcher:
     def run(
         self, queries: dict[str, str], k: int = 10, *, mode: str = "dense", lam: float = DEFAULT_LAMBDA,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
+        store: IndexStore | None = None,
     ) -> dict[str, dict[str, float]]:
-        """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``)."""
+        """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
+        index version (``store``, default the live one when the call starts)."""
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
-        store = self.store  # one version for the whole call
+        store = store or self.store  # one version for the whole call
         qids, texts = list(queries), list(queries.values())
         depth = k if mode in ("dense", "bm25") else max(k, n_best)
         runs = {}
@@ -193,6 +195,6 @@ class Searcher:
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
         """The top ``k`` hits for one query, with titles."""
-        store = self.store
-        ranked = sorted(self.run({"q": query}, k, **kwargs)["q"].items(), key=lambda kv: -kv[1])[:k]
+        store = self.store  # the same version for the ranking and the titles
+        ranked = sorted(self.run({"q": query}, k, store=store, **kwargs)["q"].items(), key=lambda kv: -kv[1])[:k]
         return [Hit(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked]
