@@ -20,6 +20,8 @@ def machine() -> dict:
 
 def _fmt(value) -> str:
     if isinstance(value, float):
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.1e}"
         return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
 
