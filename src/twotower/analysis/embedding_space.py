@@ -116,7 +116,9 @@ def run_towers(cfg: TowersConfig) -> dict:
         qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
         dn = d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12)
         cq, cd = qn.mean(0), dn.mean(0)
-        label = Path(str(name)).name if name else "all-MiniLM-L6-v2"
+        path = Path(str(name)) if name else None
+        # a training run saves its model as RUN/model: name it by the run folder then
+        label = (path.parent.name if path.name == "model" else path.name) if path else "all-MiniLM-L6-v2"
         models.append({
             "model": label,
             "path": str(name) if name else None,
