@@ -120,7 +120,7 @@ def run_latency(cfg: LatencyConfig) -> dict:
         "doc_source": f"first {cfg.n_docs} documents of {Path(cfg.data).name}" if docs else "synthetic text",
         "rows": rows,
         "notes": [f"p50/p95 over {cfg.runs} runs after {cfg.warmup} warm-up runs, through encode_texts "
-                  f"(tokenize + forward + pool + normalise); 'auto' = bf16 autocast where the hardware has fast "
+                  f"(tokenize + forward + pool + normalise); 'auto' = bf16 (weights cast on CPU) where the hardware has fast "
                   f"bf16 (see resolved_precision). {torch.get_num_threads()} torch threads; 1-minute load average "
                   f"{load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (above the core count, "
                   f"other processes share the CPU and the times are inflated)."],
