@@ -13,12 +13,6 @@ def register(app: typer.Typer) -> None:
     app.command("mine")(mine_cmd)
 
 
-def _fail(exc: Exception) -> None:
-    from twotower.cli import _fail as fail
-
-    fail(exc)
-
-
 def train_cmd(
     out: Path = typer.Option(..., "--out", help="Run directory: model/ (final), checkpoints/, train_log.json."),
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory whose judged pairs are the training data."),
@@ -49,6 +43,7 @@ def train_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
+    from twotower.cli import _fail
     from twotower.errors import TwoTowerError
     from twotower.training.pipeline import TrainRequest, run_training
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
@@ -89,6 +84,7 @@ def mine_cmd(
     progress: bool = typer.Option(True),
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
+    from twotower.cli import _fail
     from twotower.errors import TwoTowerError
     from twotower.training.pipeline import mine_pairs
 
