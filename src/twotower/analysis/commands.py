@@ -136,7 +136,8 @@ def doclength_cmd(
 
 @analyze_app.command("latency")
 def latency_cmd(
-    model: Optional[list[str]] = typer.Option(None, "--model", help="Model directory; repeat for several "
+    model: Optional[list[str]] = typer.Option(None, "--model", help="Model directory or registered name "
+                                                                    "(minilm-l6, mpnet-base); repeat for several "
                                                                     "(default: all-MiniLM-L6-v2)."),
     precision: Optional[list[str]] = typer.Option(None, "--precision", help="Repeat; default: fp32 and auto."),
     query_length: int = typer.Option(128, "--query-length", min=2, help="Query length in tokens."),

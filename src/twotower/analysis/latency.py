@@ -9,6 +9,10 @@
 Precisions: ``fp32`` and ``auto`` (the fast path: bf16 autocast where the CPU has AMX/AVX512-BF16
 or the GPU supports bf16; the resolved precision is recorded). On a shared machine latencies
 include whatever else runs: the torch thread count is recorded with them.
+
+Models: any ``--model`` accepts (a directory or a registered name such as ``mpnet-base``); each
+row records the parameter count and embedding size, so latency by model size (GTR §8) is one run
+with ``--model minilm-l6 --model mpnet-base``.
 """
 
 from __future__ import annotations
@@ -106,7 +110,8 @@ def run_latency(cfg: LatencyConfig) -> dict:
             rows.append({"model": label, "precision": precision, "resolved_precision": resolved,
                          "query_tokens": n_tok, **_percentiles(times), "docs_per_s": float(docs_s),
                          "doc_batch_size": cfg.doc_batch_size, "doc_max_length": int(model.doc_max_length),
-                         "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2)})
+                         "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+                         "dim": int(model.dim)})
             log.info("%s %s: p50 %.2f ms, %.1f docs/s", label, precision, rows[-1]["p50_ms"], docs_s)
     cfg_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
     cfg_json["models"] = [str(m) if m else None for m in cfg.models]
@@ -125,9 +130,36 @@ def run_latency(cfg: LatencyConfig) -> dict:
                   f"bf16 (see resolved_precision). {torch.get_num_threads()} torch threads; 1-minute load average "
                   f"{load_start:.1f} at start, {load_end:.1f} at end"
                   + (" (above the core count: other processes shared the CPU and the times are inflated)."
-                     if max(load_start, load_end) > (os.cpu_count() or 1) else ".")],
+                     if max(load_start, load_end) > (os.cpu_count() or 1) else ".")] + size_notes(rows),
         "timings": {"total_s": round(time.perf_counter() - t_start, 2)},
     }
+
+
+def size_notes(rows: list[dict]) -> list[str]:
+    """Per model: parameters, p50 per precision and the fast path's speed-up; across models: the
+    latency ratio next to the parameter ratio (GTR §8: latency by model size)."""
+    notes = []
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    for name in models:
+        mine = {r["precision"]: r for r in rows if r["model"] == name}
+        first = next(iter(mine.values()))
+        text = f"{name} ({first['params_m']:.1f}M parameters, {first['dim']}-d): batch-1 p50 " + ", ".join(
+            f"{r['p50_ms']:.1f} ms {p}" + (f" ({r['resolved_precision']})" if p == "auto" else "")
+            for p, r in mine.items())
+        if "fp32" in mine and "auto" in mine and mine["auto"]["resolved_precision"] != "fp32":
+            text += f"; the fast path is {mine['fp32']['p50_ms'] / mine['auto']['p50_ms']:.2f}× fp32"
+        notes.append(text + ".")
+    if len(models) > 1:
+        small, large = (min(models, key=lambda m: next(r["params_m"] for r in rows if r["model"] == m)),
+                        max(models, key=lambda m: next(r["params_m"] for r in rows if r["model"] == m)))
+        for precision in dict.fromkeys(r["precision"] for r in rows):
+            a = next((r for r in rows if r["model"] == small and r["precision"] == precision), None)
+            b = next((r for r in rows if r["model"] == large and r["precision"] == precision), None)
+            if a and b and small != large:
+                notes.append(f"{large} vs {small} at {precision}: {b['params_m'] / a['params_m']:.1f}× the parameters, "
+                             f"{b['p50_ms'] / a['p50_ms']:.1f}× the batch-1 latency, "
+                             f"{a['docs_per_s'] / b['docs_per_s']:.1f}× fewer documents/s.")
+    return notes
 
 
 def plot_latency(result: dict, out_dir: str | Path) -> list[Path]:
@@ -135,8 +167,8 @@ def plot_latency(result: dict, out_dir: str | Path) -> list[Path]:
 
     plt = pyplot()
     rows = result["rows"]
-    labels = [f"{r['model']}\n{r['precision']}" + (f" ({r['resolved_precision']})" if r["precision"] == "auto" else "")
-              for r in rows]
+    labels = [f"{r['model']} ({r['params_m']:.0f}M)\n{r['precision']}"
+              + (f" ({r['resolved_precision']})" if r["precision"] == "auto" else "") for r in rows]
     x = np.arange(len(rows))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(9, 2.4 * len(rows) * 2), 4.8))
     p50 = [r["p50_ms"] for r in rows]

@@ -36,8 +36,9 @@ def resolve_model(name_or_path: str | Path | None) -> str:
     """Turn a user's ``--model`` into something ``from_pretrained`` accepts.
 
     ``None`` or ``"all-MiniLM-L6-v2"`` (with or without ``sentence-transformers/``) mean the
-    bundled default; an existing path is used as is; anything else is treated as a hub id, which
-    only works with network access.
+    bundled default; an existing path is used as is; a registered name (``minilm-l6``,
+    ``mpnet-base``: see ``twotower.encoders.registry``) means its installed directory, or an error
+    saying how to install it; anything else is treated as a hub id, which only works with network access.
     """
     if name_or_path is None:
         return str(default_model_path())
@@ -49,6 +50,10 @@ def resolve_model(name_or_path: str | Path | None) -> str:
         return str(path)
     if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
         return str(default_model_path())
+    from twotower.encoders.registry import lookup, require_installed
+
+    if lookup(name) is not None:
+        return str(require_installed(name))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelError(f"{name}: model directory not found")
     return str(name_or_path)  # a hub id, for users with network access

