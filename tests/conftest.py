@@ -79,6 +79,19 @@ TINY_QUERIES = [
 TINY_QRELS = [("q1", "d1", 1), ("q2", "d4", 1), ("q3", "d5", 1)]
 
 
+def copy_without_dropout(tiny_bert_dir: Path, dest: Path) -> Path:
+    """The tiny BERT with dropout off (a deterministic forward pass), tokenizer files copied: ``dest``."""
+    from transformers import BertModel
+
+    model = BertModel.from_pretrained(tiny_bert_dir)
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
+    model.save_pretrained(dest)
+    for f in Path(tiny_bert_dir).iterdir():
+        if "token" in f.name or f.name == "vocab.txt":
+            (dest / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
 @pytest.fixture()
 def tiny_beir(tmp_path) -> Path:
     return write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY_CORPUS, write_beir
+from conftest import TINY_CORPUS, copy_without_dropout, write_beir
 
 QUERIES = [{"_id": f"q{i}", "text": t} for i, t in enumerate(
     ["which feline purrs", "loyal barking animal", "dynamic typing language", "memory safe systems language",
@@ -27,17 +27,9 @@ QRELS = [(q["_id"], d, 1) for q, d in zip(QUERIES, ["d1", "d2", "d3", "d4", "d5"
 def setup(tmp_path_factory, tiny_bert_dir) -> tuple[Path, Path]:
     """Tiny data (8 pairs: global batch 4 = 2 per process, 2 steps) and the tiny BERT without
     dropout, so every process's forward pass is deterministic."""
-    from transformers import BertModel
-
     root = tmp_path_factory.mktemp("ddp")
     data = write_beir(root / "data", CORPUS, QUERIES, QRELS, split="train")
-    model = BertModel.from_pretrained(tiny_bert_dir)
-    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
-    model.save_pretrained(root / "model")
-    for f in Path(tiny_bert_dir).iterdir():
-        if "token" in f.name or f.name == "vocab.txt":
-            (root / "model" / f.name).write_bytes(f.read_bytes())
-    return data, root / "model"
+    return data, copy_without_dropout(tiny_bert_dir, root / "model")
 
 
 def _free_port() -> int:

@@ -124,6 +124,8 @@ def save_dual_encoder(model, path: str | Path) -> None:
             "doc_max_length": model.doc_max_length,
             "base_model": model.name,
         }
+        if getattr(model, "multivector", None):
+            config["multivector"] = int(model.multivector)  # trained with the ME-BERT max score over m vectors
         if model.shared:
             save_tower(model.query_tower, tmp)
         else:
@@ -155,10 +157,12 @@ def load_dual_encoder(
     q_len = query_max_length or config.get("query_max_length")
     d_len = doc_max_length or config.get("doc_max_length")
     root = Path(str(model))
+    multivector = config.get("multivector")
     if kind == "sde":
         tower = load_tower(root, pooling=pooling, normalize=normalize, max_length=d_len)
-        return DualEncoder(tower, tower, kind="sde", name=name, query_max_length=q_len)
+        return DualEncoder(tower, tower, kind="sde", name=name, query_max_length=q_len, multivector=multivector)
     query = load_tower(root / "query", pooling=pooling, normalize=normalize, max_length=q_len)
     doc = load_tower(root / "document", pooling=pooling, normalize=normalize, max_length=d_len)
     tie_towers(query, doc, kind)
-    return DualEncoder(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len)
+    return DualEncoder(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len,
+                       multivector=multivector)

@@ -72,6 +72,7 @@ class DualEncoder(nn.Module):
         name: str = "",
         query_max_length: int | None = None,
         doc_max_length: int | None = None,
+        multivector: int | None = None,
     ) -> None:
         super().__init__()
         if kind not in TOWER_KINDS:
@@ -84,6 +85,8 @@ class DualEncoder(nn.Module):
         self.name = name
         self.query_max_length = query_max_length or query_tower.max_length
         self.doc_max_length = doc_max_length or doc_tower.max_length
+        # ME-BERT m the model was trained with (twotower train --multivector); saved in twotower.json
+        self.multivector = multivector
 
     @property
     def shared(self) -> bool:

@@ -14,6 +14,7 @@ from twotower.retrieval.dense import Run, to_run
 log = logging.getLogger(__name__)
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "multivector")
+DEFAULT_MULTIVECTOR = 8  # ME-BERT m for models not trained with --multivector
 
 
 @dataclass
@@ -37,7 +38,7 @@ class EvalConfig:
     rerank: str | None = None  # cross-encoder directory: re-rank each query's top ``rerank_depth``
     rerank_depth: int = 100
     hybrid_lambda: float | None = None  # default: twotower.retrieval.searcher.DEFAULT_LAMBDA
-    multivector: int = 8  # ME-BERT m when no --index is given
+    multivector: int | None = None  # ME-BERT m when no --index is given (default: the model's trained m, else 8)
 
 
 @dataclass
@@ -123,10 +124,12 @@ def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     model = DualEncoder.load(
         cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length
     )
+    m = cfg.multivector or model.multivector or DEFAULT_MULTIVECTOR
+    log.info("multi-vector documents: first %d token vectors", m)
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
     vecs, offsets = encode_multivector(
-        model.doc_tower, [ds.corpus[d].full_text for d in doc_ids], cfg.multivector, max_length=model.doc_max_length,
+        model.doc_tower, [ds.corpus[d].full_text for d in doc_ids], m, max_length=model.doc_max_length,
         batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
     )
     timings["index_s"] = time.perf_counter() - t0

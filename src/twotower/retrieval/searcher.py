@@ -108,7 +108,7 @@ def build_index(
             raise TwoTowerError("--project applies to multi-vector indexes (--multivector M)")
         from twotower.retrieval.multivector import random_projection
 
-        projection = random_projection(encoder.doc_tower.backbone.config.hidden_size, project_dim)
+        projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
     new = encode_new_docs(encoder, list(corpus.values()), cfg, multivector=multivector, projection=projection)
     return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
                             projection=projection, show_progress=cfg.show_progress)

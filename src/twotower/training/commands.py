@@ -26,6 +26,10 @@ def train_cmd(
     temperature: float = typer.Option(0.05, help="Softmax temperature (GTR: 0.01; MiniLM was trained at 0.05)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
+    multivector: Optional[int] = typer.Option(
+        None, "--multivector", min=1,
+        help="ME-BERT: train the max score over each document's first M token vectors (M=1: [CLS] alone); "
+        "saved with the model as the default of 'eval --retriever multivector'. Not with --cache-chunk."),
     hard_negatives: str = typer.Option("none", "--hard-negatives", help="none | bm25 | model (train, mine with it, retrain)"),
     num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query in the loss."),
     epochs: Optional[float] = typer.Option(None, help="Epochs (default 1 when --steps is not given)."),
@@ -51,7 +55,8 @@ def train_cmd(
     maybe_init_distributed()
     common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
                   precision=precision, doc_max_length=max_length, query_max_length=query_max_length, seed=seed,
-                  checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress)
+                  checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
+                  multivector=multivector)
     try:
         if config is not None:
             cfg = TrainConfig.from_toml(config, **{k: v for k, v in common.items() if k == "out" or v is not None})

@@ -63,20 +63,45 @@ class InBatchSoftmaxLoss:
             raise ValueError(f"queries {tuple(q.shape)} and positives {tuple(d.shape)} must have the same shape")
         q, d = q.float(), d.float()
         gather = self.gather_across_devices and _distributed()
+        if gather and false_negative_mask is not None:
+            raise ValueError("false_negative_mask is only supported in a single process")
         all_q = gather_with_grad(q) if gather else q
         all_d = gather_with_grad(d) if gather else d
-        labels = torch.arange(len(q), device=q.device) + (_offset() * len(q) if gather else 0)
         candidates = all_d
         if hard is not None and len(hard):
             candidates = torch.cat([all_d, gather_with_grad(hard.float()) if gather else hard.float()], dim=0)
-        logits = q @ candidates.T / self.temperature
+        back = d @ all_q.T if self.bidirectional else None
+        return self.from_scores(q @ candidates.T, back, false_negative_mask=false_negative_mask,
+                                label_offset=_offset() * len(q) if gather else 0)
+
+    def from_scores(
+        self,
+        scores: torch.Tensor,
+        back_scores: torch.Tensor | None = None,
+        *,
+        false_negative_mask: torch.Tensor | None = None,
+        label_offset: int = 0,
+    ) -> torch.Tensor:
+        """The same loss from precomputed similarity scores (before the temperature), for scores
+        that are not one inner product per pair (e.g. ME-BERT's max over document vectors).
+
+        ``scores`` (B, C): query i against the candidates, the (gathered) batch's positives first
+        (its own at column ``label_offset + i``), then any hard negatives. ``back_scores`` (B, Bq):
+        positive i against the (gathered) batch's queries (its own query at ``label_offset + i``);
+        required when ``bidirectional``. ``false_negative_mask`` (B, B) as in :meth:`__call__`
+        (single process: the in-batch block is ``scores[:, :B]``).
+        """
+        n = len(scores)
+        labels = torch.arange(n, device=scores.device) + label_offset
+        logits = scores.float() / self.temperature
         if false_negative_mask is not None:
-            if gather:
-                raise ValueError("false_negative_mask is only supported in a single process")
-            logits[:, : len(d)] = logits[:, : len(d)].masked_fill(false_negative_mask, float("-inf"))
+            logits[:, :n] = logits[:, :n].masked_fill(false_negative_mask, float("-inf"))
         loss = F.cross_entropy(logits, labels)
         if self.bidirectional:
-            back = d @ all_q.T / self.temperature
+            if back_scores is None:
+                raise ValueError("a bi-directional loss needs back_scores (each positive against the queries); "
+                                 "pass them or use bidirectional=False")
+            back = back_scores.float() / self.temperature
             if false_negative_mask is not None:
                 back = back.masked_fill(false_negative_mask.T, float("-inf"))
             loss = (loss + F.cross_entropy(back, labels)) / 2

@@ -57,6 +57,9 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     out = Path(cfg.out)
     if req.hard_negatives not in HARD_NEGATIVE_SOURCES:
         raise TwoTowerError(f"unknown --hard-negatives '{req.hard_negatives}': choose one of {', '.join(HARD_NEGATIVE_SOURCES)}")
+    if cfg.multivector is not None and req.hard_negatives == "model":
+        raise TwoTowerError("--hard-negatives model mines with the pooled single-vector retriever, not the max score "
+                            "that --multivector trains; use --hard-negatives bm25 or none with --multivector")
     if req.hard_negatives == "none":
         Trainer(cfg).train(resume=resume)
         return out / "model"

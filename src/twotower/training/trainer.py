@@ -81,6 +81,9 @@ class TrainConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = False
     show_progress: bool = True
+    # ME-BERT: train the max score over the document's first m token vectors
+    # (twotower.training.multivector); None: the pooled single-vector in-batch softmax
+    multivector: int | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
 
     @classmethod
@@ -212,6 +215,10 @@ class Trainer:
     def __init__(self, config: TrainConfig, model: DualEncoder | None = None,
                  objective: Objective | None = None) -> None:
         self.config = config
+        if objective is None and config.multivector is not None:
+            from twotower.training.multivector import MultiVectorObjective
+
+            objective = MultiVectorObjective(config.multivector)
         self.objective = objective or Objective()
         self.out = Path(config.out)
         self.rank, self.world = _world()
@@ -278,8 +285,10 @@ class Trainer:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _step_loss(self, examples: list[TrainExample], stage: StageConfig, loss_fn, rng: random.Random) -> torch.Tensor:
-        m = self.model
+    def batch_texts(self, examples: list[TrainExample], stage: StageConfig,
+                    rng: random.Random) -> tuple[list[str], list[str], list[str]]:
+        """(queries, positives, hard negatives) of a batch; ``stage.hard_negatives`` negatives per
+        example are drawn from ``rng`` (the step's seeded RNG, so resuming draws the same)."""
         queries = [e.query for e in examples]
         positives = [e.positive for e in examples]
         negatives: list[str] = []
@@ -291,7 +300,16 @@ class Trainer:
                         f"example has {len(e.negatives)} (mine more, or lower hard_negatives)"
                     )
                 negatives.extend(rng.sample(e.negatives, stage.hard_negatives))
-        fn_mask = _false_negative_mask(examples) if self.world == 1 else None
+        return queries, positives, negatives
+
+    def false_negative_mask(self, examples: list[TrainExample]) -> torch.Tensor | None:
+        """In-batch copies of a query's positives to leave out of its denominator (one process only)."""
+        return _false_negative_mask(examples) if self.world == 1 else None
+
+    def _step_loss(self, examples: list[TrainExample], stage: StageConfig, loss_fn, rng: random.Random) -> torch.Tensor:
+        m = self.model
+        queries, positives, negatives = self.batch_texts(examples, stage, rng)
+        fn_mask = self.false_negative_mask(examples)
         groups = [(m.forward_queries, *self._tokenize(m.query_tower, queries, m.query_max_length)),
                   (m.forward_documents, *self._tokenize(m.doc_tower, positives, m.doc_max_length))]
         if negatives:
