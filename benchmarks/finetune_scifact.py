@@ -113,7 +113,7 @@ def main() -> None:
         f"SciFact train ({n_pairs} judged pairs) → test (300 queries). all-MiniLM-L6-v2, batch {args.batch_size}, "
         f"{args.epochs} epoch(s), lr {args.lr}, temperature {args.temperature} (sentence-transformers scale "
         f"{1 / args.temperature:g}), max length {args.max_length}, warmup 10%. twotower trains under bf16 autocast "
-        "where the CPU has AMX. 'twotower + mined negatives' wall_s includes the first round, mining (model "
+        "where the CPU has AMX or AVX512-BF16. 'twotower + mined negatives' wall_s includes the first round, mining (model "
         f"retrieval on train, negatives from ranks 3..50) and {args.mined_epochs} more epoch(s) with 1 hard "
         f"negative per query; its examples_per_s is for that second round. Load average at the end: {load_average():.1f}."))
 
