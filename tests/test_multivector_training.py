@@ -163,6 +163,12 @@ def test_eval_uses_the_trained_m(train_setup, tmp_path, caplog):
         res = run_eval(EvalConfig(data=data, split="train", retriever="multivector",
                                   model=str(tmp_path / "run" / "model"), precision="fp32", show_progress=False))
     assert "first 2 token vectors" in caplog.text and res.num_queries == 6
+    from twotower.retrieval.searcher import EncodeConfig, build_index
+
+    store = build_index(data, tmp_path / "idx", model=str(tmp_path / "run" / "model"),
+                        cfg=EncodeConfig(precision="fp32", show_progress=False))
+    assert store.multivector == 2 and store.manifest["num_vectors"] > store.manifest["num_docs"]
+    store.close()
 
 
 def test_multivector_rejects_bad_options(train_setup, tmp_path):

@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid)."),
         bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
         multivector: Optional[int] = typer.Option(None, "--multivector", min=1,
-                                                  help="ME-BERT: keep the first M token vectors per document."),
+                                                  help="ME-BERT: keep the first M token vectors per document (default: the M the model was trained with, if any)."),
         project: Optional[int] = typer.Option(None, "--project", min=1,
                                               help="Multi-vector: random projection of token vectors to this many dims."),
         batch_size: int = typer.Option(32, "--batch-size", min=1),

@@ -102,6 +102,10 @@ def build_index(
     data = Path(data)
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     encoder = DualEncoder.load(model)
+    if multivector is None and encoder.multivector:
+        multivector = int(encoder.multivector)
+        log.info("the model was trained with --multivector %d: building a multi-vector index with m=%d", multivector,
+                 multivector)
     projection = None
     if project_dim:
         if not multivector:
