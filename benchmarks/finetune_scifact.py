@@ -24,14 +24,31 @@ from _common import DATA, load_average, write_results
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import pairs_from_beir
 from twotower.encoders.backbone import default_model_path
+from twotower.encoders.inference import cpu_has_fast_bf16
 from twotower.evaluation.pipeline import EvalConfig, run_eval
 from twotower.training.pipeline import mine_pairs
 from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 
-def evaluate_model(path: str, data: Path) -> dict:
+def evaluate_model(path: str | None, data: Path) -> dict:
+    if path is None and data.resolve() == (DATA / "scifact").resolve():
+        return zero_shot_cached(data)
     res = run_eval(EvalConfig(data=data, split="test", retriever="dense", model=path, show_progress=False))
     return {"ndcg@10": res.metrics["ndcg@10"], "recall@100": res.metrics["recall@100"]}
+
+
+def zero_shot_cached(data: Path) -> dict:
+    """The default model on SciFact test from the benchmarks' cached vectors (``_vectors.py``, same
+    default precision as ``twotower eval``): saves one corpus encoding per run."""
+    from _vectors import scifact_vectors
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.dense import exact_search, to_run
+
+    ds = BeirDataset.load(data, "test")
+    doc_ids, docs, qids, q_vecs = scifact_vectors()
+    test = [q for q in qids if q in ds.qrels]
+    scores, idx = exact_search(q_vecs[[qids.index(q) for q in test]], docs, 1000)
+    return evaluate(ds.qrels, to_run(test, doc_ids, scores, idx), ("ndcg@10", "recall@100"))
 
 
 def train_st(data: Path, out: Path, args) -> tuple[float, int]:
@@ -113,7 +130,8 @@ def main() -> None:
         f"SciFact train ({n_pairs} judged pairs) → test (300 queries). all-MiniLM-L6-v2, batch {args.batch_size}, "
         f"{args.epochs} epoch(s), lr {args.lr}, temperature {args.temperature} (sentence-transformers scale "
         f"{1 / args.temperature:g}), max length {args.max_length}, warmup 10%. twotower trains under bf16 autocast "
-        "where the CPU has AMX or AVX512-BF16. 'twotower + mined negatives' wall_s includes the first round, mining (model "
+        f"where the CPU has AMX or AVX512-BF16 (this one {'has' if cpu_has_fast_bf16() else 'lacks them: fp32'}). "
+        "Zero-shot row from the cached default-precision vectors (benchmarks/_vectors.py). 'twotower + mined negatives' wall_s includes the first round, mining (model "
         f"retrieval on train, negatives from ranks 3..50) and {args.mined_epochs} more epoch(s) with 1 hard "
         f"negative per query; its examples_per_s is for that second round. Load average at the end: {load_average():.1f}."))
 
