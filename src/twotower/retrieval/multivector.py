@@ -156,12 +156,20 @@ def encode_multivector(
 
 
 def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, rows: Sequence[int]) -> np.ndarray:
-    """Exact ME-BERT scores (n_queries, len(rows)): max over each document's vectors."""
+    """Exact ME-BERT scores (n_queries, len(rows)): max over each document's vectors (−inf for a
+    document with none). One gather and one matmul for all the rows' vectors, then a segmented max."""
+    rows = np.asarray(rows, dtype=np.int64)
     out = np.full((len(queries), len(rows)), -np.inf, dtype=np.float32)
-    for j, r in enumerate(rows):
-        block = np.asarray(vectors[offsets[r] : offsets[r + 1]])
-        if len(block):
-            out[:, j] = (queries @ block.T).max(axis=1)
+    starts = np.asarray(offsets)[rows]
+    counts = np.asarray(offsets)[rows + 1] - starts
+    has = counts > 0
+    if not has.any():
+        return out
+    starts, counts = starts[has], counts[has]
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # where each document's block starts in the gather
+    entry = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
+    block = np.asarray(vectors[entry], dtype=np.float32)
+    out[:, has] = np.maximum.reduceat(np.asarray(queries, dtype=np.float32) @ block.T, first, axis=1)
     return out
 
 
