@@ -71,3 +71,22 @@ def interleaved(systems: dict, texts: list[str], slice_size: int = 256, show_pro
 
 def load_average() -> float:
     return os.getloadavg()[0]
+
+
+def cached_row(work: Path, name: str, settings: dict, compute) -> dict:
+    """The row ``name`` kept in ``<work>/rows/`` when it was made with the same ``settings``; else
+    ``{"system": name, **compute()}``, kept there for the next run. Lets a long benchmark run in
+    pieces: a re-run with the same ``--work`` skips finished rows (a row cut off midway runs again)."""
+    import json
+
+    path = work / "rows" / (name.replace(" ", "_").replace("+", "plus") + ".json")
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("settings") == settings:
+            print(f"{name}: done in an earlier run ({path})", flush=True)
+            return saved["row"]
+    row = {"system": name, **compute()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"settings": settings, "row": row}, indent=2))
+    print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    return row

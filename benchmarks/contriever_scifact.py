@@ -11,6 +11,8 @@ Rows (each with NDCG@10 and Recall@100 on SciFact test, and the training wall ti
    so the test split plays no part in any choice.
 
 Each model's corpus embeddings are computed once and searched with the test and the train queries.
+Finished rows are kept in ``<work>/rows/`` with their settings: a re-run with the same ``--work``
+skips them (a killed run loses only the row it was on).
 ``--eval-queries`` / ``--eval-docs`` evaluate on a subset (for a quick check of the script; the
 output then says so and the result files get a ``_subset`` suffix).
 
@@ -25,13 +27,14 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from _common import DATA, load_average, write_results
+from _common import DATA, cached_row, load_average, write_results
 from twotower.data.augment import ViewConfig
 from twotower.data.beir import BeirDataset
 from twotower.encoders.towers import DualEncoder, EncodeOptions
@@ -102,6 +105,7 @@ def run_pretrain(name: str, args, work: Path) -> tuple[str, float, float]:
     stage = StageConfig(name="pretrain", steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=0.1,
                         temperature=args.temperature)
     out = work / f"pretrain-{name}"
+    shutil.rmtree(out, ignore_errors=True)  # a run cut off midway starts again
     cfg = TrainConfig(out=str(out), precision=args.precision, doc_max_length=args.max_length,
                       query_max_length=args.max_length, seed=args.seed, checkpoint_every=10**9, stages=[stage])
     t0 = time.perf_counter()
@@ -112,6 +116,7 @@ def run_pretrain(name: str, args, work: Path) -> tuple[str, float, float]:
 
 
 def run_finetune(start: str | None, args, out: Path) -> tuple[str, float]:
+    shutil.rmtree(out, ignore_errors=True)
     stage = StageConfig(name="finetune", data=args.data, split="train",
                         epochs=None if args.ft_steps else args.ft_epochs, steps=args.ft_steps,
                         batch_size=args.ft_batch_size, lr=args.ft_lr, warmup=0.1, temperature=0.05)
@@ -159,28 +164,35 @@ def main() -> None:
     evaluator = Evaluator(Path(args.data), args.eval_queries, args.eval_docs, args.precision)
     print(evaluator.describe(), flush=True)
 
-    rows = []
-
-    def add(row: dict) -> None:
-        rows.append(row)
-        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
-
-    add({"system": "zero-shot", **evaluator(None), "wall_s": 0.0})
+    eval_scope = {"eval_queries": args.eval_queries, "eval_docs": args.eval_docs, "precision": args.precision,
+                  "max_length": args.max_length}
+    pre_settings = {**eval_scope, **{k: getattr(args, k) for k in (
+        "steps", "batch_size", "lr", "temperature", "chunk_tokens", "delete", "replace", "queue_size", "momentum",
+        "limit_docs", "seed")}}
+    ft_settings = {k: getattr(args, k) for k in ("ft_epochs", "ft_steps", "ft_batch_size", "ft_lr")}
+    rows = [cached_row(work, "zero-shot", eval_scope, lambda: {**evaluator(None), "wall_s": 0.0})]
     pretrained = {}
     for name in configs:
-        model_dir, wall, loss = run_pretrain(name, args, work)
-        pretrained[name] = (model_dir, wall)
-        add({"system": f"pretrain {name.replace('-', '+')}", **evaluator(model_dir), "wall_s": wall,
-             "final_loss": loss})
-    model_dir, wall = run_finetune(None, args, work / "ft-zero-shot")
-    add({"system": "few-shot from zero-shot", **evaluator(model_dir), "wall_s": wall})
+        def pretrain_row(name=name) -> dict:
+            model_dir, wall, loss = run_pretrain(name, args, work)
+            return {**evaluator(model_dir), "wall_s": wall, "final_loss": loss}
+
+        rows.append(cached_row(work, f"pretrain {name.replace('-', '+')}", pre_settings, pretrain_row))
+        pretrained[name] = (str(work / f"pretrain-{name}" / "model"), rows[-1]["wall_s"])
+
+    def finetune_row(start: str | None, out: Path, before_s: float = 0.0) -> dict:
+        model_dir, wall = run_finetune(start, args, out)
+        return {**evaluator(model_dir), "wall_s": before_s + wall}
+
+    rows.append(cached_row(work, "few-shot from zero-shot", {**eval_scope, **ft_settings},
+                           lambda: finetune_row(None, work / "ft-zero-shot")))
     best = None
     if pretrained:
         key = "train_ndcg@10" if args.select_on == "train" else "ndcg@10"
         best = max(configs, key=lambda c: next(r[key] for r in rows if r["system"] == f"pretrain {c.replace('-', '+')}"))
-        model_dir, wall = run_finetune(pretrained[best][0], args, work / f"ft-{best}")
-        add({"system": f"few-shot from pretrain {best.replace('-', '+')}", **evaluator(model_dir),
-             "wall_s": pretrained[best][1] + wall})
+        rows.append(cached_row(work, f"few-shot from pretrain {best.replace('-', '+')}",
+                               {**pre_settings, **ft_settings, "select_on": args.select_on},
+                               lambda: finetune_row(pretrained[best][0], work / f"ft-{best}", pretrained[best][1])))
 
     ft = f"{args.ft_steps} steps" if args.ft_steps else f"{args.ft_epochs:g} epoch(s)"
     notes = (

@@ -7,20 +7,24 @@
 
 Same model, data (judged train pairs), batch size, epochs, learning rate and max length.
 
-    python benchmarks/finetune_scifact.py [--epochs 1] [--batch-size 32] [--lr 2e-5]
+    python benchmarks/finetune_scifact.py [--epochs 1] [--batch-size 32] [--lr 2e-5] [--work DIR]
+
+Each finished row is kept in ``<work>/rows/<system>.json`` with the settings it ran under; a
+re-run with ``--work`` and the same settings skips it (a row cut off midway is run again).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from _common import DATA, load_average, write_results
+from _common import DATA, cached_row, load_average, write_results
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import pairs_from_beir
 from twotower.encoders.backbone import default_model_path
@@ -102,30 +106,41 @@ def main() -> None:
     data = Path(args.data)
     work = Path(args.work or tempfile.mkdtemp(prefix="finetune-"))
     n_pairs = len(pairs_from_beir(BeirDataset.load(data, "train")))
-    rows = []
-    zero = evaluate_model(None, data)
-    rows.append({"system": "zero-shot", **zero, "wall_s": 0.0, "examples_per_s": 0.0})
-    print(rows[-1], flush=True)
-    if not args.skip_st:
+    settings = {k: getattr(args, k) for k in ("epochs", "batch_size", "lr", "temperature", "max_length")}
+    rows = [cached_row(work, "zero-shot", {}, lambda: {**evaluate_model(None, data), "wall_s": 0.0,
+                                                       "examples_per_s": 0.0})]
+
+    def st_row() -> dict:
         wall, n = train_st(data, work, args)
-        rows.append({"system": "sentence-transformers mnrl", **evaluate_model(str(work / "st-model"), data),
-                     "wall_s": wall, "examples_per_s": n / wall})
-        print(rows[-1], flush=True)
-    wall = train_tt(data, work / "tt", args)
-    n = n_pairs * args.epochs
-    rows.append({"system": "twotower", **evaluate_model(str(work / "tt" / "model"), data), "wall_s": wall,
-                 "examples_per_s": n / wall})
-    print(rows[-1], flush=True)
-    t0 = time.perf_counter()
-    mined = work / "mined.jsonl"
-    mine_pairs(data, "train", mined, retriever="model", model=str(work / "tt" / "model"), num_negatives=8,
-               rank_range=(3, 50))
-    mine_s = time.perf_counter() - t0
-    wall2 = train_tt(data, work / "tt-mined", args, pairs=mined, model=str(work / "tt" / "model"),
-                        epochs=args.mined_epochs, hard=1)
-    rows.append({"system": "twotower + mined negatives", **evaluate_model(str(work / "tt-mined" / "model"), data),
-                 "wall_s": wall + mine_s + wall2, "examples_per_s": n_pairs * args.mined_epochs / wall2})
-    print(rows[-1], flush=True)
+        return {**evaluate_model(str(work / "st-model"), data), "wall_s": wall, "examples_per_s": n / wall}
+
+    if not args.skip_st:
+        rows.append(cached_row(work, "sentence-transformers mnrl", settings, st_row))
+
+    def tt_row() -> dict:
+        shutil.rmtree(work / "tt", ignore_errors=True)  # a run cut off midway starts again from scratch
+        wall = train_tt(data, work / "tt", args)
+        return {**evaluate_model(str(work / "tt" / "model"), data), "wall_s": wall,
+                "examples_per_s": n_pairs * args.epochs / wall}
+
+    rows.append(cached_row(work, "twotower", settings, tt_row))
+    first_wall = rows[-1]["wall_s"]
+
+    def mined_row() -> dict:
+        shutil.rmtree(work / "tt-mined", ignore_errors=True)
+        t0 = time.perf_counter()
+        mined = work / "mined.jsonl"
+        mine_pairs(data, "train", mined, retriever="model", model=str(work / "tt" / "model"), num_negatives=8,
+                   rank_range=(3, 50))
+        mine_s = time.perf_counter() - t0
+        wall2 = train_tt(data, work / "tt-mined", args, pairs=mined, model=str(work / "tt" / "model"),
+                         epochs=args.mined_epochs, hard=1)
+        return {**evaluate_model(str(work / "tt-mined" / "model"), data), "wall_s": first_wall + mine_s + wall2,
+                "examples_per_s": n_pairs * args.mined_epochs / wall2, "mine_s": mine_s}
+
+    if args.mined_epochs > 0:
+        rows.append(cached_row(work, "twotower + mined negatives", {**settings, "mined_epochs": args.mined_epochs},
+                               mined_row))
     write_results("finetune_scifact", rows, notes=(
         f"SciFact train ({n_pairs} judged pairs) → test (300 queries). all-MiniLM-L6-v2, batch {args.batch_size}, "
         f"{args.epochs} epoch(s), lr {args.lr}, temperature {args.temperature} (sentence-transformers scale "
