@@ -7,15 +7,15 @@ DATA ?= ../shared/data/scifact
 CACHE ?= .cache/data
 OUT ?= out/demo
 
-.PHONY: setup demo test test-fast bench models clean
+.PHONY: setup demo test test-fast models clean
 
 setup: $(VENV)/.setup-stamp
 
 # Torch goes first, pinned: a CPU wheel of 2.13.0 is what this project is built and tested on.
-$(VENV)/.setup-stamp: pyproject.toml
+$(VENV)/.setup-stamp: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	touch $@
 
 demo: setup
