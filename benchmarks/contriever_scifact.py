@@ -11,6 +11,8 @@ Rows (each with NDCG@10 and Recall@100 on SciFact test, and the training wall ti
    so the test split plays no part in any choice.
 
 Each model's corpus embeddings are computed once and searched with the test and the train queries.
+``--few-shot-row`` reuses finetune_scifact.py's fine-tune of the zero-shot model (same recipe) instead of
+training it again.
 Finished rows are kept in ``<work>/rows/`` with their settings: a re-run with the same ``--work``
 skips them (a killed run loses only the row it was on).
 ``--eval-queries`` / ``--eval-docs`` evaluate on a subset (for a quick check of the script; the
@@ -127,6 +129,22 @@ def run_finetune(start: str | None, args, out: Path) -> tuple[str, float]:
     return str(out / "model"), time.perf_counter() - t0
 
 
+def reused_few_shot_row(args) -> dict:
+    """finetune_scifact.py's 'twotower' row, checked to be this script's zero-shot fine-tune recipe."""
+    try:
+        saved = json.loads(args.few_shot_row.read_text())
+        theirs, row = saved["settings"], saved["row"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"--few-shot-row {args.few_shot_row}: not a finetune_scifact.py row file ({exc}); "
+                         "give <finetune --work>/rows/twotower.json, or leave the flag out to fine-tune here")
+    ours = {"epochs": args.ft_epochs, "batch_size": args.ft_batch_size, "lr": args.ft_lr, "temperature": 0.05,
+            "max_length": args.max_length}
+    if args.ft_steps or args.eval_queries or args.eval_docs or args.precision != "auto" or args.seed != 42 or theirs != ours:
+        raise SystemExit(f"--few-shot-row {args.few_shot_row}: recipe {theirs} differs from this run's {ours} "
+                         "(or this run uses --ft-steps / a subset / another precision / seed); leave the flag out")
+    return {**row, "system": "few-shot from zero-shot", "source": str(args.few_shot_row)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DATA / "scifact"))
@@ -154,6 +172,10 @@ def main() -> None:
     ap.add_argument("--eval-docs", type=int, default=None,
                     help="evaluate on a corpus subset: the judged documents of those queries, then the first others")
     ap.add_argument("--work", default=None, help="working folder (default: a temp folder)")
+    ap.add_argument("--few-shot-row", type=Path, default=None,
+                    help="take 'few-shot from zero-shot' from finetune_scifact.py's 'twotower' row "
+                         "(<its --work>/rows/twotower.json) when its recipe equals --ft-*/--max-length: the same "
+                         "training from the same seed, so one fine-tune and one evaluation fewer")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -184,8 +206,11 @@ def main() -> None:
         model_dir, wall = run_finetune(start, args, out)
         return {**evaluator(model_dir), "wall_s": before_s + wall}
 
-    rows.append(cached_row(work, "few-shot from zero-shot", {**eval_scope, **ft_settings},
-                           lambda: finetune_row(None, work / "ft-zero-shot")))
+    if args.few_shot_row:
+        rows.append(reused_few_shot_row(args))
+    else:
+        rows.append(cached_row(work, "few-shot from zero-shot", {**eval_scope, **ft_settings},
+                               lambda: finetune_row(None, work / "ft-zero-shot")))
     best = None
     if pretrained:
         key = "train_ndcg@10" if args.select_on == "train" else "ndcg@10"
@@ -207,6 +232,9 @@ def main() -> None:
         f"for the last row); eval_s: encoding and search. Precision {args.precision}. Load average at the end: "
         f"{load_average():.1f}."
     )
+    if args.few_shot_row:
+        notes += (f" 'few-shot from zero-shot' is finetune_scifact.py's 'twotower' row ({args.few_shot_row}): the "
+                  "same fine-tune recipe and seed, trained and evaluated there.")
     name = "contriever_scifact" + ("_subset" if evaluator.subset else "")
     path = write_results(name, rows, notes=notes, extra={"subset": evaluator.subset})
     print(f"\n{notes}\nwrote {path}")
