@@ -26,6 +26,9 @@ def train_cmd(
     temperature: float = typer.Option(0.05, help="Softmax temperature (GTR: 0.01; MiniLM was trained at 0.05)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
+    bucket_size: int = typer.Option(
+        8, "--bucket-size", min=0,
+        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch)."),
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
         help="ME-BERT: train the max score over each document's first M token vectors (M=1: [CLS] alone); "
@@ -67,6 +70,7 @@ def train_cmd(
                 name="finetune", data=str(data) if data else None, split=split, pairs=str(pairs) if pairs else None,
                 epochs=epochs if epochs is not None else (None if steps else 1.0), steps=steps,
                 batch_size=batch_size, lr=lr, temperature=temperature, optimizer=optimizer, cache_chunk=cache_chunk,
+                bucket_size=bucket_size,
             )
             cfg = TrainConfig(stages=[stage], **common)
         result = run_training(TrainRequest(config=cfg, hard_negatives=hard_negatives, num_negatives=num_negatives,

@@ -87,4 +87,4 @@ class MultiVectorObjective(Objective):
             scores, back = multivector_scores(q, docs, hard)
             return loss_fn.from_scores(scores, back, false_negative_mask=fn_mask)
 
-        return trainer.backward(groups, loss_of, stage)
+        return trainer.backward(groups, loss_of, stage, buckets=False)  # documents() returns a tuple

@@ -33,6 +33,9 @@ def pretrain_cmd(
     lr: float = typer.Option(2e-5, help="Peak learning rate (linear warm-up, then linear decay)."),
     warmup: float = typer.Option(0.1, help="Warm-up fraction of the steps."),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
+    bucket_size: int = typer.Option(
+        8, "--bucket-size", min=0,
+        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch)."),
     limit_docs: Optional[int] = typer.Option(None, "--limit-docs", min=1, help="Read only the first N documents."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per view (default: the model's)."),
@@ -56,7 +59,8 @@ def pretrain_cmd(
         pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, queue_size=queue_size,
                              momentum=momentum, limit_docs=limit_docs)
         stage = StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
-                            lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk)
+                            lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk,
+                            bucket_size=bucket_size)
         cfg = TrainConfig(out=str(out), model=model, precision=precision, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage])

@@ -34,6 +34,7 @@ from twotower.encoders.inference import resolve_precision
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_directory, atomic_write_json
+from twotower.training.buckets import embed_in_buckets
 from twotower.training.gradcache import cached_backward
 from twotower.training.losses import InBatchSoftmaxLoss
 
@@ -61,6 +62,7 @@ class StageConfig:
     hard_negatives: int = 0
     optimizer: str = "adamw"
     cache_chunk: int | None = None
+    bucket_size: int | None = 8  # texts per length bucket in a step's forward pass (training/buckets.py); 0: none
     max_grad_norm: float | None = 1.0
 
 
@@ -320,14 +322,16 @@ class Trainer:
 
         return self.backward(groups, loss_of, stage)
 
-    def backward(self, groups, loss_of, stage: StageConfig) -> torch.Tensor:
+    def backward(self, groups, loss_of, stage: StageConfig, *, buckets: bool = True) -> torch.Tensor:
         """Embed ``groups`` (``(embed_fn, input_ids, attention_mask)`` each) under the run's precision,
         backpropagate ``loss_of(*embeddings)`` (GradCache when the stage sets ``cache_chunk``) and
-        return the detached loss."""
+        return the detached loss. Without GradCache each group runs in length buckets of
+        ``stage.bucket_size`` texts (``buckets=False``: whole, for embed functions that return tuples)."""
         if stage.cache_chunk:
             return cached_backward(groups, loss_of, stage.cache_chunk, autocast=self._autocast)
+        size = stage.bucket_size if buckets else None
         with self._autocast():
-            embs = [fn(ids, mask) for fn, ids, mask in groups]
+            embs = [embed_in_buckets(fn, ids, mask, size) for fn, ids, mask in groups]
         loss = loss_of(*embs)
         loss.backward()
         return loss.detach()
