@@ -1,0 +1,158 @@
+"""ONNX Runtime as an encoding path, against sentence-transformers and twotower's torch fp32, in one run.
+
+The default model's backbone (all-MiniLM-L6-v2) is exported with ``torch.onnx.export`` (input ids and
+attention mask → last hidden state, dynamic batch and length) and run by ONNX Runtime's CPU provider
+three ways: the plain export (ORT's own graph optimisations at level ALL), the export after
+``onnxruntime.transformers.optimizer`` (BERT attention / LayerNorm / GELU fusions), and the plain
+export with int8 dynamic quantization of its MatMul weights. Every system sees the same documents in
+interleaved slices (so load from other processes falls on all alike), with twotower's batching
+(tokenize once, sort by token count, pad per batch) and mean pooling + L2 normalisation in numpy.
+
+Rows: ``docs_per_s``, ``vs_st`` (docs/s ratio to sentence-transformers fp32), ``max_abs_diff`` of
+the embeddings against sentence-transformers', and NDCG@10 / Recall@100 on SciFact test when the
+whole corpus is encoded (``--limit 0``; ~25 min here).
+
+    python benchmarks/onnx_runtime.py                 # 512 documents: speed and fidelity (~4 min)
+    python benchmarks/onnx_runtime.py --limit 0       # whole corpus: adds NDCG@10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import torch
+
+from _common import DATA, interleaved, load_average, write_results
+from twotower.data.beir import BeirDataset
+from twotower.encoders.backbone import default_model_path
+from twotower.encoders.inference import _pad_batch, encode_texts
+from twotower.encoders.towers import DualEncoder
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, backbone: torch.nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def export_onnx(tower, folder: Path) -> dict[str, Path]:
+    """The tower's backbone as ONNX: plain, BERT-fused, and int8 dynamic quantization of the plain graph."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    ids = tower.tokenizer(["a short one", "a slightly longer example text"], padding=True, return_tensors="pt")
+    plain = folder / "plain.onnx"
+    axes = {"b": 0, "s": 1}
+    torch.onnx.export(
+        _LastHidden(tower.backbone).eval(), (ids["input_ids"], ids["attention_mask"]), str(plain),
+        input_names=["input_ids", "attention_mask"], output_names=["hidden"], opset_version=17, dynamo=False,
+        dynamic_axes={n: {v: k for k, v in axes.items()} for n in ("input_ids", "attention_mask", "hidden")},
+    )
+    cfg = tower.backbone.config
+    fused = folder / "fused.onnx"
+    optimize_model(str(plain), model_type="bert", num_heads=cfg.num_attention_heads,
+                   hidden_size=cfg.hidden_size).save_model_to_file(str(fused))
+    int8 = folder / "int8.onnx"  # quantize the plain graph: the fused one's contrib ops defeat shape inference
+    quantize_dynamic(str(plain), str(int8), weight_type=QuantType.QInt8)
+    return {"plain": plain, "fused": fused, "int8": int8}
+
+
+def ort_encoder(path: Path, tower, *, batch_size: int, max_length: int):
+    """texts -> normalised mean-pooled embeddings, batched as twotower's ``encode_texts``."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = torch.get_num_threads()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}  # the optimizer may drop an unused input
+    tok = tower.tokenizer
+
+    def encode(texts: list[str]) -> np.ndarray:
+        ids = tok(texts, truncation=True, max_length=max_length, padding=False,
+                  return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        out = np.empty((len(texts), tower.hidden_size), dtype=np.float32)
+        for b in range(0, len(order), batch_size):
+            rows = order[b : b + batch_size]
+            input_ids, mask = _pad_batch([ids[i] for i in rows], tok.pad_token_id or 0)
+            feed = {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()}
+            hidden = session.run(None, {k: v for k, v in feed.items() if k in names})[0]
+            m = feed["attention_mask"][..., None].astype(np.float32)
+            emb = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+            out[rows] = emb / np.linalg.norm(emb, axis=1, keepdims=True).clip(1e-12)
+        return out
+
+    return encode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DATA / "scifact"))
+    ap.add_argument("--limit", type=int, default=512, help="encode only the first N documents (0 = all; NDCG needs all)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-length", type=int, default=256)
+    args = ap.parse_args()
+    import onnxruntime
+
+    ds = BeirDataset.load(args.data, "test")
+    doc_ids = list(ds.corpus)[: args.limit or None]
+    texts = [ds.corpus[d].full_text for d in doc_ids]
+    full = len(doc_ids) == len(ds.corpus)
+
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    st.max_seq_length = args.max_length
+    model = DualEncoder.load(query_max_length=args.max_length, doc_max_length=args.max_length)
+    tower = model.doc_tower.eval()
+    kw = {"batch_size": args.batch_size, "max_length": args.max_length}
+    systems = {
+        "sentence-transformers fp32": lambda items: st.encode(
+            items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False),
+        "twotower fp32 (torch)": lambda items: encode_texts(tower, items, precision="fp32", show_progress=False, **kw),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in export_onnx(tower, Path(tmp)).items():
+            systems[f"onnxruntime {name}"] = ort_encoder(path, tower, **kw)
+        out = interleaved(systems, texts)
+
+    ref_vecs, ref_s = out["sentence-transformers fp32"]
+    rows = []
+    for name, (vecs, seconds) in out.items():
+        row = {"system": name, "docs_per_s": len(texts) / seconds, "vs_st": ref_s / seconds,
+               "max_abs_diff": float(np.abs(vecs - ref_vecs).max())}
+        if full:
+            row.update(_quality(ds, doc_ids, vecs, model, args))
+        rows.append(row)
+        print(row)
+    notes = (f"{len(texts)} SciFact documents, max length {args.max_length}, batch {args.batch_size}, "
+             f"{torch.get_num_threads()} threads, onnxruntime {onnxruntime.__version__}, interleaved 256-document "
+             f"slices. vs_st: docs/s over sentence-transformers' fp32 encode. max_abs_diff: embeddings against "
+             f"sentence-transformers'. Load average at the end: {load_average():.1f}.")
+    write_results("onnx_runtime", rows, notes=notes)
+
+
+def _quality(ds, doc_ids, doc_vecs, model, args) -> dict:
+    """NDCG@10 / Recall@100 on the test queries, queries by twotower fp32, documents by the system."""
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.dense import exact_search, to_run
+
+    qids = list(ds.queries)
+    q = encode_texts(model.query_tower, [ds.queries[i] for i in qids], batch_size=args.batch_size,
+                     max_length=args.max_length, precision="fp32", show_progress=False)
+    scores, idx = exact_search(q, doc_vecs, 1000)
+    return evaluate(ds.qrels, to_run(qids, doc_ids, scores, idx), ("ndcg@10", "recall@100"))
+
+
+if __name__ == "__main__":
+    main()
