@@ -326,10 +326,16 @@ def table_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def pick(rows: list[dict], system: str, stage: str) -> dict | None:
-    """The row of ``system`` at ``stage``; where several settings exist, the longest max length, then the newest."""
-    hits = [r for r in rows if r["system"] == system and r["stage"] == stage]
+def pick(rows: list[dict], system: str, stage: str, max_length: int | None = None) -> dict | None:
+    """The row of ``system`` at ``stage`` (and ``max_length`` if given); where several settings exist,
+    the longest max length, then the newest."""
+    hits = [r for r in rows if r["system"] == system and r["stage"] == stage
+            and (max_length is None or r["max_length"] == max_length)]
     return max(hits, key=lambda r: (r["max_length"], r.get("finished", ""))) if hits else None
+
+
+def lengths(rows: list[dict]) -> list[int]:
+    return sorted({r["max_length"] for r in rows}, reverse=True)
 
 
 def comparisons(rows: list[dict]) -> list[str]:
@@ -341,11 +347,17 @@ def comparisons(rows: list[dict]) -> list[str]:
     lines = []
     dims = sorted({r["dim"] for r in rows})
     for stage in ("zero-shot", "fine-tuned"):
-        pairs = [(d, get(f"minilm-{d}", stage), get(f"mpnet-{d}", stage)) for d in dims]
-        pairs = [(d, a, b) for d, a, b in pairs if a is not None and b is not None]
+        pairs = []
+        for d in dims:  # the two backbones compared at the same max length only (the longest both have)
+            for length in lengths(rows):
+                a, b = pick(rows, f"minilm-{d}", stage, length), pick(rows, f"mpnet-{d}", stage, length)
+                if a and b:
+                    pairs.append((d, length, a["ndcg@10"], b["ndcg@10"]))
+                    break
         if pairs:
             lines.append(f"- Model size at a fixed bottleneck ({stage}, NDCG@10, MiniLM → mpnet): "
-                         + "; ".join(f"dim {d}: {a:.4f} → {b:.4f} ({b - a:+.4f})" for d, a, b in pairs) + ".")
+                         + "; ".join(f"dim {d} at max length {n}: {a:.4f} → {b:.4f} ({b - a:+.4f})"
+                                     for d, n, a, b in pairs) + ".")
     for prefix in ("minilm", "mpnet"):
         curve = [(d, get(f"{prefix}-{d}", "fine-tuned")) for d in dims]
         curve = [(d, v) for d, v in curve if v is not None]
@@ -369,12 +381,15 @@ def plot(rows: list[dict], results: Path) -> list[Path]:
     written = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = {"minilm": "tab:blue", "mpnet": "tab:red"}
+    several = len(lengths(rows)) > 1  # then one line per max length, labelled with it
     for prefix, color in colors.items():
         for stage, style in (("fine-tuned", "-o"), ("zero-shot", "--s")):
-            picked = [pick(rows, f"{prefix}-{d}", stage) for d in sorted({r["dim"] for r in rows})]
-            pts = [(r["dim"], r["ndcg@10"]) for r in picked if r is not None]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=f"{prefix} {stage}")
+            for k, length in enumerate(lengths(rows)):
+                picked = [pick(rows, f"{prefix}-{d}", stage, length) for d in sorted({r["dim"] for r in rows})]
+                pts = [(r["dim"], r["ndcg@10"]) for r in picked if r is not None]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, alpha=1.0 - 0.45 * (k > 0),
+                            label=f"{prefix} {stage}" + (f", max length {length}" if several else ""))
     if ax.lines:
         dims = sorted({r["dim"] for r in rows})
         ax.set_xscale("log", base=2)
@@ -390,15 +405,17 @@ def plot(rows: list[dict], results: Path) -> list[Path]:
     tuned = [r for r in rows if r["stage"] != "zero-shot"]
     if tuned:
         fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(tuned) + 3), 4.5))
-        systems = sorted({r["system"] for r in tuned}, key=lambda s: (s.split("-")[0], int(s.split("-")[1])))
+        groups = sorted({(r["system"], r["max_length"]) for r in tuned},
+                        key=lambda g: (g[0].split("-")[0], -g[1], int(g[0].split("-")[1])))
+        several = len(lengths(rows)) > 1
         stages = sorted({r["stage"] for r in rows}, key=lambda s: (STAGE_ORDER.get(s, 2), s))
         width = 0.8 / len(stages)
         lows: list[float] = []
         for i, stage in enumerate(stages):
-            vals = [(pick(rows, s, stage) or {}).get("ndcg@10", np.nan) for s in systems]
+            vals = [(pick(rows, s, stage, n) or {}).get("ndcg@10", np.nan) for s, n in groups]
             lows.extend(v for v in vals if v == v)
-            ax.bar(np.arange(len(systems)) + (i - (len(stages) - 1) / 2) * width, vals, width, label=stage)
-        ax.set_xticks(np.arange(len(systems)), systems, rotation=30)
+            ax.bar(np.arange(len(groups)) + (i - (len(stages) - 1) / 2) * width, vals, width, label=stage)
+        ax.set_xticks(np.arange(len(groups)), [s + (f"\nlen {n}" if several else "") for s, n in groups], rotation=30)
         ax.set_ylim(max(0.0, min(lows) - 0.05), max(lows) + 0.02)
         ax.set_ylabel("NDCG@10, SciFact test")
         ax.set_title("Data efficiency (GTR §5.3): share of train queries")
