@@ -90,3 +90,41 @@ def cached_row(work: Path, name: str, settings: dict, compute) -> dict:
     path.write_text(json.dumps({"settings": settings, "row": row}, indent=2))
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     return row
+
+
+def encoding_parser(description: str, *, default_limit: int = 0):
+    """The options every encoding benchmark shares: data folder, document limit, batch size, max length."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DATA / "scifact"))
+    ap.add_argument("--limit", type=int, default=default_limit,
+                    help="encode only the first N documents (0 = all; NDCG needs all)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-length", type=int, default=256)
+    return ap
+
+
+def test_documents(args):
+    """``(dataset, doc_ids, texts)``: the test split and its first ``--limit`` documents (title + text)."""
+    from twotower.data.beir import BeirDataset
+
+    ds = BeirDataset.load(args.data, "test")
+    doc_ids = list(ds.corpus)[: args.limit or None]
+    return ds, doc_ids, [ds.corpus[d].full_text for d in doc_ids]
+
+
+def st_encoder(args):
+    """``(model, encode)``: sentence-transformers on the default model, fp32, normalised, at ``--max-length``."""
+    from sentence_transformers import SentenceTransformer
+
+    from twotower.encoders.backbone import default_model_path
+
+    st = SentenceTransformer(str(default_model_path()), device="cpu")
+    st.max_seq_length = args.max_length
+
+    def encode(items):
+        return st.encode(items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                         show_progress_bar=False)
+
+    return st, encode

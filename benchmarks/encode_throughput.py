@@ -8,7 +8,6 @@ tokens/s, the ratio to sentence-transformers, the largest embedding difference a
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -16,38 +15,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import DATA, interleaved, load_average, write_results
-from twotower.data.beir import BeirDataset
-from twotower.encoders.backbone import default_model_path
+from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
 from twotower.encoders.towers import DualEncoder, EncodeOptions
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval.dense import exact_search, to_run
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DATA / "scifact"))
-    ap.add_argument("--limit", type=int, default=0, help="encode only the first N documents (0 = all)")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--max-length", type=int, default=256)
-    args = ap.parse_args()
-
-    ds = BeirDataset.load(args.data, "test")
-    doc_ids = list(ds.corpus)[: args.limit or None]
-    texts = [ds.corpus[d].full_text for d in doc_ids]
+    args = encoding_parser(__doc__).parse_args()
+    ds, doc_ids, texts = test_documents(args)
     qids = list(ds.queries)
     queries = [ds.queries[q] for q in qids]
-
-    from sentence_transformers import SentenceTransformer
-
-    st = SentenceTransformer(str(default_model_path()), device="cpu")
-    st.max_seq_length = args.max_length
+    st, st_encode = st_encoder(args)
     n_tokens = sum(len(x) for x in st.tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"])
     tt = DualEncoder.load(query_max_length=args.max_length, doc_max_length=args.max_length)
-
-    def st_encode(items):
-        return st.encode(items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=False)
 
     def tt_system(precision):
         opts = EncodeOptions(batch_size=args.batch_size, precision=precision, show_progress=False)

@@ -18,7 +18,6 @@ whole corpus is encoded (``--limit 0``; ~25 min here).
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -28,9 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import DATA, interleaved, load_average, write_results
-from twotower.data.beir import BeirDataset
-from twotower.encoders.backbone import default_model_path
+from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
 from twotower.encoders.inference import _pad_batch, encode_texts
 from twotower.encoders.towers import DualEncoder
 
@@ -96,29 +93,17 @@ def ort_encoder(path: Path, tower, *, batch_size: int, max_length: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DATA / "scifact"))
-    ap.add_argument("--limit", type=int, default=512, help="encode only the first N documents (0 = all; NDCG needs all)")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--max-length", type=int, default=256)
-    args = ap.parse_args()
+    args = encoding_parser(__doc__, default_limit=512).parse_args()
     import onnxruntime
 
-    ds = BeirDataset.load(args.data, "test")
-    doc_ids = list(ds.corpus)[: args.limit or None]
-    texts = [ds.corpus[d].full_text for d in doc_ids]
+    ds, doc_ids, texts = test_documents(args)
     full = len(doc_ids) == len(ds.corpus)
-
-    from sentence_transformers import SentenceTransformer
-
-    st = SentenceTransformer(str(default_model_path()), device="cpu")
-    st.max_seq_length = args.max_length
+    _, st_encode = st_encoder(args)
     model = DualEncoder.load(query_max_length=args.max_length, doc_max_length=args.max_length)
     tower = model.doc_tower.eval()
     kw = {"batch_size": args.batch_size, "max_length": args.max_length}
     systems = {
-        "sentence-transformers fp32": lambda items: st.encode(
-            items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False),
+        "sentence-transformers fp32": st_encode,
         "twotower fp32 (torch)": lambda items: encode_texts(tower, items, precision="fp32", show_progress=False, **kw),
     }
     with tempfile.TemporaryDirectory() as tmp:

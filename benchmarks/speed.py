@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
@@ -22,12 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import DATA, interleaved, load_average, write_results
-from twotower.data.beir import BeirDataset
-from twotower.encoders.backbone import default_model_path
+from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import encode_texts
-from twotower.encoders.towers import DualEncoder, EncodeOptions
+from twotower.encoders.towers import DualEncoder
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval.dense import exact_search, to_run
 
@@ -84,33 +81,20 @@ def latency(encode_one, doc_vecs: np.ndarray, queries: list[str]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(DATA / "scifact"))
-    ap.add_argument("--limit", type=int, default=0, help="encode only the first N documents (0 = all; NDCG needs all)")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--max-length", type=int, default=256)
+    ap = encoding_parser(__doc__)
     ap.add_argument("--latency-queries", type=int, default=300)
     args = ap.parse_args()
     load_start = load_average()
 
-    ds = BeirDataset.load(args.data, "test")
-    doc_ids = list(ds.corpus)[: args.limit or None]
-    texts = [ds.corpus[d].full_text for d in doc_ids]
+    ds, doc_ids, texts = test_documents(args)
     qids = list(ds.queries)
     queries = [ds.queries[q] for q in qids]
     full = len(doc_ids) == len(ds.corpus)
 
-    from sentence_transformers import SentenceTransformer
-
-    st = SentenceTransformer(str(default_model_path()), device="cpu")
-    st.max_seq_length = args.max_length
+    st, st_encode = st_encoder(args)
     model = DualEncoder.load(query_max_length=args.max_length, doc_max_length=args.max_length)
     tower = model.doc_tower
     int8 = int8_tower(tower)
-
-    def st_encode(items):
-        return st.encode(items, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=False)
 
     def tt(precision, t=tower):
         return lambda items: encode_texts(t, items, batch_size=args.batch_size, max_length=args.max_length,
