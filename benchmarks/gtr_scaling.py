@@ -381,17 +381,17 @@ def plot(rows: list[dict], results: Path) -> list[Path]:
     written = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = {"minilm": "tab:blue", "mpnet": "tab:red"}
-    several = len(lengths(rows)) > 1  # then one line per max length, labelled with it
+    dims = sorted({r["dim"] for r in rows})
+    several = len(lengths(rows)) > 1  # then one line / bar group per max length, labelled with it
     for prefix, color in colors.items():
         for stage, style in (("fine-tuned", "-o"), ("zero-shot", "--s")):
             for k, length in enumerate(lengths(rows)):
-                picked = [pick(rows, f"{prefix}-{d}", stage, length) for d in sorted({r["dim"] for r in rows})]
+                picked = [pick(rows, f"{prefix}-{d}", stage, length) for d in dims]
                 pts = [(r["dim"], r["ndcg@10"]) for r in picked if r is not None]
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, alpha=1.0 - 0.45 * (k > 0),
                             label=f"{prefix} {stage}" + (f", max length {length}" if several else ""))
     if ax.lines:
-        dims = sorted({r["dim"] for r in rows})
         ax.set_xscale("log", base=2)
         ax.set_xticks(dims, [str(d) for d in dims])
         ax.set_xlabel("projection (bottleneck) dim")
@@ -407,7 +407,6 @@ def plot(rows: list[dict], results: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(tuned) + 3), 4.5))
         groups = sorted({(r["system"], r["max_length"]) for r in tuned},
                         key=lambda g: (g[0].split("-")[0], -g[1], int(g[0].split("-")[1])))
-        several = len(lengths(rows)) > 1
         stages = sorted({r["stage"] for r in rows}, key=lambda s: (STAGE_ORDER.get(s, 2), s))
         width = 0.8 / len(stages)
         lows: list[float] = []
