@@ -12,7 +12,7 @@ import contextlib
 import functools
 from copy import deepcopy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +80,34 @@ def bf16_copy(encoder: TextEncoder) -> TextEncoder:
     return fast
 
 
+def length_sorted_rows(
+    tokenizer, texts: Sequence[str], max_length: int, batch_size: int
+) -> Iterator[tuple[np.ndarray, list[list[int]]]]:
+    """``(rows, token_ids)`` batches of ``texts``, longest first; ``rows`` are the batch's positions in
+    ``texts``. Tokenizes in chunks of ``TOKENIZE_CHUNK`` texts (one fast-tokenizer call each) and sorts
+    each chunk by real token count, so a batch padded to its longest member wastes little."""
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        chunk = list(texts[start : start + TOKENIZE_CHUNK])
+        ids = tokenizer(
+            chunk, truncation=True, max_length=max_length, padding=False,
+            return_attention_mask=False, return_token_type_ids=False,
+        )["input_ids"]
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        for b in range(0, len(order), batch_size):
+            rows = order[b : b + batch_size]
+            yield start + rows, [ids[i] for i in rows]
+
+
+def length_sorted_batches(
+    tokenizer, texts: Sequence[str], max_length: int, batch_size: int
+) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    """``(rows, input_ids, attention_mask)``: :func:`length_sorted_rows`, each batch padded only to its
+    own longest member."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for rows, ids in length_sorted_rows(tokenizer, texts, max_length, batch_size):
+        yield (rows, *_pad_batch(ids, pad_id))
+
+
 def _pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(x) for x in ids)
     input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
@@ -106,27 +134,16 @@ def encode_texts(
     if precision == "bf16" and device.type == "cpu":
         encoder, precision = bf16_copy(encoder), "fp32"  # bf16 weights beat autocast on CPU
     max_length = max_length or encoder.max_length
-    tokenizer = encoder.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
     was_training = encoder.training
     encoder.eval()
     bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
     try:
         with torch.inference_mode(), autocast_context(precision, device):
-            for start in range(0, len(texts), TOKENIZE_CHUNK):
-                chunk = list(texts[start : start + TOKENIZE_CHUNK])
-                ids = tokenizer(
-                    chunk, truncation=True, max_length=max_length, padding=False,
-                    return_attention_mask=False, return_token_type_ids=False,
-                )["input_ids"]
-                order = np.argsort([-len(x) for x in ids], kind="stable")
-                for b in range(0, len(order), batch_size):
-                    rows = order[b : b + batch_size]
-                    input_ids, mask = _pad_batch([ids[i] for i in rows], pad_id)
-                    emb = encoder(input_ids.to(device), mask.to(device))
-                    out[start + rows] = emb.float().cpu().numpy()
-                    bar.update(len(rows))
+            for rows, input_ids, mask in length_sorted_batches(encoder.tokenizer, texts, max_length, batch_size):
+                emb = encoder(input_ids.to(device), mask.to(device))
+                out[rows] = emb.float().cpu().numpy()
+                bar.update(len(rows))
     finally:
         bar.close()
         encoder.train(was_training)

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from twotower.encoders.encoder import TextEncoder
-from twotower.encoders.inference import TOKENIZE_CHUNK, _pad_batch, autocast_context, resolve_precision
+from twotower.encoders.inference import autocast_context, length_sorted_batches, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,6 @@ def encode_multivector(
     device = next(encoder.parameters()).device
     precision = resolve_precision(precision, device)
     max_length = max_length or encoder.max_length
-    tok = encoder.tokenizer
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     per_text: list[np.ndarray | None] = [None] * len(texts)
     proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)) if projection is not None else None
     was_training = encoder.training
@@ -131,20 +129,13 @@ def encode_multivector(
     bar = tqdm(total=len(texts), desc=f"encoding documents (m={m})", unit="text", disable=not show_progress or not texts)
     try:
         with torch.inference_mode(), autocast_context(precision, device):
-            for start in range(0, len(texts), TOKENIZE_CHUNK):
-                chunk = list(texts[start : start + TOKENIZE_CHUNK])
-                ids = tok(chunk, truncation=True, max_length=max_length, padding=False,
-                          return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-                order = np.argsort([-len(x) for x in ids], kind="stable")
-                for b in range(0, len(order), batch_size):
-                    rows = order[b : b + batch_size]
-                    input_ids, mask = _pad_batch([ids[i] for i in rows], pad_id)
-                    vecs, keep = document_token_vectors(encoder, input_ids.to(device), mask.to(device), m,
-                                                        projection=proj, normalize=normalize)
-                    vecs, lengths = vecs.cpu(), keep.sum(dim=1).cpu()
-                    for j, r in enumerate(rows):
-                        per_text[start + r] = vecs[j, : int(lengths[j])].numpy()
-                    bar.update(len(rows))
+            for rows, input_ids, mask in length_sorted_batches(encoder.tokenizer, texts, max_length, batch_size):
+                vecs, keep = document_token_vectors(encoder, input_ids.to(device), mask.to(device), m,
+                                                    projection=proj, normalize=normalize)
+                vecs, lengths = vecs.cpu(), keep.sum(dim=1).cpu()
+                for j, r in enumerate(rows):
+                    per_text[r] = vecs[j, : int(lengths[j])].numpy()
+                bar.update(len(rows))
     finally:
         bar.close()
         encoder.train(was_training)

@@ -68,16 +68,9 @@ def connect(cfg: RayConfig):
 
 def plan_batches(tokenizer, texts: list[str], *, max_length: int, batch_size: int) -> list[np.ndarray]:
     """Row indices of every padded batch, in the order and grouping ``encode_texts`` uses."""
-    from twotower.encoders.inference import TOKENIZE_CHUNK
+    from twotower.encoders.inference import length_sorted_rows
 
-    batches: list[np.ndarray] = []
-    for start in range(0, len(texts), TOKENIZE_CHUNK):
-        chunk = texts[start : start + TOKENIZE_CHUNK]
-        ids = tokenizer(chunk, truncation=True, max_length=max_length, padding=False,
-                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        batches.extend(start + order[b : b + batch_size] for b in range(0, len(order), batch_size))
-    return batches
+    return [rows for rows, _ in length_sorted_rows(tokenizer, texts, max_length, batch_size)]
 
 
 class _EncodeActor:
