@@ -3,7 +3,8 @@
 1. Document encoding of the SciFact corpus: sentence-transformers fp32 ``encode`` and twotower's
    paths (fp32, default = bf16 weights, bf16 autocast, int8 dynamic quantization), interleaved
    on 256-document slices; docs/s, ratio to sentence-transformers, NDCG@10 / Recall@100.
-2. Batch-1 query latency (tokenize + encode + exact search over the SciFact index), p50/p99.
+2. Batch-1 query latency (tokenize + encode + exact search over the SciFact index), p50/p99, for
+   torch and for the query tower on ONNX Runtime (``twotower onnx-query``, serve's default).
 3. BM25: index build and queries/s for twotower, bm25s used directly, and rank_bm25 (same tokens).
 4. The limit: fp32 and bf16 matmul throughput of this machine (a microbenchmark in this run, on
    the encoder's own GEMM shapes), the encoder's FLOPs per token, and the fraction reached.
@@ -24,6 +25,7 @@ import torch
 from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import encode_texts
+from twotower.encoders.onnx_runtime import OnnxTower
 from twotower.encoders.towers import DualEncoder
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval.dense import exact_search, to_run
@@ -68,16 +70,20 @@ def int8_tower(tower: TextEncoder) -> TextEncoder:
                        projection=tower.projection, max_length=tower.max_length)
 
 
-def latency(encode_one, doc_vecs: np.ndarray, queries: list[str]) -> dict:
+def latency(systems: dict, doc_vecs: np.ndarray, queries: list[str]) -> dict[str, dict]:
+    """Batch-1 query latency (encode one query + exact top-10) per system, p50/p99 in ms. The systems
+    take turns query by query, in alternating order, so load from other processes falls on all alike."""
+    names = list(systems)
     for q in queries[:10]:
-        encode_one(q)
-    times = []
-    for q in queries:
-        t0 = time.perf_counter()
-        vec = encode_one(q)
-        exact_search(vec, doc_vecs, 10)
-        times.append((time.perf_counter() - t0) * 1000)
-    return {"p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99))}
+        for n in names:
+            systems[n](q)
+    times = {n: [] for n in names}
+    for k, q in enumerate(queries):
+        for n in names if k % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            exact_search(systems[n](q), doc_vecs, 10)
+            times[n].append((time.perf_counter() - t0) * 1000)
+    return {n: {"p50_ms": float(np.percentile(t, 50)), "p99_ms": float(np.percentile(t, 99))} for n, t in times.items()}
 
 
 def main() -> None:
@@ -146,14 +152,19 @@ def main() -> None:
     # batch-1 query latency: tokenize + encode + exact search over the SciFact index
     lat_queries = queries[: args.latency_queries]
     doc_vecs = vecs["twotower default"]
-    lat = {
-        "sentence-transformers fp32": latency(lambda q: st.encode([q], convert_to_numpy=True, normalize_embeddings=True,
-                                                                  show_progress_bar=False), doc_vecs, lat_queries),
-        "twotower fp32": latency(lambda q: encode_texts(model.query_tower, [q], precision="fp32", show_progress=False),
-                                 doc_vecs, lat_queries),
-        "twotower default": latency(lambda q: encode_texts(model.query_tower, [q], precision="auto", show_progress=False),
-                                    doc_vecs, lat_queries),
-    }
+    onnx = OnnxTower(model.query_tower, max_length=args.max_length)  # fp32, checked against torch on probes
+    lat = latency({
+        "sentence-transformers fp32": lambda q: st.encode([q], convert_to_numpy=True, normalize_embeddings=True,
+                                                          show_progress_bar=False),
+        "twotower fp32": lambda q: encode_texts(model.query_tower, [q], precision="fp32", show_progress=False),
+        "twotower default": lambda q: encode_texts(model.query_tower, [q], precision="auto", show_progress=False),
+        "twotower onnx-query": lambda q: onnx.encode([q]),
+    }, doc_vecs, lat_queries)
+    onnx_row = {"system": "twotower onnx-query"}
+    if full:  # ONNX Runtime query vectors against the fp32 document vectors
+        s, i = exact_search(onnx.encode(queries), vecs["twotower fp32"], 1000)
+        onnx_row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10", "recall@100")))
+    rows.append(onnx_row)
     for row in rows:
         if row["system"] in lat:
             row.update({f"query_{k}": v for k, v in lat[row["system"]].items()})
@@ -171,9 +182,11 @@ def main() -> None:
         f"{peak['fp32_2048']:.0f}, bf16 {peak['bf16_2048']:.0f}). gflops_per_s = the transformer's dense + attention "
         f"FLOPs on the padded, length-sorted batches ({flops / n_tokens / 1e6:.1f} MFLOP per real token) divided by "
         "encoding time; fraction_of_matmul_peak divides it by the matmul rate of the same precision. Query latency: "
-        "batch 1, tokenize + encode + exact top-10 over the corpus vectors, p50/p99 over the test queries. BM25 rows: "
-        "same tokens (bm25s tokenizer, English stopwords, Snowball), k1 1.5, b 0.75; queries/s from the median of "
-        "repeated passes over the test queries (≥ 5 passes and ≥ 2 s; rank_bm25: one pass)."))
+        "batch 1, tokenize + encode + exact top-10 over the corpus vectors, p50/p99 over the test queries, the systems "
+        "taking turns query by query; 'twotower onnx-query' = the query tower on ONNX Runtime (fp32; twotower serve's "
+        "default query runtime), its NDCG against the fp32 document vectors. BM25 rows: same tokens (bm25s tokenizer, "
+        "English stopwords, Snowball), k1 1.5, b 0.75; queries/s from the median of repeated passes over the queries "
+        "(≥ 5 passes each and ≥ 2 s, twotower and bm25s taking turns pass by pass; rank_bm25: one pass)."))
 
 
 def _autocast_encode(tower, items, args):
@@ -184,16 +197,20 @@ def _autocast_encode(tower, items, args):
                                       precision="fp32", show_progress=False)
 
 
-def median_seconds(fn, min_seconds: float = 2.0, min_repeats: int = 5) -> float:
-    """Median wall time of ``fn()`` over repeated passes (at least ``min_repeats`` and ``min_seconds``);
-    one pass over 300 queries takes ~40 ms, too short to time once. ``min_seconds=0`` times one pass."""
-    fn()  # warm-up
-    times, start = [], time.perf_counter()
-    while len(times) < (min_repeats if min_seconds else 1) or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def median_seconds(fns: dict, min_seconds: float = 2.0, min_repeats: int = 5) -> dict[str, float]:
+    """Median wall time of one pass per function, the functions taking turns pass by pass in
+    alternating order (at least ``min_repeats`` rounds and ``min_seconds``); one pass over 300 queries
+    takes ~40 ms, too short to time once. ``min_seconds=0`` times one pass each."""
+    names = list(fns)
+    for n in names:  # warm-up
+        fns[n]()
+    times, start = {n: [] for n in names}, time.perf_counter()
+    while len(times[names[0]]) < (min_repeats if min_seconds else 1) or time.perf_counter() - start < min_seconds:
+        for n in names if len(times[names[0]]) % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t0)
+    return {n: float(np.median(t)) for n, t in times.items()}
 
 
 def bm25_rows(ds, doc_ids, queries) -> list[dict]:
@@ -203,23 +220,22 @@ def bm25_rows(ds, doc_ids, queries) -> list[dict]:
     from twotower.retrieval.bm25 import BM25
 
     texts = [ds.corpus[d].full_text for d in doc_ids]
-    rows = []
+    build = {}
     t0 = time.perf_counter()
     ours = BM25().index(doc_ids, texts, show_progress=False)
-    build = time.perf_counter() - t0
-    rows.append({"system": "twotower bm25", "build_s": build,
-                 "queries_per_s": len(queries) / median_seconds(lambda: ours.search(queries, 10, show_progress=False))})
+    build["twotower bm25"] = time.perf_counter() - t0
 
     tok = ours.tokenizer
     t0 = time.perf_counter()
     raw = bm25s.BM25(k1=1.5, b=0.75)
     raw.index(tok.tokenize(texts, update_vocab=False, return_as="tuple", show_progress=False), show_progress=False)
-    build = time.perf_counter() - t0
-    def raw_search():
-        raw.retrieve(tok.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False), k=10,
-                     show_progress=False)
-
-    rows.append({"system": "bm25s direct", "build_s": build, "queries_per_s": len(queries) / median_seconds(raw_search)})
+    build["bm25s direct"] = time.perf_counter() - t0
+    secs = median_seconds({
+        "twotower bm25": lambda: ours.search(queries, 10, show_progress=False),
+        "bm25s direct": lambda: raw.retrieve(tok.tokenize(queries, update_vocab=False, return_as="ids",
+                                                          show_progress=False), k=10, show_progress=False),
+    })
+    rows = [{"system": n, "build_s": build[n], "queries_per_s": len(queries) / secs[n]} for n in secs]
 
     strings = tok.tokenize(texts, update_vocab=False, return_as="string", show_progress=False)
     q_strings = tok.tokenize(queries, update_vocab=False, return_as="string", show_progress=False)
@@ -231,7 +247,7 @@ def bm25_rows(ds, doc_ids, queries) -> list[dict]:
             np.argsort(-ref.get_scores(q))[:10]
 
     rows.append({"system": "rank_bm25", "build_s": build,
-                 "queries_per_s": len(queries) / median_seconds(rank_search, min_seconds=0.0)})
+                 "queries_per_s": len(queries) / median_seconds({"rank_bm25": rank_search}, min_seconds=0.0)["rank_bm25"]})
     return rows
 
 

@@ -148,10 +148,16 @@ class Hit:
 class Searcher:
     """Queries against a stored index; safe to share between threads that only search."""
 
-    def __init__(self, index: str | Path | IndexStore, *, model: str | None = None) -> None:
+    def __init__(
+        self, index: str | Path | IndexStore, *, model: str | None = None, query_runtime: str = "torch"
+    ) -> None:
+        """``query_runtime``: ``torch``, ``onnx`` or ``auto`` (see :mod:`twotower.encoders.onnx_runtime`);
+        ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster."""
         self.store = index if isinstance(index, IndexStore) else IndexStore.open(index)
         self._model_override = model
         self._encoder = None
+        self.query_runtime = query_runtime
+        self._onnx_queries: object = False  # False: not resolved yet; None: torch
 
     @property
     def encoder(self):
@@ -166,9 +172,21 @@ class Searcher:
         self.store = live
         return changed
 
+    @property
+    def onnx_queries(self):
+        """The ONNX Runtime query tower when ``query_runtime`` resolves to onnx, else None."""
+        if self._onnx_queries is False:
+            from twotower.encoders.onnx_runtime import query_runtime
+
+            self._onnx_queries = query_runtime(self.encoder.query_tower, self.query_runtime,
+                                               max_length=self.encoder.query_max_length)
+        return self._onnx_queries
+
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         from twotower.encoders.towers import EncodeOptions
 
+        if self.onnx_queries is not None:
+            return self.onnx_queries.encode(queries)
         return self.encoder.encode_queries(queries, EncodeOptions(show_progress=False))
 
     def run(

@@ -58,12 +58,14 @@ class ServeLimits:
 class ServiceState:
     """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
 
-    def __init__(self, index: str | Path, *, model: str | None = None, precision: str = "auto") -> None:
+    def __init__(
+        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto"
+    ) -> None:
         from twotower.retrieval.searcher import EncodeConfig, Searcher
 
         self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model)
-        self.searcher.encoder  # load now: the first request should not pay for it
+        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime)
+        self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
         self.cfg = EncodeConfig(batch_size=32, precision=precision, show_progress=False)
         # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
         # and FAISS use every core anyway: one search or encode at a time.
@@ -213,12 +215,14 @@ def create_app(
     *,
     model: str | None = None,
     precision: str = "auto",
+    query_runtime: str = "auto",
 ):
     """A FastAPI app serving the index at ``index_path``.
 
     ``api_key``: the key writes (and, with ``open_reads=False``, reads) must send in the
     ``X-API-Key`` header; without one, writes are refused (403). ``model`` overrides the encoder
-    recorded in the index manifest.
+    recorded in the index manifest. ``precision`` is for encoding added documents; ``query_runtime``
+    (``auto`` | ``onnx`` | ``torch``) runs the query tower on ONNX Runtime where it can.
     """
     from fastapi import Depends, FastAPI, Path as PathParam, Request
     from fastapi.exceptions import RequestValidationError
@@ -232,7 +236,7 @@ def create_app(
     from twotower.retrieval.store import UnknownIdError
 
     limits = limits or ServeLimits()
-    state = ServiceState(index_path, model=model, precision=precision)
+    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime)
     if api_key is not None and not api_key.strip():
         raise TwoTowerError("the API key is empty: put a non-empty key in the --api-key-file")
     if not open_reads and api_key is None:
