@@ -33,7 +33,9 @@ def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict |
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     columns = list(dict.fromkeys(k for r in rows for k in r))
     lines = [f"# {name}", "", f"Command: `{payload['command']}`", "",
-             f"Machine: {payload['machine']['cpu']}, {payload['machine']['cores']} cores, torch {payload['machine']['torch']}", ""]
+             f"Machine: {payload['machine']['cpu']}, {payload['machine']['cores']} cores, torch {payload['machine']['torch']}"
+             + {True: ", fast bf16 (AMX/AVX512-BF16)", False: ", no fast bf16 (precision auto = fp32)"}.get(
+                 payload["machine"].get("fast_bf16"), ""), ""]
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("|" + "|".join("---" for _ in columns) + "|")
     for r in rows:
@@ -67,6 +69,33 @@ def interleaved(systems: dict, texts: list[str], slice_size: int = 256, show_pro
             parts[n].append(systems[n](chunk))
             seconds[n] += time.perf_counter() - t0
     return {n: (np.concatenate(parts[n]), seconds[n]) for n in names}
+
+
+def query_latency(systems: dict, doc_vecs, queries: list[str], block: int = 50) -> dict[str, dict]:
+    """Batch-1 query latency (encode one query + exact top-10 over ``doc_vecs``) per system, p50/p99 in
+    ms. Each system is ``query -> (1, dim) array``. The queries are cut into blocks of ``block``; every
+    system runs each block back to back (as a server would), the systems taking turns block by block in
+    alternating order, so slow drifts in load fall on all alike. Not query by query: two runtimes'
+    thread pools alternating on 2 cores slow each other (torch's OpenMP threads spin after each call),
+    which measured ORT at 11.3 ms interleaved vs 7.3 ms back to back. The first 10 queries warm up."""
+    import time
+
+    import numpy as np
+
+    from twotower.retrieval.dense import exact_search
+
+    names = list(systems)
+    for q in queries[:10]:
+        for n in names:
+            systems[n](q)
+    times = {n: [] for n in names}
+    for k, start in enumerate(range(0, len(queries), block)):
+        for n in names if k % 2 == 0 else names[::-1]:
+            for q in queries[start : start + block]:
+                t0 = time.perf_counter()
+                exact_search(systems[n](q), doc_vecs, 10)
+                times[n].append((time.perf_counter() - t0) * 1000)
+    return {n: {"p50_ms": float(np.percentile(t, 50)), "p99_ms": float(np.percentile(t, 99))} for n, t in times.items()}
 
 
 def load_average() -> float:

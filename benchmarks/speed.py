@@ -22,7 +22,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
+from _common import (encoding_parser, interleaved, load_average, query_latency, st_encoder, test_documents,
+                     write_results)
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import encode_texts
 from twotower.encoders.onnx_runtime import OnnxTower
@@ -68,22 +69,6 @@ def int8_tower(tower: TextEncoder) -> TextEncoder:
     backbone = quantize_dynamic(copy.deepcopy(tower.backbone), {torch.nn.Linear}, dtype=torch.qint8)
     return TextEncoder(backbone, tower.tokenizer, pooling=tower.pooling, normalize=tower.normalize,
                        projection=tower.projection, max_length=tower.max_length)
-
-
-def latency(systems: dict, doc_vecs: np.ndarray, queries: list[str]) -> dict[str, dict]:
-    """Batch-1 query latency (encode one query + exact top-10) per system, p50/p99 in ms. The systems
-    take turns query by query, in alternating order, so load from other processes falls on all alike."""
-    names = list(systems)
-    for q in queries[:10]:
-        for n in names:
-            systems[n](q)
-    times = {n: [] for n in names}
-    for k, q in enumerate(queries):
-        for n in names if k % 2 == 0 else names[::-1]:
-            t0 = time.perf_counter()
-            exact_search(systems[n](q), doc_vecs, 10)
-            times[n].append((time.perf_counter() - t0) * 1000)
-    return {n: {"p50_ms": float(np.percentile(t, 50)), "p99_ms": float(np.percentile(t, 99))} for n, t in times.items()}
 
 
 def main() -> None:
@@ -153,7 +138,7 @@ def main() -> None:
     lat_queries = queries[: args.latency_queries]
     doc_vecs = vecs["twotower default"]
     onnx = OnnxTower(model.query_tower, max_length=args.max_length)  # fp32, checked against torch on probes
-    lat = latency({
+    lat = query_latency({
         "sentence-transformers fp32": lambda q: st.encode([q], convert_to_numpy=True, normalize_embeddings=True,
                                                           show_progress_bar=False),
         "twotower fp32": lambda q: encode_texts(model.query_tower, [q], precision="fp32", show_progress=False),
@@ -183,7 +168,7 @@ def main() -> None:
         f"FLOPs on the padded, length-sorted batches ({flops / n_tokens / 1e6:.1f} MFLOP per real token) divided by "
         "encoding time; fraction_of_matmul_peak divides it by the matmul rate of the same precision. Query latency: "
         "batch 1, tokenize + encode + exact top-10 over the corpus vectors, p50/p99 over the test queries, the systems "
-        "taking turns query by query; 'twotower onnx-query' = the query tower on ONNX Runtime (fp32; twotower serve's "
+        "taking turns in blocks of 50 queries; 'twotower onnx-query' = the query tower on ONNX Runtime (fp32; twotower serve's "
         "default query runtime), its NDCG against the fp32 document vectors. BM25 rows: same tokens (bm25s tokenizer, "
         "English stopwords, Snowball), k1 1.5, b 0.75; queries/s from the median of repeated passes over the queries "
         "(≥ 5 passes each and ≥ 2 s, twotower and bm25s taking turns pass by pass; rank_bm25: one pass)."))

@@ -14,6 +14,8 @@ from twotower.io import atomic_write_bytes, atomic_write_json
 def machine_info() -> dict[str, Any]:
     import torch
 
+    from twotower.encoders.inference import cpu_has_fast_bf16
+
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -28,6 +30,7 @@ def machine_info() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "fast_bf16": cpu_has_fast_bf16(),  # AMX / AVX512-BF16: what precision auto resolves to on CPU
     }
 
 
