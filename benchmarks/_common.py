@@ -98,6 +98,15 @@ def query_latency(systems: dict, doc_vecs, queries: list[str], block: int = 50) 
     return {n: {"p50_ms": float(np.percentile(t, 50)), "p99_ms": float(np.percentile(t, 99))} for n, t in times.items()}
 
 
+def vector_metrics(qrels, qids, query_vecs, doc_ids, doc_vecs, metrics=("ndcg@10", "recall@100"), k: int = 1000) -> dict:
+    """``metrics`` of an exact top-``k`` search of ``query_vecs`` (rows = ``qids``) over ``doc_vecs``."""
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.dense import exact_search, to_run
+
+    scores, idx = exact_search(query_vecs, doc_vecs, k)
+    return evaluate(qrels, to_run(qids, doc_ids, scores, idx), metrics)
+
+
 def load_average() -> float:
     return os.getloadavg()[0]
 

@@ -15,10 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
+from _common import (encoding_parser, interleaved, load_average, st_encoder, test_documents, vector_metrics,
+                     write_results)
 from twotower.encoders.towers import DualEncoder, EncodeOptions
-from twotower.evaluation.metrics import evaluate
-from twotower.retrieval.dense import exact_search, to_run
 
 
 def main() -> None:
@@ -49,8 +48,7 @@ def main() -> None:
         row["max_abs_diff"] = float(np.abs(emb - ref).max())
         row["min_cosine"] = float((emb * ref).sum(1).min())
         if len(doc_ids) == len(ds.corpus):
-            s, i = exact_search(query_fns[name](queries), emb, 1000)
-            row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10", "recall@100")))
+            row.update(vector_metrics(ds.qrels, qids, query_fns[name](queries), doc_ids, emb))
         rows.append(row)
         print(row, flush=True)
     write_results("encode_throughput", rows, notes=(

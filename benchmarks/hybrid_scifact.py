@@ -16,8 +16,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-
 from _common import DATA, write_results  # noqa: E402
 from _vectors import scifact_vectors  # noqa: E402
 

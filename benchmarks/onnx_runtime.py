@@ -27,8 +27,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import encoding_parser, interleaved, load_average, st_encoder, test_documents, write_results
-from twotower.encoders.inference import _pad_batch, encode_texts
+from _common import (encoding_parser, interleaved, load_average, st_encoder, test_documents, vector_metrics,
+                     write_results)
+from twotower.encoders.inference import encode_texts, length_sorted_batches
 from twotower.encoders.towers import DualEncoder
 
 
@@ -75,13 +76,8 @@ def ort_encoder(path: Path, tower, *, batch_size: int, max_length: int):
     tok = tower.tokenizer
 
     def encode(texts: list[str]) -> np.ndarray:
-        ids = tok(texts, truncation=True, max_length=max_length, padding=False,
-                  return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        order = np.argsort([-len(x) for x in ids], kind="stable")
         out = np.empty((len(texts), tower.hidden_size), dtype=np.float32)
-        for b in range(0, len(order), batch_size):
-            rows = order[b : b + batch_size]
-            input_ids, mask = _pad_batch([ids[i] for i in rows], tok.pad_token_id or 0)
+        for rows, input_ids, mask in length_sorted_batches(tok, texts, max_length, batch_size):
             feed = {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()}
             hidden = session.run(None, {k: v for k, v in feed.items() if k in names})[0]
             m = feed["attention_mask"][..., None].astype(np.float32)
@@ -120,7 +116,7 @@ def main() -> None:
         row = {"system": name, "docs_per_s": len(texts) / seconds, "vs_st": ref_s / seconds,
                "max_abs_diff": float(np.abs(vecs - ref_vecs).max())}
         if full:
-            row.update(_quality(ds.qrels, qids, query_vecs, doc_ids, vecs))
+            row.update(vector_metrics(ds.qrels, qids, query_vecs, doc_ids, vecs))  # queries by twotower fp32
         rows.append(row)
         print(row)
     notes = (f"{len(texts)} SciFact documents, max length {args.max_length}, batch {args.batch_size}, "
@@ -128,15 +124,6 @@ def main() -> None:
              f"slices. vs_st: docs/s over sentence-transformers' fp32 encode. max_abs_diff: embeddings against "
              f"sentence-transformers'. Load average at the end: {load_average():.1f}.")
     write_results("onnx_runtime", rows, notes=notes)
-
-
-def _quality(qrels, qids, query_vecs, doc_ids, doc_vecs) -> dict:
-    """NDCG@10 / Recall@100 on the test queries, queries by twotower fp32, documents by the system."""
-    from twotower.evaluation.metrics import evaluate
-    from twotower.retrieval.dense import exact_search, to_run
-
-    scores, idx = exact_search(query_vecs, doc_vecs, 1000)
-    return evaluate(qrels, to_run(qids, doc_ids, scores, idx), ("ndcg@10", "recall@100"))
 
 
 if __name__ == "__main__":

@@ -27,14 +27,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import torch
 
-from _common import DATA, load_average, query_latency, write_results
+from _common import DATA, load_average, query_latency, vector_metrics, write_results
 from _vectors import scifact_vectors
 from twotower.data.beir import BeirDataset
 from twotower.encoders.inference import encode_texts
 from twotower.encoders.onnx_runtime import OnnxTower
 from twotower.encoders.towers import DualEncoder
-from twotower.evaluation.metrics import evaluate
-from twotower.retrieval.dense import exact_search, to_run
+from twotower.retrieval.dense import exact_search
 
 
 def onnx_parts(fast: OnnxTower, doc_vecs: np.ndarray, queries: list[str]) -> dict[str, float]:
@@ -96,8 +95,7 @@ def main() -> None:
         for name, t in lat.items():
             row = {"system": name, "threads": threads, **t, "speedup_vs_st": ref / t["p50_ms"]}
             if name in encoders:
-                s, i = exact_search(encoders[name](), doc_vecs, 100)
-                row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10",)))
+                row.update(vector_metrics(ds.qrels, qids, encoders[name](), doc_ids, doc_vecs, ("ndcg@10",), k=100))
             if name == "twotower onnx-query":
                 row.update(onnx_parts(fast, doc_vecs, timed), max_abs_diff_vs_torch=fast.max_abs_diff)
             rows.append(row)

@@ -23,13 +23,11 @@ import numpy as np
 import torch
 
 from _common import (encoding_parser, interleaved, load_average, query_latency, st_encoder, test_documents,
-                     write_results)
+                     vector_metrics, write_results)
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import encode_texts
 from twotower.encoders.onnx_runtime import OnnxTower
 from twotower.encoders.towers import DualEncoder
-from twotower.evaluation.metrics import evaluate
-from twotower.retrieval.dense import exact_search, to_run
 from bm25_speed import bm25_rows
 
 
@@ -110,8 +108,7 @@ def main() -> None:
                "min_cosine_vs_st": float((emb * ref).sum(1).min())}
         if full:
             fn = systems[name] if name != "twotower default" else tt("auto")
-            s, i = exact_search(fn(queries), emb, 1000)
-            row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10", "recall@100")))
+            row.update(vector_metrics(ds.qrels, qids, fn(queries), doc_ids, emb))
         rows.append(row)
         print(row, flush=True)
 
@@ -148,8 +145,7 @@ def main() -> None:
     }, doc_vecs, lat_queries)
     onnx_row = {"system": "twotower onnx-query"}
     if full:  # ONNX Runtime query vectors against the fp32 document vectors
-        s, i = exact_search(onnx.encode(queries), vecs["twotower fp32"], 1000)
-        onnx_row.update(evaluate(ds.qrels, to_run(qids, doc_ids, s, i), ("ndcg@10", "recall@100")))
+        onnx_row.update(vector_metrics(ds.qrels, qids, onnx.encode(queries), doc_ids, vecs["twotower fp32"]))
     rows.append(onnx_row)
     for row in rows:
         if row["system"] in lat:

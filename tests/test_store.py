@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
