@@ -340,8 +340,8 @@ def lengths(rows: list[dict]) -> list[int]:
 
 def comparisons(rows: list[dict]) -> list[str]:
     """Sentences for GTR's three questions, from whatever rows exist."""
-    def get(system: str, stage: str) -> float | None:
-        row = pick(rows, system, stage)
+    def get(system: str, stage: str, length: int) -> float | None:
+        row = pick(rows, system, stage, length)
         return row["ndcg@10"] if row else None
 
     lines = []
@@ -358,19 +358,21 @@ def comparisons(rows: list[dict]) -> list[str]:
             lines.append(f"- Model size at a fixed bottleneck ({stage}, NDCG@10, MiniLM → mpnet): "
                          + "; ".join(f"dim {d} at max length {n}: {a:.4f} → {b:.4f} ({b - a:+.4f})"
                                      for d, n, a, b in pairs) + ".")
+    fracs = sorted({r["stage"] for r in rows if r["stage"].startswith("fine-tuned-")})
     for prefix in ("minilm", "mpnet"):
-        curve = [(d, get(f"{prefix}-{d}", "fine-tuned")) for d in dims]
-        curve = [(d, v) for d, v in curve if v is not None]
-        if len(curve) > 1:
-            lines.append(f"- Bottleneck ({prefix}, fine-tuned NDCG@10 by dim): "
-                         + ", ".join(f"{d}: {v:.4f}" for d, v in curve) + ".")
-        fracs = sorted({r["stage"] for r in rows if r["stage"].startswith("fine-tuned-")})
-        for st in fracs:
-            both = [(d, get(f"{prefix}-{d}", st), get(f"{prefix}-{d}", "fine-tuned")) for d in dims]
-            both = [(d, a, b) for d, a, b in both if a is not None and b is not None]
-            if both:
-                lines.append(f"- Data efficiency ({prefix}, NDCG@10 {st} vs all train queries): "
-                             + "; ".join(f"dim {d}: {a:.4f} vs {b:.4f} ({a - b:+.4f})" for d, a, b in both) + ".")
+        for length in lengths(rows):  # a backbone's rows at one max length at a time
+            curve = [(d, get(f"{prefix}-{d}", "fine-tuned", length)) for d in dims]
+            curve = [(d, v) for d, v in curve if v is not None]
+            if len(curve) > 1:
+                lines.append(f"- Bottleneck ({prefix}, max length {length}, fine-tuned NDCG@10 by dim): "
+                             + ", ".join(f"{d}: {v:.4f}" for d, v in curve) + ".")
+            for st in fracs:
+                both = [(d, get(f"{prefix}-{d}", st, length), get(f"{prefix}-{d}", "fine-tuned", length)) for d in dims]
+                both = [(d, a, b) for d, a, b in both if a is not None and b is not None]
+                if both:
+                    lines.append(f"- Data efficiency ({prefix}, max length {length}, NDCG@10 {st} vs all train "
+                                 "queries): " + "; ".join(f"dim {d}: {a:.4f} vs {b:.4f} ({a - b:+.4f})"
+                                                          for d, a, b in both) + ".")
     return lines
 
 
