@@ -74,6 +74,7 @@ class Job:
     temperature: float
     seed: int
     precision: str
+    equal_steps: bool = False  # a fraction trained for epochs/fraction epochs: as many steps as all the data
 
     @property
     def zero_shot(self) -> bool:
@@ -87,7 +88,9 @@ class Job:
     def stage(self) -> str:
         if self.zero_shot:
             return "zero-shot"
-        return "fine-tuned" if self.fraction >= 1 else f"fine-tuned-{self.fraction * 100:g}%"
+        if self.fraction >= 1:
+            return "fine-tuned"
+        return f"fine-tuned-{self.fraction * 100:g}%" + ("-equal-steps" if self.equal_steps else "")
 
     @property
     def name(self) -> str:
@@ -297,8 +300,9 @@ def plan(args) -> list[Job]:
     for backbone in args.backbones:
         jobs += [Job(backbone, dim, 0.0, 0.0, **common) for dim in args.dims]
         for fraction in args.fractions:
-            epochs = args.epochs / fraction if args.equal_steps else args.epochs
-            jobs += [Job(backbone, dim, fraction, epochs, **common) for dim in args.dims]
+            equal = args.equal_steps and fraction < 1
+            epochs = args.epochs / fraction if equal else args.epochs
+            jobs += [Job(backbone, dim, fraction, epochs, **common, equal_steps=equal) for dim in args.dims]
     if args.only:
         jobs = [j for j in jobs if any(fnmatch.fnmatch(s, pat) for pat in args.only
                                        for s in (j.name, j.system, j.stage, j.backbone))]
@@ -447,7 +451,7 @@ def write_all(rows: list[dict], args, transfer: list[Path]) -> None:
         "isometry when larger, a random semi-orthogonal map when smaller), no training; computed from one encoding "
         "of the test set per backbone, so its encode_s is that shared encoding. fine-tuned-N%: a seeded N% of "
         "the train queries with all their judged positives (SciFact train has no judged negatives), same epochs "
-        "unless `--equal-steps`. train_s ≈N: the run was resumed after a kill and its time is estimated from "
+        "(fine-tuned-N%-equal-steps: epochs / N, as many steps as all the data; `--equal-steps`). train_s ≈N: the run was resumed after a kill and its time is estimated from "
         "the final step rate. encode_s: test corpus + queries (+ exact search).",
         "",
         transfer_note,
