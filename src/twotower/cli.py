@@ -25,6 +25,8 @@ app.add_typer(data_app, name="data")
 # Tables are wide: don't squeeze them to 80 columns when output goes to a file or pipe.
 console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
+COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per document after a one-off compile "
+                "of ~1 min (benchmarks/results/compile_speed.md); worth it from a few thousand documents.")
 
 
 def _fail(exc: Exception) -> None:
@@ -76,6 +78,7 @@ def eval_cmd(
         "the share of queries with a relevant document in the top k).",
     ),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
     rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
@@ -95,8 +98,8 @@ def eval_cmd(
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
         metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
     )
-    cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector = (
-        index, rerank, rerank_depth, hybrid_lambda, multivector)
+    cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
+        index, rerank, rerank_depth, hybrid_lambda, multivector, compile_)
     try:
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:

@@ -4,6 +4,11 @@ Texts are tokenized without padding in large chunks, sorted by their real token 
 character count), cut into batches padded only to the longest member, and encoded under
 ``torch.inference_mode``. With ``precision="bf16"`` the matmuls run in bfloat16 (AMX / AVX-512
 bf16 on recent x86 CPUs, tensor cores on GPUs); ``"auto"`` picks bf16 where the hardware has it.
+With ``compile=True`` the forward pass goes through ``torch.compile`` (Inductor, dynamic shapes):
+it fuses the elementwise work around the matmuls (GELU, bias, LayerNorm, residual adds), and on the
+bf16 path also freezes the weights (oneDNN pre-packing). It pays for its one-off compile time
+(~15-45 s on 2 cores, less when Inductor's on-disk cache is warm) on corpora of thousands of
+documents, not on a handful of queries: benchmarks/results/compile_speed.md.
 """
 
 from __future__ import annotations
@@ -80,6 +85,21 @@ def bf16_copy(encoder: TextEncoder) -> TextEncoder:
     return fast
 
 
+def compiled_forward(encoder: TextEncoder, *, freeze: bool = False):
+    """``torch.compile(encoder, dynamic=True)``, cached on ``encoder``. Shapes are dynamic: length-sorted
+    batches change width every batch.
+
+    Unfrozen, the compiled module reads the live weights, so training steps in between need no recompile.
+    ``freeze=True`` (Inductor's freezing) folds the weights into the graph as constants and pre-packs them
+    for oneDNN, fusing bias and GELU into the matmuls: only for modules whose weights never change, such
+    as the inference copy :func:`bf16_copy` makes (a new copy, hence a new compile, follows weight updates)."""
+    fwd = encoder.__dict__.get("_compiled_forward")
+    if fwd is None:
+        fwd = torch.compile(encoder, dynamic=True, options={"freezing": freeze})
+        encoder.__dict__["_compiled_forward"] = fwd  # a plain attribute, not a registered submodule
+    return fwd
+
+
 def length_sorted_rows(
     tokenizer, texts: Sequence[str], max_length: int, batch_size: int
 ) -> Iterator[tuple[np.ndarray, list[list[int]]]]:
@@ -127,11 +147,16 @@ def encode_texts(
     precision: str = "auto",
     show_progress: bool = True,
     desc: str = "encoding",
+    compile: bool = False,
 ) -> np.ndarray:
-    """Encode ``texts`` into a float32 array (len(texts), dim), in input order."""
+    """Encode ``texts`` into a float32 array (len(texts), dim), in input order.
+
+    ``compile``: run the forward pass through :func:`compiled_forward`. If compilation fails (no C++
+    compiler, an unsupported operator) the error is logged and encoding goes on eagerly."""
     device = next(encoder.parameters()).device
     precision = resolve_precision(precision, device)
-    if precision == "bf16" and device.type == "cpu":
+    frozen_copy = precision == "bf16" and device.type == "cpu"
+    if frozen_copy:
         encoder, precision = bf16_copy(encoder), "fp32"  # bf16 weights beat autocast on CPU
     max_length = max_length or encoder.max_length
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
@@ -139,9 +164,19 @@ def encode_texts(
     encoder.eval()
     bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
     try:
+        forward = compiled_forward(encoder, freeze=frozen_copy) if compile else encoder
         with torch.inference_mode(), autocast_context(precision, device):
             for rows, input_ids, mask in length_sorted_batches(encoder.tokenizer, texts, max_length, batch_size):
-                emb = encoder(input_ids.to(device), mask.to(device))
+                input_ids, mask = input_ids.to(device), mask.to(device)
+                try:
+                    emb = forward(input_ids, mask)
+                except Exception as exc:  # noqa: BLE001 - any compiler failure: fall back, don't lose the run
+                    if forward is encoder:
+                        raise
+                    log.warning("torch.compile failed (%s: %s); encoding without it", type(exc).__name__,
+                                str(exc).splitlines()[0] if str(exc) else "")
+                    forward = encoder
+                    emb = forward(input_ids, mask)
                 out[rows] = emb.float().cpu().numpy()
                 bar.update(len(rows))
     finally:

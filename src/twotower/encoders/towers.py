@@ -32,6 +32,7 @@ class EncodeOptions:
     batch_size: int = 32
     precision: str = "auto"
     show_progress: bool = True
+    compile: bool = False  # torch.compile the forward pass (pays off on thousands of texts; see inference.py)
 
 
 def new_projection(in_features: int, out_features: int, *, layer_norm: bool = False) -> Projection:
@@ -174,6 +175,7 @@ class DualEncoder(nn.Module):
         return encode_texts(
             self.query_tower, queries, max_length=self.query_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
+            compile=opts.compile,
             desc="encoding queries",
         )
 
@@ -182,5 +184,6 @@ class DualEncoder(nn.Module):
         return encode_texts(
             self.doc_tower, docs, max_length=self.doc_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
+            compile=opts.compile,
             desc="encoding documents",
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset
@@ -39,6 +39,7 @@ class EvalConfig:
     rerank_depth: int = 100
     hybrid_lambda: float | None = None  # default: twotower.retrieval.searcher.DEFAULT_LAMBDA
     multivector: int | None = None  # ME-BERT m when no --index is given (default: the model's trained m, else 8)
+    compile: bool = False  # torch.compile the dense retriever's document encoding
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
-    doc_vecs = model.encode_documents([ds.corpus[d].full_text for d in doc_ids], opts)
+    doc_vecs = model.encode_documents([ds.corpus[d].full_text for d in doc_ids], replace(opts, compile=cfg.compile))
     elapsed = time.perf_counter() - t0
     timings["index_s"] = elapsed
     timings["encode_docs_per_s"] = len(doc_ids) / elapsed

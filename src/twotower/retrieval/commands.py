@@ -11,7 +11,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.cli import _fail, console
+    from twotower.cli import COMPILE_HELP, _fail, console
     from twotower.errors import TwoTowerError
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
                                               help="Multi-vector: random projection of token vectors to this many dims."),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
         use_ray: bool = typer.Option(False, "--ray", help="Encode on Ray: an actor pool holding the model."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="auto | local | ray://host:port"),
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
 
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
-        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress)
+        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_)
         try:
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
@@ -74,6 +75,7 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the manifest)."),
         batch_size: int = typer.Option(32, "--batch-size", min=1),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
     ) -> None:
         """Encode only the new documents and add them as a new index version."""
@@ -81,7 +83,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             store = add_documents(index, docs, replace=replace, model=model,
-                                  cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress))
+                                  cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress,
+                                                 compile=compile_))
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{index}: version {store.version}, {len(store)} documents")

@@ -34,6 +34,7 @@ class EncodeConfig:
     batch_size: int = 32
     precision: str = "auto"
     show_progress: bool = True
+    compile: bool = False  # torch.compile single-vector document encoding (EncodeOptions.compile)
 
 
 def model_info(model_arg: str | None, encoder) -> dict:
@@ -80,7 +81,8 @@ def encode_new_docs(
             precision=cfg.precision, projection=projection, show_progress=cfg.show_progress,
         )
     else:
-        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
+        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
+                             compile=cfg.compile)
         vectors, offsets = encoder.encode_documents(texts, opts), None
     return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
 

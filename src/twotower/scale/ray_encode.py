@@ -76,13 +76,13 @@ def plan_batches(tokenizer, texts: list[str], *, max_length: int, batch_size: in
 class _EncodeActor:
     """Holds one document tower; encodes Ray batches whose rows are padded batches of texts."""
 
-    def __init__(self, model: str | None, precision: str, device: str) -> None:
+    def __init__(self, model: str | None, precision: str, device: str, compile: bool = False) -> None:
         import torch
 
         from twotower.encoders.towers import DualEncoder
 
         self.encoder = DualEncoder.load(model, device=torch.device(device))
-        self.precision = precision
+        self.precision, self.compile = precision, compile
 
     def __call__(self, batch: dict) -> dict:
         from twotower.encoders.inference import encode_texts
@@ -91,7 +91,8 @@ class _EncodeActor:
         for texts in batch["texts"]:
             texts = [str(t) for t in texts]
             vectors.append(encode_texts(self.encoder.doc_tower, texts, max_length=self.encoder.doc_max_length,
-                                        batch_size=len(texts), precision=self.precision, show_progress=False))
+                                        batch_size=len(texts), precision=self.precision, show_progress=False,
+                                        compile=self.compile))
         return {"batch": np.asarray(batch["batch"]), "vectors": np.array(vectors + [None], dtype=object)[:-1]}
 
 
@@ -113,6 +114,7 @@ def encode_corpus_ray(
     max_length: int,
     batch_size: int = 32,
     precision: str = "auto",
+    compile: bool = False,
     shard_dir: str | Path,
     cfg: RayConfig | None = None,
     show_progress: bool = True,
@@ -144,7 +146,7 @@ def encode_corpus_ray(
         out = ds.map_batches(
             _EncodeActor, batch_size=cfg.batches_per_call, batch_format="numpy",
             compute=ActorPoolStrategy(size=workers), num_cpus=cfg.cpus_per_worker, num_gpus=gpus or None,
-            fn_constructor_kwargs={"model": model, "precision": precision, "device": device},
+            fn_constructor_kwargs={"model": model, "precision": precision, "device": device, "compile": compile},
         )
         t0, n = time.perf_counter(), 0
         log.info("encoding %d batches on %d Ray actors (%s)", len(todo), workers, device)
@@ -224,7 +226,7 @@ def build_index_ray(
     vectors = encode_corpus_ray(
         [d.id for d in docs], [d.full_text for d in docs], model=model, tokenizer=tower.tokenizer,
         max_length=encoder.doc_max_length or tower.max_length, batch_size=cfg.batch_size, precision=cfg.precision,
-        shard_dir=shard_dir, cfg=ray_cfg, show_progress=cfg.show_progress,
+        compile=cfg.compile, shard_dir=shard_dir, cfg=ray_cfg, show_progress=cfg.show_progress,
     )
     new = NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors)
     store = IndexStore.build(out, new, model=info, spec=spec, show_progress=cfg.show_progress)
