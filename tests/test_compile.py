@@ -54,6 +54,22 @@ def test_frozen_bf16_compile_equals_eager_and_follows_weight_updates(tiny_bert_d
                                                precision="bf16", show_progress=False), atol=2e-2)
 
 
+def test_compiled_tower_copies_without_its_caches(tiny_bert_dir):
+    """A tower compiled in fp32 still makes its bf16 copy (and ADE / MoCo deep copies): the compiled forward
+    and the bf16 cache are derived state that a copy leaves out and rebuilds."""
+    import copy
+    import pickle
+
+    tower = DualEncoder.load(tiny_bert_dir).doc_tower
+    fp32 = _encode(tower, True)
+    bf16 = encode_texts(tower, TEXTS, batch_size=3, precision="bf16", show_progress=False, compile=True)
+    assert np.allclose(bf16, fp32, atol=5e-2)
+    for clone in (copy.deepcopy(tower), pickle.loads(pickle.dumps(tower))):
+        assert "_compiled_forward" not in clone.__dict__ and "_bf16_cache" not in clone.__dict__
+        assert np.allclose(_encode(clone, False), fp32, atol=1e-5)
+    assert "_compiled_forward" in tower.__dict__ and "_bf16_cache" in tower.__dict__
+
+
 def test_compile_failure_falls_back_to_eager(tiny_bert_dir, monkeypatch, caplog):
     def broken(module, **kwargs):
         def fail(*args):

@@ -23,6 +23,12 @@ class Projection(nn.Module):
         return self.layer_norm(x) if self.layer_norm is not None else x
 
 
+# Plain attributes that twotower.encoders.inference caches on a tower (its bf16 inference copy, its compiled
+# forward): derived from the weights and rebuilt on demand, so a copy or pickle of the tower leaves them out
+# (a compiled module cannot be deep-copied, and a copy must not share the original's caches).
+DERIVED_CACHES = ("_bf16_cache", "_compiled_forward")
+
+
 class TextEncoder(nn.Module):
     """Backbone → pooling → (projection) → (normalise). ``forward`` keeps the autograd graph."""
 
@@ -45,6 +51,9 @@ class TextEncoder(nn.Module):
         self.normalize = normalize
         self.projection = projection
         self.max_length = max_length
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in super().__getstate__().items() if k not in DERIVED_CACHES}
 
     @property
     def hidden_size(self) -> int:

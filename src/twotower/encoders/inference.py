@@ -74,7 +74,6 @@ def bf16_copy(encoder: TextEncoder) -> TextEncoder:
     if cached is not None and cached[0] == key:
         return cached[1]
     tokenizer, encoder.tokenizer = encoder.tokenizer, None  # share, don't deep-copy, the tokenizer
-    encoder.__dict__.pop("_bf16_cache", None)
     try:
         fast = deepcopy(encoder)
     finally:
