@@ -7,7 +7,7 @@ bf16 on recent x86 CPUs, tensor cores on GPUs); ``"auto"`` picks bf16 where the 
 With ``compile=True`` the forward pass goes through ``torch.compile`` (Inductor, dynamic shapes):
 it fuses the elementwise work around the matmuls (GELU, bias, LayerNorm, residual adds), and on the
 bf16 path also freezes the weights (oneDNN pre-packing). It pays for its one-off compile time
-(~15-45 s on 2 cores, less when Inductor's on-disk cache is warm) on corpora of thousands of
+(15-25 s on 2 cores with a cold cache, less when Inductor's on-disk cache is warm) on corpora of thousands of
 documents, not on a handful of queries: benchmarks/results/compile_speed.md.
 """
 
