@@ -84,7 +84,7 @@ def test_searcher_and_service_use_it(tmp_path, tiny_bert_dir):
     data = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
     build_index(data, tmp_path / "index", model=str(tiny_bert_dir), cfg=EncodeConfig(show_progress=False))
     queries = {q["_id"]: q["text"] for q in TINY_QUERIES}
-    plain = Searcher(tmp_path / "index")
+    plain = Searcher(tmp_path / "index", precision="fp32")  # ONNX Runtime runs fp32: compare like with like
     fast = Searcher(tmp_path / "index", query_runtime="onnx")
     assert plain.onnx_queries is None and isinstance(fast.onnx_queries, OnnxTower)
     np.testing.assert_allclose(fast.encode_queries(list(queries.values())),

@@ -314,3 +314,33 @@ def test_cli_index_build_add_search_eval(tiny_beir, tiny_bert_dir, tmp_path):
                               "--out", str(tmp_path / "e.json"), "--no-progress"])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "e.json").read_text())["num_queries"] == 3
+
+
+def test_searcher_encodes_queries_at_its_precision(tiny_beir, tiny_bert_dir, tmp_path, monkeypatch):
+    """The torch query path runs at the Searcher's precision, and ``eval --index --precision`` passes it on."""
+    from twotower.encoders.towers import EncodeOptions
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval import searcher as searcher_mod
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+
+    out = tmp_path / "pidx"
+    build_index(tiny_beir, out, model=str(tiny_bert_dir), cfg=EncodeConfig(precision="fp32", show_progress=False))
+    texts = ["green tea leaves", "a longer query about fermented drinks and their history"]
+    for precision in ("fp32", "bf16"):
+        s = Searcher(out, precision=precision)
+        want = s.encoder.encode_queries(texts, EncodeOptions(precision=precision, show_progress=False))
+        np.testing.assert_array_equal(s.encode_queries(texts), want)
+    assert not np.array_equal(Searcher(out, precision="fp32").encode_queries(texts),
+                              Searcher(out, precision="bf16").encode_queries(texts))
+
+    made = []
+    real = searcher_mod.Searcher
+
+    def recording(*args, **kwargs):
+        made.append(kwargs.get("precision"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(searcher_mod, "Searcher", recording)
+    run_eval(EvalConfig(data=tiny_beir, split="test", retriever="dense", index=out, precision="bf16",
+                        show_progress=False))
+    assert made == ["bf16"]

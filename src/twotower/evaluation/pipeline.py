@@ -147,7 +147,7 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     """Search a stored index (its own encoder, FAISS kind and BM25) for the split's queries."""
     from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
 
-    searcher = Searcher(cfg.index, model=cfg.model)
+    searcher = Searcher(cfg.index, model=cfg.model, precision=cfg.precision)
     if cfg.retriever == "multivector" and not searcher.store.multivector:
         raise ValueError(f"{cfg.index}: not a multi-vector index (build it with --multivector M)")
     mode = "dense" if cfg.retriever == "multivector" else cfg.retriever

@@ -151,14 +151,17 @@ class Searcher:
     """Queries against a stored index; safe to share between threads that only search."""
 
     def __init__(
-        self, index: str | Path | IndexStore, *, model: str | None = None, query_runtime: str = "torch"
+        self, index: str | Path | IndexStore, *, model: str | None = None, query_runtime: str = "torch",
+        precision: str = "auto",
     ) -> None:
         """``query_runtime``: ``torch``, ``onnx`` or ``auto`` (see :mod:`twotower.encoders.onnx_runtime`);
-        ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster."""
+        ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster (in fp32).
+        ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's."""
         self.store = index if isinstance(index, IndexStore) else IndexStore.open(index)
         self._model_override = model
         self._encoder = None
         self.query_runtime = query_runtime
+        self.precision = precision
         self._onnx_queries: object = False  # False: not resolved yet; None: torch
 
     @property
@@ -189,7 +192,7 @@ class Searcher:
 
         if self.onnx_queries is not None:
             return self.onnx_queries.encode(queries)
-        return self.encoder.encode_queries(queries, EncodeOptions(show_progress=False))
+        return self.encoder.encode_queries(queries, EncodeOptions(precision=self.precision, show_progress=False))
 
     def run(
         self, queries: dict[str, str], k: int = 10, *, mode: str = "dense", lam: float = DEFAULT_LAMBDA,

@@ -64,7 +64,7 @@ class ServiceState:
         from twotower.retrieval.searcher import EncodeConfig, Searcher
 
         self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime)
+        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision)
         self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
         self.cfg = EncodeConfig(batch_size=32, precision=precision, show_progress=False)
         # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
@@ -221,7 +221,7 @@ def create_app(
 
     ``api_key``: the key writes (and, with ``open_reads=False``, reads) must send in the
     ``X-API-Key`` header; without one, writes are refused (403). ``model`` overrides the encoder
-    recorded in the index manifest. ``precision`` is for encoding added documents; ``query_runtime``
+    recorded in the index manifest. ``precision`` is for encoding added documents and torch-encoded queries; ``query_runtime``
     (``auto`` | ``onnx`` | ``torch``) runs the query tower on ONNX Runtime where it can.
     """
     from fastapi import Depends, FastAPI, Path as PathParam, Request

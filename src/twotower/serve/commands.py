@@ -20,7 +20,7 @@ def serve_cmd(
                                                 help="File whose first line is the API key writes need (X-API-Key)."),
     keyed_reads: bool = typer.Option(False, "--keyed-reads", help="Require the API key for searches and reads too."),
     model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the index manifest)."),
-    precision: str = typer.Option("auto", help="auto | fp32 | bf16 (encoding added documents)"),
+    precision: str = typer.Option("auto", help="auto | fp32 | bf16 (encoding added documents, and queries when they run on torch)"),
     query_runtime: str = typer.Option(
         "auto", "--query-runtime",
         help="auto | onnx | torch: encode queries with ONNX Runtime (CPU, ~2x faster at batch 1; auto falls "
