@@ -80,12 +80,14 @@ def train_st(data: Path, out: Path, args) -> tuple[float, int]:
 
 
 def train_tt(data: Path, out: Path, args, *, pairs: Path | None = None, model: str | None = None,
-             epochs: float | None = None, hard: int = 0, precision: str = "auto") -> float:
+             epochs: float | None = None, hard: int = 0, precision: str = "auto",
+             attention_dropout: float | None = None) -> float:
     stage = StageConfig(data=None if pairs else str(data), pairs=str(pairs) if pairs else None,
                         epochs=epochs or args.epochs, batch_size=args.batch_size, lr=args.lr, warmup=0.1,
                         temperature=args.temperature, hard_negatives=hard)
     cfg = TrainConfig(out=str(out), model=model, precision=precision, doc_max_length=args.max_length,
-                      query_max_length=args.max_length, checkpoint_every=10_000, stages=[stage])
+                      query_max_length=args.max_length, checkpoint_every=10_000, stages=[stage],
+                      attention_dropout=attention_dropout)
     t0 = time.perf_counter()
     Trainer(cfg).train()
     return time.perf_counter() - t0

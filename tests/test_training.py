@@ -193,3 +193,34 @@ def test_kill_and_resume_ends_with_same_weights(tmp_path, tiny_bert_dir):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
+
+
+
+def test_attention_dropout_option(tiny_bert_dir, tiny_t5_dir, tmp_path):
+    """--attention-dropout sets every self-attention layer's dropout for training (both towers of an ADE), the
+    config keeping its own value; out-of-range rates and T5 (no separate attention rate) are refused."""
+    from torch import nn
+
+    from twotower.encoders.backbone import set_attention_dropout
+    from twotower.encoders.towers import DualEncoder
+    from twotower.errors import ModelError
+    from twotower.training.trainer import TrainConfig, Trainer
+
+    def rates(backbone):
+        return [m.dropout.p for m in backbone.modules()
+                if type(m).__name__.endswith("SelfAttention") and isinstance(m.dropout, nn.Dropout)]
+
+    own = DualEncoder.load(tiny_bert_dir).doc_tower.backbone.config.attention_probs_dropout_prob
+    assert own != 0.25
+    trainer = Trainer(TrainConfig(out=str(tmp_path / "run"), model=str(tiny_bert_dir), towers="ade",
+                                  attention_dropout=0.25, show_progress=False))
+    for tower in (trainer.model.query_tower, trainer.model.doc_tower):
+        assert len(rates(tower.backbone)) == tower.backbone.config.num_hidden_layers
+        assert set(rates(tower.backbone)) == {0.25}
+        assert tower.backbone.config.attention_probs_dropout_prob == own  # kept for saving
+    default = Trainer(TrainConfig(out=str(tmp_path / "run2"), model=str(tiny_bert_dir), show_progress=False))
+    assert set(rates(default.model.doc_tower.backbone)) == {own}
+    with pytest.raises(ModelError, match="BERT-family"):
+        set_attention_dropout(DualEncoder.load(tiny_t5_dir).doc_tower.backbone, 0.0)
+    with pytest.raises(ModelError, match=r"\[0, 1\)"):
+        set_attention_dropout(trainer.model.doc_tower.backbone, 1.0)

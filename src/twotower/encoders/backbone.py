@@ -146,3 +146,30 @@ def load_backbone(model: str, *, torch_dtype=None):
             hf_logging.enable_progress_bar()
     backbone.eval()
     return tokenizer, backbone
+
+
+def set_attention_dropout(backbone, p: float) -> int:
+    """Set the dropout on attention probabilities of every self-attention layer of ``backbone`` to ``p``, for
+    training (the config, and so a saved model, keeps its own value). Returns the number of layers changed.
+
+    Only BERT-family backbones (BERT, RoBERTa, XLM-R, MPNet, MiniLM: a config with ``attention_probs_dropout_prob``)
+    have a separate rate for it; T5's ``dropout_rate`` covers every dropout, so T5 is refused. With ``p = 0``
+    ``scaled_dot_product_attention`` can take its fused kernel in training (no dropout mask to draw): a
+    MiniLM-L6 training step on CPU ran 1.8x faster in bf16, 2.1x in fp32 (README, Training)."""
+    from torch import nn
+
+    if not 0.0 <= p < 1.0:
+        raise ModelError(f"attention dropout must be in [0, 1), got {p}")
+    config = backbone.config
+    if not hasattr(config, "attention_probs_dropout_prob"):
+        raise ModelError(f"--attention-dropout needs a BERT-family backbone (a config with "
+                         f"attention_probs_dropout_prob); {config.model_type} has none: leave the option out")
+    changed = 0
+    for module in backbone.modules():
+        if type(module).__name__.endswith("SelfAttention") and isinstance(getattr(module, "dropout", None), nn.Dropout):
+            module.dropout.p = p
+            changed += 1
+    if changed == 0:
+        raise ModelError(f"{config.model_type}: found no self-attention dropout to set (a layout twotower does not "
+                         "know): leave --attention-dropout out")
+    return changed

@@ -40,6 +40,10 @@ def train_cmd(
     lr: float = typer.Option(2e-5, help="Peak learning rate."),
     optimizer: str = typer.Option("adamw", help="adamw | adafactor"),
     precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
+    attention_dropout: Optional[float] = typer.Option(
+        None, "--attention-dropout",
+        help="Dropout on attention probabilities while training (default: the model's own, 0.1 for MiniLM). "
+        "0 lets attention run fused: ~1.8x faster steps on CPU (BERT-family backbones)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Document max tokens (default: the model's)."),
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
     config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
@@ -59,7 +63,7 @@ def train_cmd(
     common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
                   precision=precision, doc_max_length=max_length, query_max_length=query_max_length, seed=seed,
                   checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
-                  multivector=multivector)
+                  multivector=multivector, attention_dropout=attention_dropout)
     try:
         if config is not None:
             cfg = TrainConfig.from_toml(config, **{k: v for k, v in common.items() if k == "out" or v is not None})
