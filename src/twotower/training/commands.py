@@ -43,7 +43,7 @@ def train_cmd(
     attention_dropout: Optional[float] = typer.Option(
         None, "--attention-dropout",
         help="Dropout on attention probabilities while training (default: the model's own, 0.1 for MiniLM). "
-        "0 lets attention run fused: ~1.8x faster steps on CPU (BERT-family backbones)."),
+        "0 lets attention run fused: 1.5x faster fine-tuning on CPU (BERT-family backbones)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Document max tokens (default: the model's)."),
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
     config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
