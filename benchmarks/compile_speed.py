@@ -49,10 +49,12 @@ def main() -> None:
                                           precision=precision, show_progress=False, compile=compile)
 
     systems = {"sentence-transformers fp32": st_encode}
+    precision_of = {"sentence-transformers fp32": "fp32"}
     compile_s = {}
     for p in precisions:
         systems[f"twotower {label[p]}"] = tt(p, False)
         systems[f"twotower {label[p]} compiled"] = tt(p, True)
+        precision_of[f"twotower {label[p]}"] = precision_of[f"twotower {label[p]} compiled"] = p
         probe = texts[:64]
         systems[f"twotower {label[p]}"](probe)
         t0 = time.perf_counter()
@@ -69,14 +71,13 @@ def main() -> None:
     rows = []
     for name, (emb, secs) in out.items():
         row = {"system": name, "docs_per_s": len(texts) / secs, "ratio_vs_st": ref_s / secs}
+        p = precision_of[name]
         if name.endswith(" compiled"):
-            p = "fp32" if " fp32 " in name else "auto"
             eager_emb, eager_s = out[name.removesuffix(" compiled")]
             row.update(speedup_vs_eager=eager_s / secs, compile_s=compile_s[p],
                        docs_per_s_incl_compile=len(texts) / (secs + compile_s[p]),
                        max_abs_diff_vs_eager=float(np.abs(emb - eager_emb).max()))
         if full:
-            p = "auto" if "default" in name else "fp32"
             q_vecs = (st_encode(queries) if name.startswith("sentence") else
                       encode_texts(model.query_tower, queries, precision=p, show_progress=False))
             row.update(vector_metrics(ds.qrels, list(ds.queries), q_vecs, doc_ids, emb))
