@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,26 +12,15 @@ from typing import Optional
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from twotower.console import COMPILE_HELP, DEVICE_HELP, console, warn
+from twotower.console import fail as _fail
 from twotower.errors import TwoTowerError
 
 app = typer.Typer(help="Train, index, evaluate and serve dual-encoder retrievers.", no_args_is_help=True)
 data_app = typer.Typer(help="Find or download BEIR data sets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
-
-# Tables are wide: don't squeeze them to 80 columns when output goes to a file or pipe.
-console = Console() if sys.stdout.isatty() else Console(width=160)
-err_console = Console(stderr=True)
-COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per document after a one-off compile "
-                "of 15-25 s on 2 cores (fp32 1.12x, bf16 1.04x: benchmarks/results/compile_speed.md); worth it "
-                "from several thousand documents.")
-
-
-def _fail(exc: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code=2)
 
 
 def metrics_table(rows: list[dict], title: str = "") -> Table:
@@ -106,7 +94,7 @@ def eval_cmd(
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     for w in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        warn(w)
     payload = result.to_json()
     if out:
         atomic_write_json(out, payload)

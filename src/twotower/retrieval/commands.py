@@ -11,7 +11,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.cli import COMPILE_HELP, _fail, console
+    from twotower.console import COMPILE_HELP, fail as _fail, console
     from twotower.errors import TwoTowerError
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)

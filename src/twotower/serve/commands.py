@@ -31,7 +31,7 @@ def serve_cmd(
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve search, document reads and (with an API key) document writes over HTTP."""
-    from twotower.cli import _fail, console
+    from twotower.console import fail as _fail, console
     from twotower.errors import TwoTowerError
 
     try:

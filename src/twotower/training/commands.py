@@ -54,7 +54,7 @@ def train_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
-    from twotower.cli import _fail
+    from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
     from twotower.training.pipeline import TrainRequest, run_training
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
@@ -97,7 +97,7 @@ def mine_cmd(
     progress: bool = typer.Option(True),
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
-    from twotower.cli import _fail
+    from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
     from twotower.training.pipeline import mine_pairs
 

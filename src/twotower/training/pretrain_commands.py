@@ -46,7 +46,7 @@ def pretrain_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
-    from twotower.cli import _fail
+    from twotower.console import fail as _fail
     from twotower.data.augment import ViewConfig
     from twotower.errors import TwoTowerError
     from twotower.training.pretrain import PretrainConfig, pretrain

@@ -1,0 +1,31 @@
+"""What every command module shares: the consoles, the one way to stop with an error, shared help texts.
+
+Command modules (``*/commands.py``) import this, never ``twotower.cli``: the CLI is the top floor.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+# Tables are wide: don't squeeze them to 80 columns when output goes to a file or pipe.
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err_console = Console(stderr=True)
+
+COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per document after a one-off compile "
+                "of 15-25 s on 2 cores (fp32 1.12x, bf16 1.04x: benchmarks/results/compile_speed.md); worth it "
+                "from several thousand documents.")
+DEVICE_HELP = "auto (the GPU where torch sees one, else cpu) | cpu | cuda | cuda:N"
+
+
+def fail(exc: Exception | str) -> NoReturn:
+    """Print ``error: <message>`` to stderr and exit with status 2 (no traceback)."""
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)

@@ -1,0 +1,55 @@
+"""Which device a model runs on: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``, checked before any work.
+
+``auto`` is the current CUDA device where torch sees one (under ``torchrun`` the process's LOCAL_RANK GPU,
+set by ``maybe_init_distributed``), else the CPU. Everything a model computes with follows the device of
+its parameters (``device_of``), so one ``--device`` choice moves a whole command.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from twotower.errors import TwoTowerError
+
+DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
+_PATTERN = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+
+
+def resolve_device(spec: str | torch.device | None = "auto", *, option: str = "--device") -> torch.device:
+    """The torch device named by ``spec``; a clear error (naming ``option``) for an unknown name, a GPU that
+    torch cannot see, or a GPU index past the last one."""
+    if isinstance(spec, torch.device):
+        return spec
+    text = (spec or "auto").strip().lower()
+    match = _PATTERN.match(text)
+    if not match or (match.group(1) != "cuda" and match.group(2) is not None):
+        raise TwoTowerError(f"{option} '{spec}': not a device name; choose {DEVICE_CHOICES}")
+    kind, index = match.group(1), match.group(2)
+    if kind == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    if kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise TwoTowerError(f"{option} {text}: torch sees no CUDA GPU here (torch {torch.__version__}, "
+                            f"built with CUDA {torch.version.cuda or 'none'}); use {option} cpu or auto")
+    count = torch.cuda.device_count()
+    if index is not None and int(index) >= count:
+        raise TwoTowerError(f"{option} {text}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    return torch.device("cuda", int(index) if index is not None else torch.cuda.current_device())
+
+
+def device_of(module: torch.nn.Module) -> torch.device:
+    """The device of a module's first parameter (CPU for a module without parameters)."""
+    param = next(module.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def describe(device: torch.device) -> str:
+    """``cpu`` or ``cuda:0 (NVIDIA H100 80GB HBM3)``: what results JSON and train logs record."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
