@@ -29,7 +29,7 @@ SIMILARITIES = ("cosine", "dot")
 
 @dataclass
 class EncodeOptions:
-    batch_size: int = 32
+    batch_size: int | None = None  # None: the device's default (inference.DEFAULT_BATCH_SIZE)
     precision: str = "auto"
     show_progress: bool = True
     compile: bool = False  # torch.compile the forward pass (pays off on thousands of texts; see inference.py)

@@ -59,7 +59,8 @@ def first_token_vectors(
     """
     if m < 1:
         raise ValueError(f"m must be at least 1, got {m}")
-    if bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
+    # (meta tensors, used to check device placement without a GPU, carry no values to check)
+    if not attention_mask.is_meta and bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
         raise ValueError("the batch is left-padded: the first m token vectors need right padding "
                          "(set tokenizer.padding_side = 'right')")
     x = hidden[:, :m].float()
@@ -123,7 +124,7 @@ def encode_multivector(
     precision = resolve_precision(precision, device)
     max_length = max_length or encoder.max_length
     per_text: list[np.ndarray | None] = [None] * len(texts)
-    proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)) if projection is not None else None
+    proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)).to(device) if projection is not None else None
     was_training = encoder.training
     encoder.eval()
     bar = tqdm(total=len(texts), desc=f"encoding documents (m={m})", unit="text", disable=not show_progress or not texts)

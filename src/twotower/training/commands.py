@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from twotower.console import DEVICE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
@@ -26,9 +28,10 @@ def train_cmd(
     temperature: float = typer.Option(0.05, help="Softmax temperature (GTR: 0.01; MiniLM was trained at 0.05)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
-    bucket_size: int = typer.Option(
-        8, "--bucket-size", min=0,
-        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch)."),
+    bucket_size: Optional[int] = typer.Option(
+        None, "--bucket-size", min=0,
+        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch). "
+        "Default by device: 8 on CPU (1.18x faster steps), 0 on CUDA (3.5x faster there: README, GPU)."),
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
         help="ME-BERT: train the max score over each document's first M token vectors (M=1: [CLS] alone); "
@@ -40,6 +43,7 @@ def train_cmd(
     lr: float = typer.Option(2e-5, help="Peak learning rate."),
     optimizer: str = typer.Option("adamw", help="adamw | adafactor"),
     precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     attention_dropout: Optional[float] = typer.Option(
         None, "--attention-dropout",
         help="Dropout on attention probabilities while training (default: the model's own, 0.1 for MiniLM). "
@@ -61,8 +65,8 @@ def train_cmd(
 
     maybe_init_distributed()
     common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
-                  precision=precision, doc_max_length=max_length, query_max_length=query_max_length, seed=seed,
-                  checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
+                  precision=precision, device=device, doc_max_length=max_length, query_max_length=query_max_length,
+                  seed=seed, checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
                   multivector=multivector, attention_dropout=attention_dropout)
     try:
         if config is not None:
@@ -94,6 +98,7 @@ def mine_cmd(
     rank_from: int = typer.Option(3, "--rank-from", min=1, help="Sample negatives from ranks a..b (1-based)."),
     rank_to: int = typer.Option(50, "--rank-to", min=1),
     seed: int = typer.Option(0),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     progress: bool = typer.Option(True),
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
@@ -103,7 +108,7 @@ def mine_cmd(
 
     try:
         n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
-                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress)
+                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"wrote {n} examples to {out}")

@@ -1,7 +1,7 @@
 """ME-BERT training (Luan et al.): the max score over a document's first m token vectors, with
 in-batch negatives, on the regular Trainer.
 
-:class:`MultiVectorObjective` is a trainer :class:`~twotower.training.trainer.Objective` for
+:class:`MultiVectorObjective` is a trainer :class:`~twotower.training.objective.Objective` for
 supervised (query, positive[, negatives]) pairs. The score of query i and document j is
 
     s(i, j) = max_t ⟨q_i, d_j,t⟩,  t < m (real tokens only: padding never wins the max)
@@ -23,6 +23,7 @@ so ``twotower eval --retriever multivector`` uses it by default. Not supported: 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,7 +31,11 @@ from twotower.data.pairs import TrainExample
 from twotower.errors import TwoTowerError
 from twotower.retrieval.multivector import document_token_vectors, maxsim
 from twotower.training.losses import InBatchSoftmaxLoss
-from twotower.training.trainer import Objective, StageConfig, Trainer
+from twotower.training.config import StageConfig
+from twotower.training.objective import Objective
+
+if TYPE_CHECKING:
+    from twotower.training.trainer import Trainer
 
 
 def multivector_scores(

@@ -19,14 +19,16 @@ HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
 
 
 def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=4, rank_range=(3, 50), seed=0,
-               show_progress=True, precision="auto") -> int:
+               show_progress=True, precision="auto", device="auto") -> int:
     """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever``."""
+    from twotower.encoders.device import resolve_device
     from twotower.encoders.towers import DualEncoder
 
+    target = resolve_device(device)  # a bad --device stops before the data is read
     ds = BeirDataset.load(data, split)
     encoder = None
     if retriever == "model":
-        encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model)
+        encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model, device=target)
     ranked = retrieve_for_mining(ds, retriever, model=encoder, depth=rank_range[1], precision=precision,
                                  show_progress=show_progress)
     examples = add_hard_negatives(pairs_from_beir(ds), ds, ranked, num_negatives=num_negatives,
@@ -54,6 +56,7 @@ def _with_mined(cfg: TrainConfig, out: Path, pairs: Path, num_negatives: int, mo
 def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     """Run the request; returns the final model directory."""
     cfg = req.config
+    cfg.validate()  # before any mining or loading
     out = Path(cfg.out)
     if req.hard_negatives not in HARD_NEGATIVE_SOURCES:
         raise TwoTowerError(f"unknown --hard-negatives '{req.hard_negatives}': choose one of {', '.join(HARD_NEGATIVE_SOURCES)}")
@@ -81,6 +84,6 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     if not pairs.is_file():
         mine_pairs(req.data, req.split, pairs, retriever="model", model=str(round1 / "model"),
                    num_negatives=req.mined_per_query, rank_range=req.rank_range, show_progress=show,
-                   precision=cfg.precision)
+                   precision=cfg.precision, device=cfg.device)
     Trainer(_with_mined(cfg, out, pairs, req.num_negatives, str(round1 / "model"))).train(resume=resume)
     return out / "model"

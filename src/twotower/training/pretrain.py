@@ -1,6 +1,6 @@
 """Unsupervised contrastive pre-training on raw text (Contriever), on the regular Trainer.
 
-:class:`ContrastivePretraining` is a trainer :class:`~twotower.training.trainer.Objective`: its
+:class:`ContrastivePretraining` is a trainer :class:`~twotower.training.objective.Objective`: its
 examples are corpus chunks (``twotower.data.augment``); each step draws two views of every chunk
 in the batch from the step's seeded RNG (so a resumed run sees the same views) and then
 
@@ -158,6 +158,7 @@ class ContrastivePretraining(Objective):
 
 def pretrain(train: TrainConfig, config: PretrainConfig, *, resume: bool = False) -> Path:
     """Pre-train ``train.model`` on ``config.corpus``; returns the final model directory (``OUT/model``)."""
+    train.validate()
     objective = ContrastivePretraining(config)
     out = Path(train.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from twotower.console import DEVICE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("pretrain")(pretrain_cmd)
@@ -33,11 +35,13 @@ def pretrain_cmd(
     lr: float = typer.Option(2e-5, help="Peak learning rate (linear warm-up, then linear decay)."),
     warmup: float = typer.Option(0.1, help="Warm-up fraction of the steps."),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", help="GradCache chunk size (bounded memory)."),
-    bucket_size: int = typer.Option(
-        8, "--bucket-size", min=0,
-        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch)."),
+    bucket_size: Optional[int] = typer.Option(
+        None, "--bucket-size", min=0,
+        help="Texts per length bucket in a step's forward pass (less padding; 0: pad the whole batch). "
+        "Default by device: 8 on CPU (1.18x faster steps), 0 on CUDA (3.5x faster there: README, GPU)."),
     limit_docs: Optional[int] = typer.Option(None, "--limit-docs", min=1, help="Read only the first N documents."),
     precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per view (default: the model's)."),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
     resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
@@ -61,7 +65,7 @@ def pretrain_cmd(
         stage = StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
                             lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk,
                             bucket_size=bucket_size)
-        cfg = TrainConfig(out=str(out), model=model, precision=precision, doc_max_length=max_length,
+        cfg = TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage])
         result = pretrain(cfg, pre, resume=resume)

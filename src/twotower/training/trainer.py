@@ -13,15 +13,12 @@ gathers embeddings from all processes, and gradients are averaged across process
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
 import random
-import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,108 +27,28 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from twotower.data.pairs import TrainExample
+from twotower.encoders.device import describe, device_of, resolve_device
 from twotower.encoders.inference import resolve_precision
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
-from twotower.io import atomic_directory, atomic_write_json
+from twotower.io import atomic_write_json
 from twotower.training.buckets import embed_in_buckets
+from twotower.training.checkpoints import (
+    check_fresh_run_dir, check_resumable, complete_checkpoints, newest_loadable, save_checkpoint)
+from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig re-exported)
+    DEFAULT_BUCKET_SIZE, OPTIMIZERS, StageConfig, TrainConfig)
 from twotower.training.gradcache import cached_backward
 from twotower.training.losses import InBatchSoftmaxLoss
+from twotower.training.objective import Objective, stage_examples  # noqa: F401 (stage_examples re-exported)
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS = ("adamw", "adafactor")
-
-
-@dataclass
-class StageConfig:
-    """One training stage. Data: a BEIR directory + split (judged pairs), or a pairs JSONL file."""
-
-    name: str = "finetune"
-    data: str | None = None
-    split: str = "train"
-    pairs: str | None = None
-    epochs: float | None = 1.0
-    steps: int | None = None
-    batch_size: int = 32
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup: float = 0.1
-    temperature: float = 0.05
-    bidirectional: bool = True
-    hard_negatives: int = 0
-    optimizer: str = "adamw"
-    cache_chunk: int | None = None
-    bucket_size: int | None = 8  # texts per length bucket in a step's forward pass (training/buckets.py); 0: none
-    max_grad_norm: float | None = 1.0
-
-
-@dataclass
-class TrainConfig:
-    out: str
-    model: str | None = None
-    towers: str = "sde"
-    dim: int | None = None
-    layer_norm: bool = False
-    similarity: str = "cosine"
-    pooling: str | None = None
-    query_max_length: int | None = None
-    doc_max_length: int | None = None
-    precision: str = "auto"
-    # dropout on attention probabilities while training (encoders.backbone.set_attention_dropout); None: the
-    # backbone's own (0.1 for BERT-family models). 0 lets attention run fused: much faster steps on CPU.
-    attention_dropout: float | None = None
-    seed: int = 42
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    tensorboard: bool = False
-    show_progress: bool = True
-    # ME-BERT: train the max score over the document's first m token vectors
-    # (twotower.training.multivector); None: the pooled single-vector in-batch softmax
-    multivector: int | None = None
-    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
-
-    @classmethod
-    def from_toml(cls, path: str | Path, **overrides) -> "TrainConfig":
-        import tomllib
-
-        path = Path(path)
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise TwoTowerError(f"{path}: invalid TOML ({exc})") from None
-        stages_raw = raw.pop("stage", None) or raw.pop("stages", None)
-        if not stages_raw:
-            raise TwoTowerError(f"{path}: no [[stage]] tables: a run needs at least one stage")
-        known = {f for f in cls.__dataclass_fields__ if f != "stages"}
-        unknown = set(raw) - known
-        if unknown:
-            raise TwoTowerError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        stages = []
-        for i, st in enumerate(stages_raw, start=1):
-            bad = set(st) - set(StageConfig.__dataclass_fields__)
-            if bad:
-                raise TwoTowerError(f"{path}: stage {i}: unknown keys {sorted(bad)}")
-            stages.append(StageConfig(**st))
-        values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
-        return cls(stages=stages, **values)
-
+LOG_EVERY = 10  # steps per host synchronisation for the loss log (Trainer._flush_log)
 
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def stage_examples(stage: StageConfig) -> list[TrainExample]:
-    from twotower.data.beir import BeirDataset
-    from twotower.data.pairs import load_pairs, pairs_from_beir
-
-    if stage.pairs:
-        return load_pairs(stage.pairs)
-    if stage.data:
-        return pairs_from_beir(BeirDataset.load(stage.data, stage.split))
-    raise TwoTowerError(f"stage '{stage.name}': give data (a BEIR directory) or pairs (a JSONL file)")
 
 
 def steps_for(stage: StageConfig, n_examples: int, world: int) -> tuple[int, int]:
@@ -155,17 +72,18 @@ def batch_indices(seed: int, stage_idx: int, step: int, n: int, batch_size: int,
     return batch[rank::world]
 
 
-def _false_negative_mask(examples: list[TrainExample]) -> torch.Tensor:
-    """True where in-batch document j is (a copy of) a positive of query i, j ≠ i."""
-    q = [e.qid or e.query for e in examples]
-    p = [e.pid or e.positive for e in examples]
-    n = len(examples)
-    mask = torch.zeros((n, n), dtype=torch.bool)
-    for i in range(n):
-        for j in range(n):
-            if i != j and (q[i] == q[j] or p[i] == p[j]):
-                mask[i, j] = True
-    return mask
+def _false_negative_mask(examples: list[TrainExample], device: torch.device | str = "cpu") -> torch.Tensor:
+    """True where in-batch document j is (a copy of) a positive of query i, j ≠ i; on ``device`` (the model's:
+    the loss combines it with the scores)."""
+    def codes(keys: list[str]) -> torch.Tensor:
+        index: dict[str, int] = {}
+        return torch.tensor([index.setdefault(k, len(index)) for k in keys])
+
+    q = codes([e.qid or e.query for e in examples])
+    p = codes([e.pid or e.positive for e in examples])
+    mask = (q[:, None] == q[None, :]) | (p[:, None] == p[None, :])
+    mask.fill_diagonal_(False)
+    return mask.to(device, non_blocking=True)
 
 
 def make_optimizer(model: torch.nn.Module, stage: StageConfig) -> torch.optim.Optimizer:
@@ -185,40 +103,10 @@ def make_optimizer(model: torch.nn.Module, stage: StageConfig) -> torch.optim.Op
     raise TwoTowerError(f"unknown optimizer '{stage.optimizer}': choose one of {', '.join(OPTIMIZERS)}")
 
 
-class Objective:
-    """What a training step optimises; the Trainer keeps the loop, optimizer, schedule, precision,
-    progress and checkpoints. This base class is supervised training on (query, positive[,
-    negatives]) pairs with the in-batch softmax; others (e.g. Contriever pre-training in
-    ``twotower.training.pretrain``) override:
-
-    - :meth:`setup`, called once at the start of :meth:`Trainer.train`, before a checkpoint is loaded;
-    - :meth:`examples`: the items a stage's batches index into (``batch_indices``);
-    - :meth:`step_loss`: embed one batch, backpropagate (``Trainer.backward``), return the detached
-      loss. ``rng`` is seeded by (seed, stage, step), so anything drawn from it is reproduced on resume;
-    - :meth:`state_dict` / :meth:`load_state_dict`: extra state written with every checkpoint
-      (``objective.pt``) and restored on resume.
-    """
-
-    def setup(self, trainer: "Trainer") -> None:
-        pass
-
-    def examples(self, stage: StageConfig) -> Sequence:
-        return stage_examples(stage)
-
-    def step_loss(self, trainer: "Trainer", batch: list, stage: StageConfig, loss_fn: InBatchSoftmaxLoss,
-                  rng: random.Random) -> torch.Tensor:
-        return trainer._step_loss(batch, stage, loss_fn, rng)
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
 class Trainer:
     def __init__(self, config: TrainConfig, model: DualEncoder | None = None,
                  objective: Objective | None = None) -> None:
+        config.validate()
         self.config = config
         if objective is None and config.multivector is not None:
             from twotower.training.multivector import MultiVectorObjective
@@ -238,12 +126,15 @@ class Trainer:
 
             for backbone in {id(t.backbone): t.backbone for t in (self.model.query_tower, self.model.doc_tower)}.values():
                 set_attention_dropout(backbone, config.attention_dropout)
-        if model is None and torch.cuda.is_available():  # the current GPU (under torchrun: LOCAL_RANK's)
-            self.model.to(torch.device("cuda", torch.cuda.current_device()))
-        self.device = next(self.model.parameters()).device
+        # auto: the current GPU where there is one (under torchrun: LOCAL_RANK's); a model passed in stays where
+        # it is unless a device is named
+        if model is None or config.device != "auto":
+            self.model.to(resolve_device(config.device))
+        self.device = device_of(self.model)
         self.precision = resolve_precision(config.precision, self.device)
         self.writer = None
-        self.history: list[dict] = []
+        self.history: list[dict] = []  # one record per step, the whole run (kept across resumes)
+        self._pending: list[tuple[dict, torch.Tensor]] = []  # steps whose loss is still on the device
 
     # ---------------------------------------------------------------- checkpoints
     @property
@@ -251,44 +142,37 @@ class Trainer:
         return self.out / "checkpoints"
 
     def latest_checkpoint(self) -> Path | None:
-        if not self.checkpoint_dir.is_dir():
-            return None
-        done = sorted(p for p in self.checkpoint_dir.glob("step-*") if (p / "state.json").is_file())
-        return done[-1] if done else None
+        found = complete_checkpoints(self.checkpoint_dir)
+        return found[-1] if found else None
 
     def _save_checkpoint(self, stage_idx: int, step: int, global_step: int, optimizer, scheduler) -> None:
         if self.rank != 0:
             return
-        target = self.checkpoint_dir / f"step-{global_step:08d}"
-        with atomic_directory(target) as tmp:
-            torch.save(self.model.state_dict(), tmp / "model.pt")
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optim.pt")
-            torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-                       tmp / "rng.pt")
-            extra = self.objective.state_dict()
-            if extra:
-                torch.save(extra, tmp / "objective.pt")
-            atomic_write_json(tmp / "state.json", {"stage": stage_idx, "step": step, "global_step": global_step,
-                                                   "history": self.history[-1000:]})
-        old = sorted(p for p in self.checkpoint_dir.glob("step-*") if (p / "state.json").is_file())
-        for stale in old[: -self.config.keep_checkpoints]:
-            shutil.rmtree(stale, ignore_errors=True)
+        self._flush_log()
+        save_checkpoint(self.checkpoint_dir, stage=stage_idx, step=step, global_step=global_step, model=self.model,
+                        optimizer=optimizer, scheduler=scheduler, objective_state=self.objective.state_dict(),
+                        history=self.history, config=self.config, keep=self.config.keep_checkpoints)
 
-    def _load_checkpoint(self, path: Path) -> dict:
-        state = json.loads((path / "state.json").read_text())
-        self.model.load_state_dict(torch.load(path / "model.pt", map_location=self.device, weights_only=True))
-        state["optim"] = torch.load(path / "optim.pt", map_location=self.device, weights_only=False)
-        state["rng"] = torch.load(path / "rng.pt", weights_only=False)
-        extra = path / "objective.pt"
-        self.objective.load_state_dict(torch.load(extra, map_location=self.device, weights_only=True)
-                                       if extra.is_file() else {})
+    def _restore(self, state: dict) -> dict:
+        self.model.load_state_dict(state["model"])
+        self.objective.load_state_dict(state["objective"])
         self.history = state.get("history", [])
         return state
 
     # ---------------------------------------------------------------- one step
     def _tokenize(self, tower, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
         batch = tower.tokenize(texts, max_length=max_length)
-        return batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+        pin = self.device.type == "cuda"
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        if pin:
+            ids, mask = ids.pin_memory(), mask.pin_memory()
+        return ids.to(self.device, non_blocking=pin), mask.to(self.device, non_blocking=pin)
+
+    def bucket_size(self, stage: StageConfig) -> int:
+        """Texts per length bucket: the stage's, or the device's default (8 on CPU, 0 = none on CUDA)."""
+        if stage.bucket_size is not None:
+            return stage.bucket_size
+        return DEFAULT_BUCKET_SIZE.get(self.device.type, 0)
 
     def _autocast(self):
         if self.precision == "bf16":
@@ -314,7 +198,7 @@ class Trainer:
 
     def false_negative_mask(self, examples: list[TrainExample]) -> torch.Tensor | None:
         """In-batch copies of a query's positives to leave out of its denominator (one process only)."""
-        return _false_negative_mask(examples) if self.world == 1 else None
+        return _false_negative_mask(examples, self.device) if self.world == 1 else None
 
     def _step_loss(self, examples: list[TrainExample], stage: StageConfig, loss_fn, rng: random.Random) -> torch.Tensor:
         m = self.model
@@ -337,7 +221,7 @@ class Trainer:
         ``stage.bucket_size`` texts (``buckets=False``: whole, for embed functions that return tuples)."""
         if stage.cache_chunk:
             return cached_backward(groups, loss_of, stage.cache_chunk, autocast=self._autocast)
-        size = stage.bucket_size if buckets else None
+        size = self.bucket_size(stage) if buckets else None
         with self._autocast():
             embs = [embed_in_buckets(fn, ids, mask, size) for fn, ids, mask in groups]
         loss = loss_of(*embs)
@@ -357,18 +241,22 @@ class Trainer:
         from transformers import get_linear_schedule_with_warmup
 
         cfg = self.config
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.rank == 0:
-            atomic_write_json(self.out / "train_config.json", asdict(cfg))
-        self.objective.setup(self)
         start = None
         if resume:
-            ckpt = self.latest_checkpoint()
-            if ckpt is None:
+            start = newest_loadable(self.checkpoint_dir, self.device)
+            if start is None:
                 log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
             else:
-                start = self._load_checkpoint(ckpt)
-                log.info("resuming from %s", ckpt)
+                check_resumable(start.get("config"), cfg, start["path"])
+        else:
+            check_fresh_run_dir(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.rank == 0:
+            atomic_write_json(self.out / "train_config.json", {**asdict(cfg), "device_used": describe(self.device)})
+        self.objective.setup(self)
+        if start is not None:
+            self._restore(start)
+            log.info("resuming from %s", start["path"])
         if start is None:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
@@ -393,11 +281,13 @@ class Trainer:
                 torch.set_rng_state(start["rng"]["torch"])
                 np.random.set_state(start["rng"]["numpy"])
                 random.setstate(start["rng"]["python"])
+                if "cuda" in start["rng"] and self.device.type == "cuda":
+                    torch.cuda.set_rng_state_all(start["rng"]["cuda"])
                 first = start["step"]
-                global_step += first
                 start = None
+            # global_step: steps of the stages before this one; this stage's step s is global step global_step + s
             self._run_stage(stage_idx, stage, examples, total, first, global_step, optimizer, scheduler)
-            global_step += total - first
+            global_step += total
             if self.rank == 0 and len(cfg.stages) > 1:
                 self.model.save(self.out / "stages" / stage.name)
         if self.rank == 0:
@@ -407,10 +297,30 @@ class Trainer:
             self.writer.close()
         return self.model
 
+    def _flush_log(self) -> None:
+        """Turn the steps' loss tensors into log records: one host synchronisation for every ``LOG_EVERY``
+        steps (and before a checkpoint or the end), not one per step, so the GPU never waits on logging."""
+        if not self._pending:
+            return
+        losses = torch.stack([loss for _, loss in self._pending]).float().cpu().tolist()
+        for (record, _), loss in zip(self._pending, losses):
+            record["loss"] = loss
+            self.history.append(record)
+            if self.writer is not None:
+                self.writer.add_scalar(f"{record['stage']}/loss", loss, record["global_step"])
+                self.writer.add_scalar(f"{record['stage']}/lr", record["lr"], record["global_step"])
+        bad = next((r for r in self.history[-len(self._pending):] if not math.isfinite(r["loss"])), None)
+        self._pending.clear()
+        if bad is not None:
+            raise TwoTowerError(f"training diverged: loss {bad['loss']} at step {bad['step']} of stage '{bad['stage']}' "
+                                "(lower the learning rate, raise the temperature, or use --precision fp32); "
+                                "no model was saved")
+
     def _run_stage(self, stage_idx, stage, examples, total, first, global_step, optimizer, scheduler) -> None:
         cfg = self.config
         loss_fn = InBatchSoftmaxLoss(stage.temperature, stage.bidirectional, gather_across_devices=self.world > 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        device = describe(self.device)
         self.model.train()
         bar = tqdm(total=total, initial=first, desc=f"training [{stage.name}]", unit="step",
                    disable=not cfg.show_progress or self.rank != 0)
@@ -427,16 +337,15 @@ class Trainer:
             optimizer.step()
             scheduler.step()
             seen += len(batch) * self.world
-            rate = seen / (time.perf_counter() - t0)
-            record = {"stage": stage.name, "step": step + 1, "loss": float(loss), "lr": scheduler.get_last_lr()[0],
-                      "examples_per_s": rate}
-            self.history.append(record)
-            if self.writer is not None:
-                self.writer.add_scalar(f"{stage.name}/loss", record["loss"], global_step + step + 1)
-                self.writer.add_scalar(f"{stage.name}/lr", record["lr"], global_step + step + 1)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", ex_s=f"{rate:.1f}")
-            bar.update(1)
             done = step + 1
+            rate = seen / (time.perf_counter() - t0)
+            record = {"stage": stage.name, "step": done, "global_step": global_step + done,
+                      "lr": scheduler.get_last_lr()[0], "examples_per_s": rate, "device": device}
+            self._pending.append((record, loss.detach()))
+            if len(self._pending) >= LOG_EVERY or done == total:
+                self._flush_log()
+                bar.set_postfix(loss=f"{self.history[-1]['loss']:.4f}", ex_s=f"{rate:.1f}")
+            bar.update(1)
             if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
                 self._save_checkpoint(stage_idx, done, global_step + done, optimizer, scheduler)
         bar.close()

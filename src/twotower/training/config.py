@@ -1,0 +1,178 @@
+"""Training run settings: :class:`TrainConfig` (the model and the run) and its :class:`StageConfig` list
+(each stage's data, length and optimisation), loaded from a TOML stages file or built by the CLI, and
+checked as a whole before any model is loaded (:meth:`TrainConfig.validate`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+
+OPTIMIZERS = ("adamw", "adafactor")
+
+
+@dataclass
+class StageConfig:
+    """One training stage. Data: a BEIR directory + split (judged pairs), or a pairs JSONL file."""
+
+    name: str = "finetune"
+    data: str | None = None
+    split: str = "train"
+    pairs: str | None = None
+    epochs: float | None = 1.0
+    steps: int | None = None
+    batch_size: int = 32
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup: float = 0.1
+    temperature: float = 0.05
+    bidirectional: bool = True
+    hard_negatives: int = 0
+    optimizer: str = "adamw"
+    cache_chunk: int | None = None
+    # texts per length bucket in a step's forward pass (training/buckets.py); 0: none; None: by device
+    # (DEFAULT_BUCKET_SIZE: 8 on CPU, 0 on CUDA, where many small buckets cost more in launches than padding)
+    bucket_size: int | None = None
+    max_grad_norm: float | None = 1.0
+
+    def validate(self, where: str = "") -> None:
+        """Raise TwoTowerError for settings that cannot train (checked before any model is loaded)."""
+        at = f"{where}stage '{self.name}'"
+        checks = [
+            (self.data is not None and self.pairs is not None,
+             "gives both data (a BEIR directory) and pairs (a JSONL file): give one"),
+            (self.steps is not None and self.steps < 1, f"steps {self.steps}: must be at least 1"),
+            (self.steps is None and (self.epochs is None or not self.epochs > 0),
+             f"epochs {self.epochs}: must be above 0 (or give steps)"),
+            (self.batch_size < 2, f"batch size {self.batch_size}: the in-batch softmax needs at least 2"),
+            (not self.lr > 0, f"learning rate {self.lr}: must be above 0"),
+            (not 0 <= self.weight_decay, f"weight decay {self.weight_decay}: must be 0 or more"),
+            (not 0 <= self.warmup <= 1, f"warmup {self.warmup}: a fraction of the steps, 0 to 1"),
+            (not self.temperature > 0,
+             f"temperature {self.temperature}: must be above 0 (scores are divided by it; GTR uses 0.01)"),
+            (self.hard_negatives < 0, f"hard_negatives {self.hard_negatives}: must be 0 or more"),
+            (self.optimizer not in OPTIMIZERS, f"optimizer '{self.optimizer}': choose one of {', '.join(OPTIMIZERS)}"),
+            (self.cache_chunk is not None and self.cache_chunk < 1, f"cache_chunk {self.cache_chunk}: at least 1"),
+            (self.bucket_size is not None and self.bucket_size < 0, f"bucket_size {self.bucket_size}: 0 or more"),
+            (self.max_grad_norm is not None and not self.max_grad_norm > 0,
+             f"max_grad_norm {self.max_grad_norm}: above 0 (or none)"),
+        ]
+        for bad, message in checks:
+            if bad:
+                raise TwoTowerError(f"{at} {message}")
+
+
+DEFAULT_BUCKET_SIZE = {"cpu": 8, "cuda": 0}
+
+# Settings that must match for --resume to continue a run exactly (the rest, e.g. progress bars, may change).
+RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pooling", "query_max_length",
+                     "doc_max_length", "seed", "multivector", "attention_dropout", "stages")
+
+
+@dataclass
+class TrainConfig:
+    out: str
+    model: str | None = None
+    towers: str = "sde"
+    dim: int | None = None
+    layer_norm: bool = False
+    similarity: str = "cosine"
+    pooling: str | None = None
+    query_max_length: int | None = None
+    doc_max_length: int | None = None
+    precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (twotower.encoders.device)
+    # dropout on attention probabilities while training (encoders.backbone.set_attention_dropout); None: the
+    # backbone's own (0.1 for BERT-family models). 0 lets attention run fused: much faster steps on CPU.
+    attention_dropout: float | None = None
+    seed: int = 42
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    tensorboard: bool = False
+    show_progress: bool = True
+    # ME-BERT: train the max score over the document's first m token vectors
+    # (twotower.training.multivector); None: the pooled single-vector in-batch softmax
+    multivector: int | None = None
+    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
+
+    def validate(self) -> None:
+        """Raise TwoTowerError for settings that cannot train, naming the setting (before any work starts)."""
+        if not self.stages:
+            raise TwoTowerError("a run needs at least one stage")
+        if self.dim is not None and self.dim < 1:
+            raise TwoTowerError(f"dim {self.dim}: the projection size must be at least 1 (or leave it out)")
+        if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
+            raise TwoTowerError(f"attention dropout {self.attention_dropout}: a probability, 0 to below 1")
+        if self.multivector is not None and self.multivector < 1:
+            raise TwoTowerError(f"multivector {self.multivector}: at least 1 token vector")
+        for name in ("query_max_length", "doc_max_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise TwoTowerError(f"{name} {value}: at least 1 token")
+        if self.checkpoint_every < 0 or self.keep_checkpoints < 1:
+            raise TwoTowerError("checkpoint_every must be 0 or more and keep_checkpoints at least 1")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise TwoTowerError(f"stage names must differ (they name stages/<name>/): {names}")
+        for stage in self.stages:
+            stage.validate()
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides) -> "TrainConfig":
+        import tomllib
+
+        path = Path(path)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise TwoTowerError(f"{path}: invalid TOML ({exc})") from None
+        stages_raw = raw.pop("stage", None) or raw.pop("stages", None)
+        if not stages_raw:
+            raise TwoTowerError(f"{path}: no [[stage]] tables: a run needs at least one stage")
+        known = {f for f in cls.__dataclass_fields__ if f != "stages"}
+        unknown = set(raw) - known
+        if unknown:
+            raise TwoTowerError(f"{path}: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        stages = []
+        for i, st in enumerate(stages_raw, start=1):
+            bad = set(st) - set(StageConfig.__dataclass_fields__)
+            if bad:
+                raise TwoTowerError(f"{path}: stage {i}: unknown keys {sorted(bad)}")
+            _check_types(StageConfig, st, f"{path}: stage {i}")
+            stages.append(StageConfig(**st))
+        _check_types(cls, raw, str(path))
+        values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(stages=stages, **values)
+
+
+def _check_types(kind: type, values: dict, where: str) -> None:
+    """TwoTowerError for a TOML value of the wrong type (``steps = "ten"``), naming the key and the type wanted."""
+    import types
+    import typing
+
+    hints = typing.get_type_hints(kind)
+    for key, value in values.items():
+        hint = hints.get(key)
+        allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if value is None or hint is None or any(_is_a(value, t) for t in allowed):
+            continue
+        names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed if t is not type(None))
+        raise TwoTowerError(f"{where}: '{key}' is {value!r}, wanted {names}")
+
+
+def _is_a(value, wanted) -> bool:
+    origin = typing_origin(wanted)
+    if wanted is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if wanted is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
+
+def typing_origin(hint):
+    import typing
+
+    return typing.get_origin(hint) or hint
+
+
