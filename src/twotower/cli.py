@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import typer
 from rich.table import Table
 
-from twotower.console import COMPILE_HELP, DEVICE_HELP, console, warn
+from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, console, warn
 from twotower.console import fail as _fail
 from twotower.errors import TwoTowerError
 
@@ -51,8 +51,9 @@ def eval_cmd(
     retriever: str = typer.Option("bm25", help="bm25 | dense | hybrid | multivector"),
     model: Optional[str] = typer.Option(None, help="Model directory for dense retrieval (default: all-MiniLM-L6-v2)."),
     top_k: int = typer.Option(1000, "--top-k", min=1, help="Documents retrieved per query."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length", min=1),
     doc_max_length: Optional[int] = typer.Option(None, "--doc-max-length", min=1),
     pooling: Optional[str] = typer.Option(None, help="mean | cls | max (default: the model's own config, else mean)"),
@@ -83,7 +84,7 @@ def eval_cmd(
 
     cfg = EvalConfig(
         data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
-        precision=precision, query_max_length=query_max_length, doc_max_length=doc_max_length,
+        precision=precision, device=device, query_max_length=query_max_length, doc_max_length=doc_max_length,
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
         metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
     )

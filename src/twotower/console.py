@@ -19,6 +19,7 @@ COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per d
                 "of 15-25 s on 2 cores (fp32 1.12x, bf16 1.04x: benchmarks/results/compile_speed.md); worth it "
                 "from several thousand documents.")
 DEVICE_HELP = "auto (the GPU where torch sees one, else cpu) | cpu | cuda | cuda:N"
+BATCH_HELP = "Texts per encoding batch (default by device: 32 on CPU, 128 on CUDA; README, GPU)."
 
 
 def fail(exc: Exception | str) -> NoReturn:

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from twotower.console import BATCH_HELP, DEVICE_HELP
+
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
 
@@ -101,6 +103,7 @@ def towers_cmd(
     n: int = typer.Option(400, "--n", min=2, help="Questions and answers per model."),
     perplexity: float = typer.Option(30.0, help="t-SNE perplexity."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     seed: int = typer.Option(0),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for towers.json and towers_tsne.png."),
     progress: bool = typer.Option(True, help="Show progress bars."),
@@ -109,7 +112,7 @@ def towers_cmd(
     from twotower.analysis.embedding_space import TowersConfig, run_towers, write_towers
 
     cfg = TowersConfig(data=data, models=list(model) if model else [None], n=n, perplexity=perplexity,
-                       precision=precision, seed=seed, show_progress=progress)
+                       precision=precision, device=device, seed=seed, show_progress=progress)
     _run(lambda: _finish(run_towers(cfg), write_towers, out))
 
 
@@ -120,8 +123,9 @@ def doclength_cmd(
     retriever: Optional[list[str]] = typer.Option(None, "--retriever", help="bm25 | dense; repeat (default: both)."),
     model: Optional[list[str]] = typer.Option(None, "--model", help="Dense model directory; repeat for several."),
     top_k: int = typer.Option(10, "--top-k", min=1),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for doclength.json and doclength.png."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
@@ -130,7 +134,7 @@ def doclength_cmd(
 
     cfg = DocLengthConfig(data=data, split=split, retrievers=tuple(retriever) if retriever else ("bm25", "dense"),
                           models=list(model) if model else [None], top_k=top_k, batch_size=batch_size,
-                          precision=precision, show_progress=progress)
+                          precision=precision, device=device, show_progress=progress)
     _run(lambda: _finish(run_doclength(cfg), write_doclength, out))
 
 
@@ -147,6 +151,7 @@ def latency_cmd(
                                                              "(default: a synthetic text)."),
     n_docs: int = typer.Option(256, "--n-docs", min=1, help="Documents encoded for docs/s."),
     doc_batch_size: int = typer.Option(64, "--doc-batch-size", min=1),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for latency.json and latency.png."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
@@ -156,7 +161,7 @@ def latency_cmd(
     cfg = LatencyConfig(models=list(model) if model else [None],
                         precisions=tuple(precision) if precision else ("fp32", "auto"),
                         query_length=query_length, runs=runs, warmup=warmup, data=data, n_docs=n_docs,
-                        doc_batch_size=doc_batch_size, show_progress=progress)
+                        doc_batch_size=doc_batch_size, device=device, show_progress=progress)
     _run(lambda: _finish(run_latency(cfg), write_latency, out))
 
 

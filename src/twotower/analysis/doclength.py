@@ -33,8 +33,9 @@ class DocLengthConfig:
     retrievers: Sequence[str] = ("bm25", "dense")
     models: Sequence[str | None] = field(default_factory=lambda: [None])  # dense models; None: default
     top_k: int = 10
-    batch_size: int = 32
+    batch_size: int | None = None  # None: the device's default
     precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     show_progress: bool = True
 
 
@@ -86,7 +87,7 @@ def run_doclength(cfg: DocLengthConfig) -> dict:
     for retriever, model in systems:
         res = run_eval(EvalConfig(data=cfg.data, split=cfg.split, retriever=retriever, model=model,
                                   top_k=cfg.top_k, batch_size=cfg.batch_size, precision=cfg.precision,
-                                  metrics=("ndcg@10",), show_progress=cfg.show_progress))
+                                  device=cfg.device, metrics=("ndcg@10",), show_progress=cfg.show_progress))
         top = [d for ranking in res.run.values()
                for d, _ in sorted(ranking.items(), key=lambda kv: -kv[1])[: cfg.top_k]]
         name = "bm25" if retriever == "bm25" else f"dense: {Path(str(model)).name if model else 'all-MiniLM-L6-v2'}"

@@ -34,8 +34,9 @@ class TowersConfig:
     n: int = 400
     perplexity: float = 30.0
     folds: int = 5
-    batch_size: int = 32
+    batch_size: int | None = None  # None: the device's default
     precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     show_progress: bool = True
 
@@ -101,14 +102,16 @@ def tsne_2d(x: np.ndarray, *, perplexity: float = 30.0, seed: int = 0) -> np.nda
 
 
 def run_towers(cfg: TowersConfig) -> dict:
+    from twotower.encoders.device import describe, resolve_device
     from twotower.encoders.towers import DualEncoder, EncodeOptions
 
+    device = resolve_device(cfg.device)
     t0 = time.perf_counter()
     q_texts, d_texts, used = sample_pairs(cfg.data, cfg.n, cfg.seed)
     opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
     models = []
     for name in cfg.models:
-        model = DualEncoder.load(name)
+        model = DualEncoder.load(name, device=device)
         q = model.encode_queries(q_texts, opts)
         d = model.encode_documents(d_texts, opts)
         acc, std = linear_probe(q, d, folds=cfg.folds, seed=cfg.seed)
@@ -138,6 +141,7 @@ def run_towers(cfg: TowersConfig) -> dict:
         "analysis": "towers",
         "title": "Query vs. document tower spaces (t-SNE + linear probe)",
         "dataset": Path(cfg.data).name,
+        "device": describe(device),
         "config": cfg_json,
         "num_queries": len(q_texts),
         "num_docs": len(d_texts),

@@ -44,6 +44,7 @@ class LatencyConfig:
     data: Path | None = None
     n_docs: int = 256
     doc_batch_size: int = 64
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     show_progress: bool = True
 
@@ -65,6 +66,7 @@ def _percentiles(times_s: list[float]) -> dict:
 def run_latency(cfg: LatencyConfig) -> dict:
     import torch
 
+    from twotower.encoders.device import describe, resolve_device
     from twotower.encoders.inference import encode_texts, resolve_precision
     from twotower.encoders.towers import DualEncoder
 
@@ -82,9 +84,9 @@ def run_latency(cfg: LatencyConfig) -> dict:
             if len(docs) == cfg.n_docs:
                 break
     rows = []
-    device = torch.device("cpu")
+    device = resolve_device(cfg.device)
     for name in list(cfg.models) or [None]:
-        model = DualEncoder.load(name)
+        model = DualEncoder.load(name, device=device)
         label = Path(str(name)).name if name else "all-MiniLM-L6-v2"
         tower = model.query_tower
         device = next(tower.parameters()).device
@@ -120,7 +122,7 @@ def run_latency(cfg: LatencyConfig) -> dict:
         "analysis": "latency",
         "title": f"Batch-1 query latency at {cfg.query_length} tokens and documents/s at batch {cfg.doc_batch_size}",
         "config": cfg_json,
-        "device": str(device),
+        "device": describe(device),
         "torch_threads": torch.get_num_threads(),
         "load_avg_1m": {"start": load_start, "end": load_end},
         "doc_source": f"first {cfg.n_docs} documents of {Path(cfg.data).name}" if docs else "synthetic text",

@@ -101,6 +101,13 @@ class DualEncoder(nn.Module):
     def dim(self) -> int:
         return self.query_tower.dim
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (both towers are kept on one device)."""
+        from twotower.encoders.device import device_of
+
+        return device_of(self.query_tower)
+
     @classmethod
     def load(
         cls,

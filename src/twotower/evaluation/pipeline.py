@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset
+from twotower.encoders.device import describe, resolve_device
 from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
 from twotower.retrieval.dense import Run, to_run
 
@@ -24,8 +25,9 @@ class EvalConfig:
     retriever: str = "bm25"
     model: str | None = None
     top_k: int = 1000
-    batch_size: int = 32
+    batch_size: int | None = None  # None: the device's default (32 on CPU, 128 on CUDA)
     precision: str = "auto"
+    device: str = "auto"  # where models run: auto (the GPU where there is one) | cpu | cuda | cuda:N
     query_max_length: int | None = None
     doc_max_length: int | None = None
     pooling: str | None = None
@@ -49,6 +51,7 @@ class EvalResult:
     retriever: str
     model: str | None
     num_queries: int
+    device: str | None
     metrics: dict[str, float]
     timings: dict[str, float]
     run: Run = field(repr=False, default_factory=dict)
@@ -61,6 +64,7 @@ class EvalResult:
             "retriever": self.retriever,
             "model": self.model,
             "num_queries": self.num_queries,
+            "device": self.device,
             "metrics": self.metrics,
             "timings": self.timings,
         }
@@ -87,7 +91,8 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     from twotower.retrieval.dense import exact_search
 
     model = DualEncoder.load(
-        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length
+        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length,
+        device=resolve_device(cfg.device),
     )
     opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
     doc_ids = list(ds.corpus)
@@ -123,7 +128,8 @@ def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     from twotower.retrieval.multivector import encode_multivector, exact_multivector_search
 
     model = DualEncoder.load(
-        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length
+        cfg.model, pooling=cfg.pooling, query_max_length=cfg.query_max_length, doc_max_length=cfg.doc_max_length,
+        device=resolve_device(cfg.device),
     )
     m = cfg.multivector or model.multivector or DEFAULT_MULTIVECTOR
     log.info("multi-vector documents: first %d token vectors", m)
@@ -147,7 +153,7 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     """Search a stored index (its own encoder, FAISS kind and BM25) for the split's queries."""
     from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
 
-    searcher = Searcher(cfg.index, model=cfg.model, precision=cfg.precision)
+    searcher = Searcher(cfg.index, model=cfg.model, precision=cfg.precision, device=cfg.device)
     if cfg.retriever == "multivector" and not searcher.store.multivector:
         raise ValueError(f"{cfg.index}: not a multi-vector index (build it with --multivector M)")
     mode = "dense" if cfg.retriever == "multivector" else cfg.retriever
@@ -170,7 +176,8 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
         from twotower.retrieval.rerank import Reranker
 
         t0 = time.perf_counter()
-        reranker = Reranker(cfg.rerank, batch_size=cfg.batch_size, precision=cfg.precision)
+        reranker = Reranker(cfg.rerank, batch_size=cfg.batch_size or 32, precision=cfg.precision,
+                            device=str(resolve_device(cfg.device)))
         run = reranker.rerank(run, ds.queries, lambda d: ds.corpus[d].full_text, top_n=cfg.rerank_depth,
                               show_progress=cfg.show_progress)
         timings["rerank_s"] = time.perf_counter() - t0
@@ -180,6 +187,8 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
+    device = resolve_device(cfg.device)  # a bad --device stops here, before any work
+    uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)
@@ -193,6 +202,7 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         retriever=cfg.retriever,
         model=model_name,
         num_queries=len(ds.queries),
+        device=describe(device) if uses_model else None,
         metrics=metrics,
         timings={k: round(v, 4) for k, v in timings.items()},
         run=run,

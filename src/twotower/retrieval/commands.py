@@ -11,7 +11,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.console import COMPILE_HELP, fail as _fail, console
+    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, console
+    from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
@@ -33,8 +34,9 @@ def register(app: typer.Typer) -> None:
                                                   help="ME-BERT: keep the first M token vectors per document (default: the M the model was trained with, if any)."),
         project: Optional[int] = typer.Option(None, "--project", min=1,
                                               help="Multi-vector: random projection of token vectors to this many dims."),
-        batch_size: int = typer.Option(32, "--batch-size", min=1),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
         use_ray: bool = typer.Option(False, "--ray", help="Encode on Ray: an actor pool holding the model."),
@@ -49,7 +51,8 @@ def register(app: typer.Typer) -> None:
 
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
-        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_)
+        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_,
+                           device=device)
         try:
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
@@ -73,8 +76,9 @@ def register(app: typer.Typer) -> None:
         docs: Path = typer.Option(..., "--docs", help="New documents, BEIR corpus lines (_id, title, text)."),
         replace: bool = typer.Option(False, "--replace", help="Overwrite documents whose ids are already indexed."),
         model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the manifest)."),
-        batch_size: int = typer.Option(32, "--batch-size", min=1),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
     ) -> None:
@@ -84,7 +88,7 @@ def register(app: typer.Typer) -> None:
         try:
             store = add_documents(index, docs, replace=replace, model=model,
                                   cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress,
-                                                 compile=compile_))
+                                                   compile=compile_, device=device))
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{index}: version {store.version}, {len(store)} documents")
@@ -129,6 +133,7 @@ def register(app: typer.Typer) -> None:
         rerank: Optional[Path] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the hits."),
         rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     ) -> None:
         """Print the top-k documents for QUERY: rank, id, score, title."""
         from rich.table import Table
@@ -136,7 +141,7 @@ def register(app: typer.Typer) -> None:
         from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
 
         try:
-            searcher = Searcher(index)
+            searcher = Searcher(index, device=device)
             depth = max(k, rerank_depth) if rerank else k
             hits = searcher.search(query, depth, mode=mode, lam=DEFAULT_LAMBDA if lam is None else lam,
                                    ef_search=ef_search, nprobe=nprobe)
@@ -144,7 +149,7 @@ def register(app: typer.Typer) -> None:
                 from twotower.retrieval.rerank import Reranker
 
                 store = searcher.store
-                ce = Reranker(rerank)
+                ce = Reranker(rerank, device=device)
                 scores = ce.score([(query, _doc_text(store, h.doc_id)) for h in hits[:rerank_depth]])
                 for h, s in zip(hits, scores):
                     h.score = float(s)
@@ -177,6 +182,7 @@ def register(app: typer.Typer) -> None:
         max_length: int = typer.Option(192, "--max-length", min=16),
         max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Train on at most this many groups."),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+        device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         seed: int = typer.Option(0),
         progress: bool = typer.Option(True, help="Show progress bars."),
     ) -> None:
@@ -185,7 +191,7 @@ def register(app: typer.Typer) -> None:
 
         cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs, batch_queries=batch_queries,
                                   lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
-                                  show_progress=progress)
+                                  show_progress=progress, device=device)
         try:
             stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
         except (TwoTowerError, ValueError) as exc:

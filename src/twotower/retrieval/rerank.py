@@ -34,9 +34,12 @@ class Reranker:
     """A cross-encoder scoring (query, document) pairs."""
 
     def __init__(self, model_dir: str | Path, *, max_length: int | None = None, batch_size: int = 32,
-                 precision: str = "auto", device: str = "cpu") -> None:
+                 precision: str = "auto", device: str = "auto") -> None:
         from sentence_transformers import CrossEncoder
 
+        from twotower.encoders.device import resolve_device
+
+        device = str(resolve_device(device))
         path = Path(model_dir)
         if not path.is_dir():
             raise ModelError(f"{path}: cross-encoder directory not found")
@@ -98,6 +101,7 @@ class RerankerTrainConfig:
     warmup: float = 0.1
     max_length: int = 192
     precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     max_queries: int | None = None
     show_progress: bool = True
@@ -126,9 +130,11 @@ def train_reranker(
 
     from twotower.data.beir import BeirDataset
     from twotower.encoders.backbone import read_layout, resolve_model
+    from twotower.encoders.device import describe, resolve_device
     from twotower.encoders.inference import autocast_context, resolve_precision
 
     cfg = cfg or RerankerTrainConfig()
+    target = resolve_device(cfg.device)
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     ds = BeirDataset.load(data, split)
@@ -151,7 +157,8 @@ def train_reranker(
         raise ModelError(f"{data}: no judged positives with mined negatives in split '{split}'")
 
     transformer_dir = read_layout(resolve_model(base)).transformer_dir
-    ce = CrossEncoder(transformer_dir, num_labels=1, max_length=cfg.max_length, local_files_only=True)
+    ce = CrossEncoder(transformer_dir, num_labels=1, max_length=cfg.max_length, local_files_only=True,
+                      device=str(target))
     model, tok = ce.model, ce.tokenizer
     model.train()
     device = next(model.parameters()).device
@@ -182,10 +189,12 @@ def train_reranker(
             optim.step()
             sched.step()
             optim.zero_grad(set_to_none=True)
-            losses.append(loss.item())
+            losses.append(loss.detach())
             bar.update(1)
-            bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+            if len(losses) % 10 == 0:  # one host synchronisation per 10 steps, not per step
+                bar.set_postfix(loss=f"{torch.stack(losses[-20:]).float().mean().item():.3f}")
     bar.close()
+    losses = torch.stack(losses).float().cpu().tolist()
     model.eval()
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -201,4 +210,4 @@ def train_reranker(
     shutil.rmtree(old, ignore_errors=True)
     return {"groups": len(groups), "steps": steps, "pairs_per_step": cfg.batch_queries * group_size,
             "train_s": round(time.perf_counter() - t0, 1), "first_loss": round(float(np.mean(losses[:10])), 4),
-            "last_loss": round(float(np.mean(losses[-10:])), 4)}
+            "last_loss": round(float(np.mean(losses[-10:])), 4), "device": describe(target)}

@@ -31,8 +31,9 @@ HYBRID_N_BEST = 100
 
 @dataclass
 class EncodeConfig:
-    batch_size: int = 32
+    batch_size: int | None = None  # None: the device's default (encoders.inference.DEFAULT_BATCH_SIZE)
     precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     show_progress: bool = True
     compile: bool = False  # torch.compile single-vector document encoding (EncodeOptions.compile)
 
@@ -52,17 +53,19 @@ def model_info(model_arg: str | None, encoder) -> dict:
     }
 
 
-def load_encoder(info: dict, override: str | None = None):
-    """The dual encoder an index was built with (or ``override``, a model directory)."""
+def load_encoder(info: dict, override: str | None = None, device: str = "auto"):
+    """The dual encoder an index was built with (or ``override``, a model directory), on ``device``."""
+    from twotower.encoders.device import resolve_device
     from twotower.encoders.towers import DualEncoder
 
+    target = resolve_device(device)
     if override:
-        return DualEncoder.load(override)
+        return DualEncoder.load(override, device=target)
     path = info.get("path")
     model = path if path and Path(path).exists() else info.get("name")
     return DualEncoder.load(
         model, pooling=info.get("pooling"), normalize=info.get("normalize"),
-        query_max_length=info.get("query_max_length"), doc_max_length=info.get("doc_max_length"),
+        query_max_length=info.get("query_max_length"), doc_max_length=info.get("doc_max_length"), device=target,
     )
 
 
@@ -98,12 +101,14 @@ def build_index(
     cfg: EncodeConfig | None = None,
 ) -> IndexStore:
     """Encode a BEIR directory's corpus (or a corpus .jsonl file) and write an index at ``out``."""
+    from twotower.encoders.device import resolve_device
     from twotower.encoders.towers import DualEncoder
 
     cfg = cfg or EncodeConfig()
+    target = resolve_device(cfg.device)
     data = Path(data)
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
-    encoder = DualEncoder.load(model)
+    encoder = DualEncoder.load(model, device=target)
     if multivector is None and encoder.multivector:
         multivector = int(encoder.multivector)
         log.info("the model was trained with --multivector %d: building a multi-vector index with m=%d", multivector,
@@ -135,7 +140,7 @@ def add_documents(
             f"{docs_path}: {len(dup)} document id(s) are already in the index {index}: {shown} "
             f"(pass --replace to overwrite them)"
         )
-    encoder = load_encoder(store.manifest["model"], model)
+    encoder = load_encoder(store.manifest["model"], model, cfg.device)
     new = encode_new_docs(encoder, list(docs.values()), cfg, multivector=store.multivector, projection=store.projection)
     return store.add(new, replace=replace, show_progress=cfg.show_progress)
 
@@ -152,22 +157,24 @@ class Searcher:
 
     def __init__(
         self, index: str | Path | IndexStore, *, model: str | None = None, query_runtime: str = "torch",
-        precision: str = "auto",
+        precision: str = "auto", device: str = "auto",
     ) -> None:
         """``query_runtime``: ``torch``, ``onnx`` or ``auto`` (see :mod:`twotower.encoders.onnx_runtime`);
         ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster (in fp32).
-        ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's."""
+        ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's; ``device`` its device (auto:
+        the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU)."""
         self.store = index if isinstance(index, IndexStore) else IndexStore.open(index)
         self._model_override = model
         self._encoder = None
         self.query_runtime = query_runtime
         self.precision = precision
+        self.device = device
         self._onnx_queries: object = False  # False: not resolved yet; None: torch
 
     @property
     def encoder(self):
         if self._encoder is None:
-            self._encoder = load_encoder(self.store.manifest["model"], self._model_override)
+            self._encoder = load_encoder(self.store.manifest["model"], self._model_override, self.device)
         return self._encoder
 
     def refresh(self) -> bool:

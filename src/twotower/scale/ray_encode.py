@@ -212,6 +212,7 @@ def build_index_ray(
     from twotower.data.beir import load_corpus
     from twotower.encoders.towers import DualEncoder
     from twotower.retrieval.searcher import EncodeConfig, model_info
+    from twotower.encoders.inference import DEFAULT_BATCH_SIZE
     from twotower.retrieval.store import IndexStore, NewDocs
 
     cfg = cfg or EncodeConfig()
@@ -225,7 +226,9 @@ def build_index_ray(
     shard_dir = out.parent / f"{out.name}.ray-shards"
     vectors = encode_corpus_ray(
         [d.id for d in docs], [d.full_text for d in docs], model=model, tokenizer=tower.tokenizer,
-        max_length=encoder.doc_max_length or tower.max_length, batch_size=cfg.batch_size, precision=cfg.precision,
+        max_length=encoder.doc_max_length or tower.max_length,
+        batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE["cuda" if ray_cfg.gpus_per_worker > 0 else "cpu"],
+        precision=cfg.precision,
         compile=cfg.compile, shard_dir=shard_dir, cfg=ray_cfg, show_progress=cfg.show_progress,
     )
     new = NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors)

@@ -59,14 +59,16 @@ class ServiceState:
     """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
 
     def __init__(
-        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto"
+        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
+        device: str = "auto",
     ) -> None:
         from twotower.retrieval.searcher import EncodeConfig, Searcher
 
         self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision)
+        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
+                                 device=device)
         self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
-        self.cfg = EncodeConfig(batch_size=32, precision=precision, show_progress=False)
+        self.cfg = EncodeConfig(precision=precision, show_progress=False, device=device)
         # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
         # and FAISS use every core anyway: one search or encode at a time.
         self.compute_lock = threading.Lock()
@@ -216,6 +218,7 @@ def create_app(
     model: str | None = None,
     precision: str = "auto",
     query_runtime: str = "auto",
+    device: str = "auto",
 ):
     """A FastAPI app serving the index at ``index_path``.
 
@@ -236,7 +239,7 @@ def create_app(
     from twotower.retrieval.store import UnknownIdError
 
     limits = limits or ServeLimits()
-    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime)
+    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
     if api_key is not None and not api_key.strip():
         raise TwoTowerError("the API key is empty: put a non-empty key in the --api-key-file")
     if not open_reads and api_key is None:

@@ -21,6 +21,8 @@ def serve_cmd(
     keyed_reads: bool = typer.Option(False, "--keyed-reads", help="Require the API key for searches and reads too."),
     model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the index manifest)."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16 (encoding added documents, and queries when they run on torch)"),
+    device: str = typer.Option("auto", "--device", help="auto (the GPU where torch sees one, else cpu) | cpu | cuda | "
+                               "cuda:N: where the encoder runs (ONNX Runtime queries stay on the CPU)"),
     query_runtime: str = typer.Option(
         "auto", "--query-runtime",
         help="auto | onnx | torch: encode queries with ONNX Runtime (CPU, ~2x faster at batch 1; auto falls "
@@ -37,6 +39,7 @@ def serve_cmd(
     try:
         import uvicorn
 
+        from twotower.encoders.device import describe
         from twotower.serve.app import ServeLimits, create_app, read_api_key
     except ImportError as exc:
         _fail(TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
@@ -45,13 +48,13 @@ def serve_cmd(
         key = read_api_key(api_key_file) if api_key_file else None
         limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
         api = create_app(index, api_key=key, open_reads=not keyed_reads, limits=limits, model=model, precision=precision,
-                         query_runtime=query_runtime)
+                         query_runtime=query_runtime, device=device)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     searcher = api.state.service.searcher
     store = searcher.store
     console.print(f"serving {index} (version {store.version}, {len(store)} documents) on http://{host}:{port}"
                   f" — writes {'need the API key' if key else 'disabled (no --api-key-file)'}; queries encoded by "
-                  f"{'ONNX Runtime' if searcher.onnx_queries is not None else 'torch'}")
+                  f"{'ONNX Runtime' if searcher.onnx_queries is not None else 'torch on ' + describe(searcher.encoder.device)}")
     # one process: writes are serialized in it and every read sees one whole index version
     uvicorn.run(api, host=host, port=port, log_level=log_level, workers=1)
