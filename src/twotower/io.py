@@ -152,13 +152,16 @@ def check_output_files(*outputs: tuple[str, str | Path | None]) -> None:
         seen[key] = option
 
 
-def check_output_dir(path: str | Path | None, option: str) -> None:
-    """Check, before any work, that ``option`` can name an output folder at ``path`` that the
-    command writes files into: nothing there (its parent can be created), or a directory (or a
-    symbolic link to one) that takes new files. None: no-op."""
+def check_output_dir(path: str | Path | None, option: str, *, replaced: bool = False) -> None:
+    """Check, before any work, that ``option`` can name an output folder at ``path``: nothing there
+    (its parent can be created), or a directory that takes new files. A symbolic link to a directory
+    is fine for a folder the command writes into, and refused with ``replaced=True`` (a folder
+    written whole by :func:`atomic_directory`, which would replace the link). None: no-op."""
     if path is None:
         return
     path = Path(path)
+    if replaced:
+        _check_replaceable(path, DIRECTORY, option)
     kind = path_kind(path)
     if kind == SYMLINK and path.is_dir():  # written into, never replaced: a link to a folder is fine
         kind = DIRECTORY

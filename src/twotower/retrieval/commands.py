@@ -13,6 +13,7 @@ import typer
 def register(app: typer.Typer) -> None:
     from twotower.console import COMPILE_HELP, fail as _fail, console
     from twotower.errors import TwoTowerError
+    from twotower.io import check_output_dir
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
     app.add_typer(index_app, name="index")
@@ -51,6 +52,7 @@ def register(app: typer.Typer) -> None:
                          bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_)
         try:
+            check_output_dir(out, "--out")  # before any loading or encoding
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
 
@@ -187,6 +189,7 @@ def register(app: typer.Typer) -> None:
                                   lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
                                   show_progress=progress)
         try:
+            check_output_dir(out, "--out", replaced=True)  # before any loading or training
             stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
