@@ -24,10 +24,11 @@ def check_api_key(key: str, where: str = "api_key") -> str:
     if len(key) < MIN_API_KEY_CHARS:
         raise TwoTowerError(f"{where}: the API key is {len(key)} characters long; it must have at least "
                             f"{MIN_API_KEY_CHARS} ({KEY_HINT})")
-    bad = sorted({c for c in key if not " " <= c <= "~"})
-    if bad:
-        raise TwoTowerError(f"{where}: the API key holds {', '.join(repr(c) for c in bad[:5])}, which an HTTP header "
-                            f"({API_KEY_HEADER}) cannot carry reliably; use visible ASCII characters only ({KEY_HINT})")
+    bad = [i for i, c in enumerate(key) if not " " <= c <= "~"]
+    if bad:  # positions only: the key itself is never echoed
+        raise TwoTowerError(f"{where}: the API key holds {len(bad)} character(s) outside visible ASCII (the first at "
+                            f"position {bad[0] + 1}), which an HTTP header ({API_KEY_HEADER}) cannot carry reliably; "
+                            f"use visible ASCII characters only ({KEY_HINT})")
     return key
 
 
