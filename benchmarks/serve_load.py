@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, write_results  # noqa: E402
 from _vectors import scifact_vectors  # noqa: E402
 
-KEY = "serve-load-key"
+KEY = "serve-load-key-0123456789"  # the server wants at least 16 characters
 
 
 def build_index(root: Path) -> Path:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -62,6 +63,17 @@ def client(index):
 
 def current(index: Path) -> str:
     return (index / "CURRENT").read_text().strip()
+
+
+def doc_url(doc_id: str) -> str:
+    """How a client names a document: its id percent-encoded as one path segment, dots included
+    (a bare "." or ".." segment would be resolved away by the client)."""
+    return "/documents/" + quote(doc_id, safe="").replace(".", "%2E")
+
+
+# ids a document may have, each reachable over HTTP
+ODD_IDS = ["a/b", "/leading", "trailing/", "a//b", "a/../b", ".", "..", "100%", "50%25off", "a%2Fb", "with space",
+           " padded ", "tab\there", "q?x=1#frag", "+plus&amp;", "日本語/ü", "émoji 🎉", "back\\slash", "x" * 256]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,6 +140,33 @@ def test_get_add_replace_delete_documents(client, index):
     assert client.delete("/documents/n1", headers=HEADERS).status_code == 404
 
 
+def test_any_id_is_reachable(client, index):
+    docs = [{"_id": d, "title": f"t{i}", "text": f"text number {i}"} for i, d in enumerate(ODD_IDS)]
+    r = client.post("/documents", json={"documents": docs}, headers=HEADERS)
+    assert r.status_code == 200 and r.json()["added"] == len(ODD_IDS), r.text
+    for i, d in enumerate(ODD_IDS):
+        got = client.get(doc_url(d))
+        assert got.status_code == 200, (d, got.text)
+        assert got.json()["id"] == d and got.json()["text"] == f"text number {i}", d
+    # a "/" may also be sent as is
+    assert client.get("/documents/a/b").json()["id"] == "a/b"
+    assert client.get("/documents/" + quote("日本語/ü")).json()["id"] == "日本語/ü"
+    # ids that differ only by encoding stay apart: "a%2Fb" is its own document, not "a/b"
+    assert client.get(doc_url("a%2Fb")).json()["title"] == f"t{ODD_IDS.index('a%2Fb')}"
+    assert client.get(doc_url("x" * 257)).status_code == 422
+    assert client.get(doc_url("a/c")).status_code == 404
+    for d in ODD_IDS:
+        gone = client.delete(doc_url(d), headers=HEADERS)
+        assert gone.status_code == 200, (d, gone.text)
+        assert client.get(doc_url(d)).status_code == 404
+    from twotower.retrieval.store import IndexStore
+
+    assert set(IndexStore.open(index).row_of) == BASE_IDS
+    text = client.get("/metrics").text  # one route label however the id is spelled
+    assert f'twotower_requests_total{{method="GET",route="/documents/{{doc_id}}",status="200"}} {len(ODD_IDS) + 3}.0' \
+        in text
+
+
 def test_healthz_metrics_openapi(client):
     h = client.get("/healthz").json()
     assert h["status"] == "ok" and h["documents"] == 6 and h["dim"] == 32
@@ -188,6 +227,21 @@ def test_keyed_reads(index):
     assert c.get("/documents/d1", headers={"X-API-Key": "nope"}).status_code == 403
     assert c.post("/search", json={"query": "tea"}, headers=HEADERS).status_code == 200
     assert c.get("/healthz").status_code == 200  # liveness stays open
+    # everything else needs the key too: metrics, the schema, and unknown paths (no probing for routes)
+    for path in ("/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/nowhere", "/documents/a/b"):
+        r = c.get(path)
+        assert r.status_code == 401 and r.json()["error"] == "unauthorized", (path, r.status_code, r.text[:200])
+        assert c.get(path, headers={"X-API-Key": "not-the-key-but-long"}).status_code == 403, path
+    assert "twotower_requests_total" in c.get("/metrics", headers=HEADERS).text
+    schema = c.get("/openapi.json", headers=HEADERS).json()
+    assert "/metrics" in schema["paths"] and "/documents/{doc_id}" in schema["paths"]
+    # the browsable docs are off: a browser loading them could not send the key
+    for path in ("/docs", "/redoc"):
+        assert c.get(path, headers=HEADERS).status_code == 404, path
+    # with open reads all of them stay open
+    o = make_client(index)
+    for path in ("/metrics", "/openapi.json", "/docs", "/redoc"):
+        assert o.get(path).status_code == 200, path
     from twotower.errors import TwoTowerError
     from twotower.serve.app import create_app
 
@@ -352,6 +406,13 @@ def test_real_server_process(index, tmp_path):
             assert c.post("/documents", json={"documents": [{"_id": "r1", "text": "t"}]}).status_code == 401
             assert c.post("/documents", json={"documents": [{"_id": "r1", "text": "real"}]}, headers=HEADERS).status_code == 200
             assert c.get("/documents/r1").json()["text"] == "real"
+            odd = ["r/2", "50%25 off/ü", "..", "a%2Fb"]
+            assert c.post("/documents", json={"documents": [{"_id": d, "text": d} for d in odd]},
+                          headers=HEADERS).status_code == 200
+            for d in odd:
+                assert c.get(doc_url(d)).json()["text"] == d, d
+                assert c.delete(doc_url(d), headers=HEADERS).status_code == 200, d
+                assert c.get(doc_url(d)).status_code == 404, d
     finally:
         proc.terminate()
         try:
@@ -359,6 +420,35 @@ def test_real_server_process(index, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_api_key_strength(index, tmp_path):
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+    from twotower.errors import TwoTowerError
+    from twotower.serve.app import create_app, read_api_key
+
+    for weak, why in [("k" * 15, "15 characters long; it must have at least 16"),
+                      ("short", "5 characters long"),
+                      ("ключ-ключ-ключ-ключ", "16 character.s. outside visible ASCII .the first at position 1."),
+                      ("sixteen-chars-ok\x00", "1 character.s. outside visible ASCII .the first at position 17.")]:
+        with pytest.raises(TwoTowerError, match=why):
+            create_app(index, api_key=weak)
+        key_file = tmp_path / "weak.key"
+        key_file.write_text(weak + "\n", encoding="utf-8")
+        with pytest.raises(TwoTowerError, match=f"--api-key-file {key_file}: .*{why}"):
+            read_api_key(key_file)
+    ok = tmp_path / "ok.key"
+    ok.write_text("k" * 16 + "\nsecond line ignored\n")
+    assert read_api_key(ok) == "k" * 16
+    # at start-up, before the index is opened (it does not even exist here)
+    short = tmp_path / "short.key"
+    short.write_text("hunter2\n")
+    r = CliRunner().invoke(app, ["serve", "--index", str(tmp_path / "missing"), "--api-key-file", str(short)])
+    flat = " ".join(r.output.split())
+    assert r.exit_code == 2 and f"--api-key-file {short}: the API key is 7 characters long" in flat, r.output
+    assert "hunter2" not in r.output  # the key itself is never echoed
 
 
 def test_serve_cli_errors(index, tmp_path):

@@ -80,7 +80,7 @@ def eval_cmd(
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.evaluation.runs import write_run
-    from twotower.io import atomic_write_json
+    from twotower.io import atomic_write_json, check_output_files
 
     cfg = EvalConfig(
         data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
@@ -91,6 +91,7 @@ def eval_cmd(
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
         index, rerank, rerank_depth, hybrid_lambda, multivector, compile_)
     try:
+        check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)

@@ -1,18 +1,72 @@
-"""Atomic writes: a temp file (or folder) beside the target, then one rename over it."""
+"""Atomic writes: a temp file (or folder) beside the target, then one rename over it.
+
+The writers never replace something that is not what they write: a path that exists and is not
+a regular file (for :func:`atomic_directory`: not a directory) is refused with a
+:class:`TwoTowerError` naming it and its kind. That includes a symbolic link, even one to a
+regular file: renaming over the link would replace the link itself, not the file it points to.
+Commands call :func:`check_output_file` / :func:`check_output_dir` on their output options before
+any loading, so a bad ``--out`` fails in a second, not after the work.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from twotower.errors import TwoTowerError
+
+REGULAR_FILE, DIRECTORY, SYMLINK = "a regular file", "a directory", "a symbolic link"
+_KINDS = (
+    (stat.S_ISREG, REGULAR_FILE),
+    (stat.S_ISDIR, DIRECTORY),
+    (stat.S_ISLNK, SYMLINK),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def path_kind(path: str | Path) -> str | None:
+    """What is at ``path`` (a final symbolic link is not followed), e.g. ``"a FIFO (named pipe)"``;
+    None when nothing is there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def _check_replaceable(path: Path, want: str, option: str | None = None) -> None:
+    """Raise unless ``path`` is absent or is ``want`` (REGULAR_FILE or DIRECTORY) itself."""
+    kind = path_kind(path)
+    if kind is None or kind == want:
+        return
+    where = f"{option} {path}" if option else str(path)
+    what = "file" if want == REGULAR_FILE else "directory"
+    if kind == SYMLINK:
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise TwoTowerError(
+            f"{where} is a symbolic link (to {target}): twotower writes its output {what} atomically, renaming a new "
+            f"{what} over the path, which would replace the link itself rather than what it points to, so it refuses; "
+            f"give the link's target ({Path(path).resolve()}) or remove the link")
+    hint = "give the path of a file (inside it or elsewhere)" if kind == DIRECTORY else "give another path"
+    raise TwoTowerError(f"{where} exists and is {kind}, not {want}: "
+                        f"refusing to replace it; {hint}")
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
+    _check_replaceable(path, REGULAR_FILE)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -21,6 +75,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        _check_replaceable(path, REGULAR_FILE)  # again: something may have appeared there meanwhile
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -47,13 +102,16 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 
     An existing ``path`` is moved aside first and deleted only after the new one is in place, so
     a crash leaves either the old directory or the new one (plus, at worst, a stale temp folder).
+    An existing ``path`` that is not a directory (a file, a symbolic link, ...) is refused up front.
     """
     path = Path(path)
+    _check_replaceable(path, DIRECTORY)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
+        _check_replaceable(path, DIRECTORY)
         old = None
         if path.exists():
             old = path.parent / f".{path.name}.old-{os.getpid()}"
@@ -64,6 +122,72 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ---- up-front checks for commands' output options -------------------------------------------
+
+
+def check_output_file(path: str | Path | None, option: str) -> None:
+    """Check, before any work, that the command option ``option`` (e.g. ``"--out"``) can be written
+    as a file at ``path``: nothing there, or a regular file (not a directory, symbolic link, FIFO,
+    device or socket), and its folder exists or can be created and takes new files. None: no-op."""
+    if path is None:
+        return
+    path = Path(path)
+    _check_replaceable(path, REGULAR_FILE, option)
+    _check_writable_folder(path.parent, option, path)
+
+
+def check_output_files(*outputs: tuple[str, str | Path | None]) -> None:
+    """:func:`check_output_file` for each ``(option, path)``, and no two options naming one file."""
+    seen: dict[Path, str] = {}
+    for option, path in outputs:
+        check_output_file(path, option)
+        if path is None:
+            continue
+        key = Path(path).resolve()
+        if key in seen:
+            raise TwoTowerError(f"{seen[key]} and {option} both name {path}: the second would overwrite the first; "
+                                f"give two different files")
+        seen[key] = option
+
+
+def check_output_dir(path: str | Path | None, option: str, *, replaced: bool = False) -> None:
+    """Check, before any work, that ``option`` can name an output folder at ``path``: nothing there
+    (its parent can be created), or a directory that takes new files. A symbolic link to a directory
+    is fine for a folder the command writes into, and refused with ``replaced=True`` (a folder
+    written whole by :func:`atomic_directory`, which would replace the link). None: no-op."""
+    if path is None:
+        return
+    path = Path(path)
+    if replaced:
+        _check_replaceable(path, DIRECTORY, option)
+    kind = path_kind(path)
+    if kind == SYMLINK and path.is_dir():  # written into, never replaced: a link to a folder is fine
+        kind = DIRECTORY
+    if kind not in (None, DIRECTORY):
+        raise TwoTowerError(f"{option} {path} exists and is {kind}, not a directory: give a folder path "
+                            f"(it is created when missing)")
+    _check_writable_folder(path if kind == DIRECTORY else path.parent, option, path)
+
+
+def _check_writable_folder(folder: Path, option: str, target: Path) -> None:
+    """The nearest existing ancestor of ``folder`` (itself included) is a directory that takes a new file."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        if path_kind(existing) == SYMLINK:
+            raise TwoTowerError(f"{option} {target}: {existing} is a broken symbolic link; fix or remove it")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise TwoTowerError(f"{option} {target}: {existing} is {path_kind(existing) or 'missing'}, not a directory; "
+                            f"give a path inside a folder")
+    try:  # a real probe: permissions, read-only file systems and ACLs all show up here
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".twotower-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise TwoTowerError(f"{option} {target}: cannot create files in {existing} ({exc.strerror or exc}); "
+                            f"give a path in a writable folder") from None
 
 
 def file_digest(path: str | Path, algorithm: str = "sha256") -> str:

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from twotower.console import BATCH_HELP, DEVICE_HELP
+from twotower.io import check_output_dir, check_output_file
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
@@ -63,6 +64,7 @@ def fidelity_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Random-projection fidelity of BM25: k* vs. margin (Fig. 2), margins and recall by document length."""
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     from twotower.analysis.fidelity import FidelityConfig, run_fidelity, write_fidelity
 
     def parse_ints(text: str, name: str, allow_full: bool = False) -> tuple:
@@ -109,6 +111,7 @@ def towers_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """t-SNE of query- and document-tower embeddings per model, with a linear probe's separability."""
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     from twotower.analysis.embedding_space import TowersConfig, run_towers, write_towers
 
     cfg = TowersConfig(data=data, models=list(model) if model else [None], n=n, perplexity=perplexity,
@@ -130,6 +133,7 @@ def doclength_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Median length (words, tokens) of the top-10 documents each retriever returns (GTR §6.4)."""
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     from twotower.analysis.doclength import DocLengthConfig, run_doclength, write_doclength
 
     cfg = DocLengthConfig(data=data, split=split, retrievers=tuple(retriever) if retriever else ("bm25", "dense"),
@@ -156,6 +160,7 @@ def latency_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Batch-1 query latency (p50/p95) and documents/s per model and precision (GTR §8)."""
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     from twotower.analysis.latency import LatencyConfig, run_latency, write_latency
 
     cfg = LatencyConfig(models=list(model) if model else [None],
@@ -171,6 +176,7 @@ def report_cmd(
     page: Optional[Path] = typer.Option(None, "--page", help="Markdown file to write (default: <out>/report.md)."),
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
+    _run(lambda: check_output_file(page or folder / "report.md", "--page" if page else "--out"))
     from twotower.analysis.report import build_report
     from twotower.console import console
 

@@ -14,6 +14,7 @@ def register(app: typer.Typer) -> None:
     from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, console
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
+    from twotower.io import check_output_dir
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
     app.add_typer(index_app, name="index")
@@ -54,6 +55,7 @@ def register(app: typer.Typer) -> None:
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_,
                            device=device)
         try:
+            check_output_dir(out, "--out")  # before any loading or encoding
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
 
@@ -193,6 +195,7 @@ def register(app: typer.Typer) -> None:
                                   lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
                                   show_progress=progress, device=device)
         try:
+            check_output_dir(out, "--out", replaced=True)  # before any loading or training
             stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)

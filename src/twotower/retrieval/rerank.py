@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from twotower.errors import ModelError
+from twotower.io import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -196,18 +197,8 @@ def train_reranker(
     bar.close()
     losses = torch.stack(losses).float().cpu().tolist()
     model.eval()
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    import shutil
-
-    shutil.rmtree(tmp, ignore_errors=True)
-    ce.save(str(tmp))
-    old = out.with_name(f".{out.name}.old")
-    if out.exists():  # swap by renames: a model stays at ``out`` except between the two renames
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_directory(out) as tmp:  # a model stays at ``out`` except between two renames
+        ce.save(str(tmp))
     return {"groups": len(groups), "steps": steps, "pairs_per_step": cfg.batch_queries * group_size,
             "train_s": round(time.perf_counter() - t0, 1), "first_loss": round(float(np.mean(losses[:10])), 4),
             "last_loss": round(float(np.mean(losses[-10:])), 4), "device": describe(target)}

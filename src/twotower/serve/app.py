@@ -4,11 +4,16 @@ Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
 
     POST   /search            {"query", "k", "mode"}            → ranked {id, score, title}
     POST   /search/batch      {"queries": [...], "k", "mode"}   → one ranked list per query
-    GET    /documents/{id}                                      → {id, title, text}
+    GET    /documents/{id}                                      → {id, title, text, version}
     POST   /documents         {"documents": [...], "replace"}   → the new version   (API key)
     DELETE /documents/{id}                                      → the new version   (API key)
     GET    /healthz                                             → status, version, documents
     GET    /metrics                                             → Prometheus text
+
+``{id}`` is the document id percent-encoded (``urllib.parse.quote(id, safe="")``; ``.`` and ``..``
+as ``%2E`` and ``%2E%2E``, which clients would otherwise resolve away); a ``/`` may also be sent
+as is. With ``open_reads=False`` (``--keyed-reads``) every path but ``/healthz`` needs the key,
+``/metrics`` and ``/openapi.json`` included, and ``/docs`` and ``/redoc`` are off.
 
 Consistency: every request works on one immutable index version (a snapshot taken when it
 starts), so a search that runs while a write is in progress sees the old or the new version,
@@ -33,12 +38,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import unquote
 
 from twotower.errors import TwoTowerError
+from twotower.serve.auth import API_KEY_HEADER, check_api_key, read_api_key  # noqa: F401  (read_api_key: re-exported)
+from twotower.serve.body_limit import BodySizeLimit
 
 log = logging.getLogger(__name__)
-
-API_KEY_HEADER = "X-API-Key"
 
 
 @dataclass(frozen=True)
@@ -150,62 +156,6 @@ class _Conflict(TwoTowerError):
 
 
 # ------------------------------------------------------------------------------------------
-# body size limit (pure ASGI, so it holds for chunked bodies without Content-Length too)
-
-
-class BodySizeLimit:
-    def __init__(self, app, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit():
-                await _json_response(send, 400, "bad_request", "Content-Length is not a number")
-                return
-            if int(declared) > self.max_bytes:
-                await _json_response(send, 413, "body_too_large",
-                                     f"request body of {int(declared)} bytes exceeds the limit of {self.max_bytes}")
-                return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                await _json_response(send, 413, "body_too_large", f"request body exceeds the limit of {self.max_bytes} bytes")
-                return
-            if not message.get("more_body", False):
-                break
-        body, replayed = b"".join(chunks), False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-async def _json_response(send, status: int, error: str, detail: str) -> None:
-    import json
-
-    payload = json.dumps({"error": error, "detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-# ------------------------------------------------------------------------------------------
 # the app
 
 
@@ -239,11 +189,11 @@ def create_app(
     from twotower.retrieval.store import UnknownIdError
 
     limits = limits or ServeLimits()
-    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
-    if api_key is not None and not api_key.strip():
-        raise TwoTowerError("the API key is empty: put a non-empty key in the --api-key-file")
+    if api_key is not None:  # checked before the index and the model are loaded
+        check_api_key(api_key, "api_key (--api-key-file)")
     if not open_reads and api_key is None:
         raise TwoTowerError("keyed reads (open_reads=False) need an API key (--api-key-file)")
+    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
 
     Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars)]
     K = Annotated[int, Field(ge=1, le=limits.max_k)]
@@ -315,7 +265,10 @@ def create_app(
         detail: object
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
-    app = FastAPI(title="twotower search", version="1", description=__doc__.split("\n\n")[0])
+    # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
+    # off, since a browser loading them cannot send the key (and their page would fetch the schema without it).
+    docs = {} if open_reads else {"docs_url": None, "redoc_url": None}
+    app = FastAPI(title="twotower search", version="1", description=__doc__.split("\n\n")[0], **docs)
     app.state.service = state
     app.state.limits = limits
 
@@ -347,10 +300,10 @@ def create_app(
         """The route template (``/documents/{doc_id}``), also for answers given before routing."""
         route = request.scope.get("route")
         if route is not None:
-            return route.path
+            return route.path_format
         for candidate in app.routes:
             if candidate.matches(request.scope)[0] != Match.NONE:
-                return candidate.path
+                return candidate.path_format
         return "unmatched"
 
 
@@ -398,8 +351,6 @@ def create_app(
         if not hmac.compare_digest(sent.encode(), api_key.encode()):
             raise HTTPException(403, "wrong API key")
 
-    open_paths = {"/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-
     @app.middleware("http")
     async def gate(request: Request, call_next):
         # Before the body is parsed: an unauthenticated write gets 401/403, never a validation
@@ -408,7 +359,7 @@ def create_app(
 
         path, method = request.url.path, request.method
         is_write = method not in ("GET", "HEAD", "OPTIONS") and (path == "/documents" or path.startswith("/documents/"))
-        if is_write or (not open_reads and path not in open_paths):
+        if is_write or (not open_reads and path != "/healthz"):  # keyed reads: /metrics, /openapi.json too
             try:
                 check_key(request.headers.get(API_KEY_HEADER))
             except HTTPException as exc:
@@ -425,6 +376,20 @@ def create_app(
             check_key(sent)
 
     # ---- endpoints ----------------------------------------------------------------------
+    IdInPath = Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars,
+                                        description="the document id, percent-encoded (`/` may be sent as is)")]
+
+    def id_in_path(request: Request, decoded: str) -> str:
+        """The id after ``/documents/`` in the raw request path, percent-decoded once. Servers decode
+        the path once too (uvicorn), but Starlette's TestClient decodes it twice: "a%252F" → "a/"."""
+        raw = (request.scope.get("raw_path") or b"").split(b"?", 1)[0]
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            return decoded
+        at = text.find("/documents/")
+        return unquote(text[at + len("/documents/"):]) if at >= 0 else decoded
+
     def hits_of(rows) -> list[Hit]:
         return [Hit(id=d, score=s, title=t) for d, s, t in rows]
 
@@ -443,9 +408,10 @@ def create_app(
         return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000,
                                    results=[hits_of(r) for r in results])
 
-    @app.get("/documents/{doc_id}", response_model=DocumentOut, responses=errors, dependencies=[Depends(reader)])
-    def get_document(doc_id: Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars)]) -> DocumentOut:
+    @app.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=errors, dependencies=[Depends(reader)])
+    def get_document(doc_id: IdInPath, request: Request) -> DocumentOut:
         """One stored document."""
+        doc_id = id_in_path(request, doc_id)
         store = state.snapshot()
         row = store.row_of.get(doc_id)
         if row is None:
@@ -464,10 +430,11 @@ def create_app(
         live, replaced = state.add(req.documents, req.replace)
         return WriteResponse(version=live.version, documents=len(live), added=len(ids) - replaced, replaced=replaced)
 
-    @app.delete("/documents/{doc_id}", response_model=WriteResponse, responses=errors, dependencies=[Depends(writer)])
-    def delete_document(doc_id: Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars)]) -> WriteResponse:
+    @app.delete("/documents/{doc_id:path}", response_model=WriteResponse, responses=errors,
+                dependencies=[Depends(writer)])
+    def delete_document(doc_id: IdInPath, request: Request) -> WriteResponse:
         """Remove one document (a new index version without it)."""
-        live = state.remove(doc_id)
+        live = state.remove(id_in_path(request, doc_id))
         return WriteResponse(version=live.version, documents=len(live), deleted=1)
 
     @app.get("/healthz", response_model=Health)
@@ -477,7 +444,7 @@ def create_app(
         return Health(status="ok", version=store.version, documents=len(store), dim=store.dim,
                       model=store.manifest["model"].get("name"))
 
-    @app.get("/metrics", response_class=PlainTextResponse)
+    @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(reader)])
     def metrics() -> PlainTextResponse:
         """Prometheus metrics: requests by route and status, latency histograms, index size."""
         state.snapshot()
@@ -486,15 +453,3 @@ def create_app(
     if limits.max_body_bytes:
         app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
     return app
-
-
-def read_api_key(path: str | Path) -> str:
-    """The API key in ``path`` (first line, stripped)."""
-    path = Path(path)
-    try:
-        key = path.read_text(encoding="utf-8").strip().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TwoTowerError(f"{path}: cannot read the API key file ({exc})") from None
-    if not key or not key[0].strip():
-        raise TwoTowerError(f"{path}: the API key file is empty (write one key on its first line)")
-    return key[0].strip()

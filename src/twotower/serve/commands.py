@@ -17,8 +17,11 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for every interface)."),
     port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file",
-                                                help="File whose first line is the API key writes need (X-API-Key)."),
-    keyed_reads: bool = typer.Option(False, "--keyed-reads", help="Require the API key for searches and reads too."),
+                                                help="File whose first line is the API key writes need (X-API-Key): "
+                                                     "at least 16 visible ASCII characters."),
+    keyed_reads: bool = typer.Option(False, "--keyed-reads",
+                                     help="Require the API key for everything but /healthz: searches, reads, /metrics, "
+                                          "/openapi.json (/docs and /redoc are off)."),
     model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the index manifest)."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16 (encoding added documents, and queries when they run on torch)"),
     device: str = typer.Option("auto", "--device", help="auto (the GPU where torch sees one, else cpu) | cpu | cuda | "
@@ -40,7 +43,8 @@ def serve_cmd(
         import uvicorn
 
         from twotower.encoders.device import describe
-        from twotower.serve.app import ServeLimits, create_app, read_api_key
+        from twotower.serve.app import ServeLimits, create_app
+        from twotower.serve.auth import read_api_key
     except ImportError as exc:
         _fail(TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
                             f"pip install 'twotower[serve]'"))

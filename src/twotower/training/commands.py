@@ -60,6 +60,7 @@ def train_cmd(
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
+    from twotower.io import check_output_dir
     from twotower.training.pipeline import TrainRequest, run_training
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
@@ -69,6 +70,7 @@ def train_cmd(
                   seed=seed, checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
                   multivector=multivector, attention_dropout=attention_dropout)
     try:
+        check_output_dir(out, "--out")  # before any loading
         if config is not None:
             cfg = TrainConfig.from_toml(config, **{k: v for k, v in common.items() if k == "out" or v is not None})
         else:
@@ -104,9 +106,11 @@ def mine_cmd(
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
+    from twotower.io import check_output_file
     from twotower.training.pipeline import mine_pairs
 
     try:
+        check_output_file(out, "--out")  # before any loading
         n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
                        rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device)
     except (TwoTowerError, ValueError) as exc:

@@ -53,11 +53,13 @@ def pretrain_cmd(
     from twotower.console import fail as _fail
     from twotower.data.augment import ViewConfig
     from twotower.errors import TwoTowerError
+    from twotower.io import check_output_dir
     from twotower.training.pretrain import PretrainConfig, pretrain
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
     try:
+        check_output_dir(out, "--out")  # before any loading
         views = ViewConfig(augment=augment, chunk_tokens=chunk_tokens, ratio_min=ratio_min, ratio_max=ratio_max,
                            ict_keep=ict_keep, delete=delete, replace=replace)
         pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, queue_size=queue_size,

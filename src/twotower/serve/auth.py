@@ -1,0 +1,43 @@
+"""The service's API key: read from ``--api-key-file`` and checked for strength at start-up.
+
+A key guards writes (and, with ``--keyed-reads``, everything but ``/healthz``), so a short or
+guessable one is refused before the server starts, never accepted silently. The key is sent in the
+``X-API-Key`` header, so it must be characters a header carries: visible ASCII (spaces inside allowed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+
+API_KEY_HEADER = "X-API-Key"
+MIN_API_KEY_CHARS = 16
+KEY_HINT = "e.g. `openssl rand -hex 24 > api.key` makes a 48-character key"
+
+
+def check_api_key(key: str, where: str = "api_key") -> str:
+    """``key`` if it is strong enough; else a TwoTowerError naming ``where`` (the option and file)."""
+    if not key or not key.strip():
+        raise TwoTowerError(f"{where}: the API key is empty; write one key of at least {MIN_API_KEY_CHARS} "
+                            f"characters on its first line ({KEY_HINT})")
+    if len(key) < MIN_API_KEY_CHARS:
+        raise TwoTowerError(f"{where}: the API key is {len(key)} characters long; it must have at least "
+                            f"{MIN_API_KEY_CHARS} ({KEY_HINT})")
+    bad = [i for i, c in enumerate(key) if not " " <= c <= "~"]
+    if bad:  # positions only: the key itself is never echoed
+        raise TwoTowerError(f"{where}: the API key holds {len(bad)} character(s) outside visible ASCII (the first at "
+                            f"position {bad[0] + 1}), which an HTTP header ({API_KEY_HEADER}) cannot carry reliably; "
+                            f"use visible ASCII characters only ({KEY_HINT})")
+    return key
+
+
+def read_api_key(path: str | Path) -> str:
+    """The API key in ``path`` (first line, stripped), checked by :func:`check_api_key`."""
+    path = Path(path)
+    where = f"--api-key-file {path}"
+    try:
+        lines = path.read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TwoTowerError(f"{where}: cannot read the API key file ({exc})") from None
+    return check_api_key(lines[0].strip() if lines else "", where)
