@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from twotower.encoders.encoder import TextEncoder
-from twotower.encoders.inference import autocast_context, length_sorted_batches, resolve_precision
+from twotower.encoders.inference import autocast_context, default_batch_size, length_sorted_batches, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def encode_multivector(
     m: int,
     *,
     max_length: int | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     precision: str = "auto",
     projection: np.ndarray | None = None,
     normalize: bool | None = None,
@@ -122,6 +122,7 @@ def encode_multivector(
         raise ValueError(f"m must be at least 1, got {m}")
     device = next(encoder.parameters()).device
     precision = resolve_precision(precision, device)
+    batch_size = batch_size or default_batch_size(device)
     max_length = max_length or encoder.max_length
     per_text: list[np.ndarray | None] = [None] * len(texts)
     proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)).to(device) if projection is not None else None
