@@ -312,8 +312,13 @@ def test_cli_index_build_add_search_eval(tiny_beir, tiny_bert_dir, tmp_path):
     assert first["id"] == "d9" and first["title"] == "Kombucha" and first["rank"] == 1
     res = runner.invoke(app, ["search", "--index", str(out), "x", "--mode", "nope"])
     assert res.exit_code == 2 and "unknown search mode 'nope'" in res.output
-    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "hybrid", "--index", str(out),
-                              "--out", str(tmp_path / "e.json"), "--no-progress"])
+    evaluate = ["eval", "--data", str(tiny_beir), "--retriever", "hybrid", "--index", str(out), "--out",
+                str(tmp_path / "e.json"), "--no-progress"]
+    res = runner.invoke(app, evaluate)  # the index holds d9, the corpus does not
+    assert res.exit_code == 2 and "built from a different corpus" in res.output, res.output
+    res = runner.invoke(app, ["index", "remove", "--index", str(out), "d9"])
+    assert res.exit_code == 0 and "version v000003, 6 documents" in res.output, res.output
+    res = runner.invoke(app, evaluate)
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "e.json").read_text())["num_queries"] == 3
 

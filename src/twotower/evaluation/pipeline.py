@@ -10,6 +10,7 @@ from pathlib import Path
 from twotower.data.beir import BeirDataset
 from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
 from twotower.retrieval.dense import Run, to_run
+from twotower.retrieval.index.eval_check import check_index_for_eval
 
 log = logging.getLogger(__name__)
 
@@ -181,12 +182,13 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)
     metrics = evaluate(ds.qrels, run, cfg.metrics)
     model_name = None
     if cfg.retriever != "bm25":
-        model_name = cfg.model or "all-MiniLM-L6-v2"
+        model_name = index_check.model or cfg.model or "all-MiniLM-L6-v2"
     return EvalResult(
         dataset=Path(cfg.data).name,
         split=cfg.split,
@@ -196,5 +198,5 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         metrics=metrics,
         timings={k: round(v, 4) for k, v in timings.items()},
         run=run,
-        warnings=ds.warnings,
+        warnings=ds.warnings + index_check.warnings,
     )

@@ -293,7 +293,13 @@ class IndexStore:
             if first:
                 writer.discard_unfinished(root, created=created)
             raise
-        return cls(root, final, manifest)
+        return cls._written(root, final, manifest)
+
+    @classmethod
+    def _written(cls, root: Path, version_dir: Path, manifest: dict) -> "IndexStore":
+        store = cls(root, version_dir, manifest)
+        store.files.written_now()  # its sums were just computed from these very files
+        return store
 
     def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "IndexStore":
         """A new version with ``docs`` added. Ids already in the index are an error unless ``replace``."""
@@ -334,7 +340,7 @@ class IndexStore:
             self.root, previous=self, keep_mask=keep_mask, new=docs, model=self.manifest["model"], spec=self._spec(),
             multivector=self.multivector, projection=self.projection, keep=keep, show_progress=show_progress,
         )
-        return IndexStore(self.root, final, manifest)
+        return IndexStore._written(self.root, final, manifest)
 
     def _spec(self) -> IndexSpec:
         saved = self.manifest.get("spec") or {}

@@ -118,6 +118,11 @@ class VersionFiles:
         with self._lock:
             self._verified.update(checked)
 
+    def written_now(self) -> None:
+        """Mark the pinned files checked: this process just wrote them and computed their sums from disk."""
+        with self._lock:
+            self._verified.update(n for n in PINNED if n in self.files)
+
     def close(self) -> None:
         for handle in self._handles.values():
             handle.close()
