@@ -41,7 +41,9 @@ def _differences(store, corpus: dict) -> str:
     return "; ".join(parts) or "the documents differ"
 
 
-def check_index_for_eval(index: str | Path | None, dataset, *, retriever: str, model: str | None = None) -> IndexForEval:
+def check_index_for_eval(
+    index: str | Path | None, dataset, *, retriever: str, model: str | None = None
+) -> IndexForEval:
     """Refuse an index built from another corpus than ``dataset``'s (a :class:`twotower.data.beir.BeirDataset`);
     otherwise return the index's model name and the warnings to show once with the result. Without an
     index (``None``) there is nothing to check: no model, no warnings."""
@@ -73,7 +75,8 @@ def check_index_for_eval(index: str | Path | None, dataset, *, retriever: str, m
         if model is not None and not _same_model(model, info):
             result.warnings.append(
                 f"queries are encoded with --model {model} but the documents in {index} were encoded with "
-                f"{info.get('name')} ({info.get('path')}); their vectors are comparable only if the two are the same model"
+                f"{info.get('name')} ({info.get('path')}); their vectors are comparable only if the two are the "
+                f"same model"
             )
         return result
     finally:

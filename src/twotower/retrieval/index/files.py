@@ -3,8 +3,9 @@
 
 Checksum schedule (see the README's index section): opening a version compares every file's size;
 the first read of ``vectors.npy`` and of ``faiss.index`` through an opened version hashes that file
-once (~1 GB/s here); ``add`` / ``remove`` re-hash every file they copy, every time, and refuse to write
-when one fails; ``index info --verify`` hashes everything.
+(0.4–1.2 GB/s here; a version this process just wrote counts as checked); ``add`` / ``remove``
+re-hash every file they copy, every time, and refuse to write when one fails; ``index info --verify``
+hashes everything.
 """
 
 from __future__ import annotations

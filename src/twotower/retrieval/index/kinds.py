@@ -93,8 +93,9 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     ``dim`` dimensions (a multi-vector corpus's count is known only after encoding: pass both bounds).
     Returns the factory string for ``min_vectors``."""
     max_vectors = min_vectors if max_vectors is None else max_vectors
-    for name, value, least in (("--hnsw-m", spec.hnsw_m, 2), ("--ef-construction", spec.ef_construction, 1),
-                               ("--nlist", spec.nlist, 1), ("--pq-m", spec.pq_m, 1), ("train_size", spec.train_size, 1)):
+    least_values = (("--hnsw-m", spec.hnsw_m, 2), ("--ef-construction", spec.ef_construction, 1),
+                    ("--nlist", spec.nlist, 1), ("--pq-m", spec.pq_m, 1), ("train_size", spec.train_size, 1))
+    for name, value, least in least_values:
         if value is not None and value < least:
             raise IndexStoreError(f"{name} must be at least {least}, got {value}")
     if min_vectors < 1:
@@ -104,7 +105,8 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     if ivf is not None and ivf.nlist > max_vectors:
         raise IndexStoreError(
             f"index kind '{spec.kind}' ({factory}): --nlist {ivf.nlist} is more than the {max_vectors} vectors to "
-            f"index; IVF trains one centroid per list on the vectors (use --nlist {max_vectors} or fewer, or --kind flat)"
+            f"index; IVF trains one centroid per list on the vectors (use --nlist {max_vectors} or fewer, or "
+            f"--kind flat)"
         )
     if "PQ" in factory and max_vectors < PQ_MIN_TRAIN:
         raise _too_few_for_pq(spec, factory, max_vectors)
