@@ -50,7 +50,8 @@ def recall_at_10(found: np.ndarray, truth: np.ndarray) -> float:
 def bench(name: str, docs: np.ndarray, queries: np.ndarray, settings: list, reps: int) -> list[dict]:
     import faiss
 
-    from twotower.retrieval.store import _add_in_chunks, _new_faiss_index, search_params, tune_faiss
+    from twotower.retrieval.index.kinds import add_in_chunks as _add_in_chunks, new_faiss_index as _new_faiss_index
+    from twotower.retrieval.store import search_params, tune_faiss
 
     tune_faiss()
     rows = []

@@ -151,7 +151,7 @@ def test_checksum_and_not_an_index(store, tmp_path):
     text = path.read_text()
     path.write_text(text.replace('"d1"', '"x1"'))  # same size, different bytes
     IndexStore.open(tmp_path / "idx")  # sizes match: opens without verify
-    with pytest.raises(DataError, match="doc_ids.json fails its sha256 checksum"):
+    with pytest.raises(DataError, match="doc_ids.json: fails its sha256 checksum"):
         IndexStore.open(tmp_path / "idx", verify=True)
     with pytest.raises(IndexStoreError, match="not an index directory \\(no CURRENT file"):
         IndexStore.open(tmp_path)
@@ -176,17 +176,19 @@ _KILL_SCRIPT = textwrap.dedent(
     import sys, time
     import numpy as np
     from twotower.retrieval import store as st
+    from twotower.retrieval.index import kinds, writer
 
     root, op, where = sys.argv[1], sys.argv[2], sys.argv[3]
-    target = getattr(st, where)
+    module = writer if where == "fill_version" else kinds
+    target = getattr(module, where)
 
     def hang(*args, **kwargs):
-        out = target(*args, **kwargs) if where == "_fill_version" else None
+        out = target(*args, **kwargs) if where == "fill_version" else None
         print("MIDWAY", flush=True)
         time.sleep(120)
         return out
 
-    setattr(st, where, hang)
+    setattr(module, where, hang)
     rng = np.random.default_rng(1)
     v = rng.standard_normal((30, 16)).astype(np.float32)
     ids = [f"k{i}" for i in range(30)]
@@ -199,7 +201,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("op,where", [("build", "_add_in_chunks"), ("add", "_fill_version"), ("add", "_add_in_chunks")])
+@pytest.mark.parametrize("op,where", [("build", "add_in_chunks"), ("add", "fill_version"), ("add", "add_in_chunks")])
 def test_sigkill_midway_leaves_previous_index_loadable(store, tmp_path, op, where):
     root = tmp_path / "idx"
     before = sorted(p.name for p in (root / "versions").iterdir())
@@ -310,8 +312,13 @@ def test_cli_index_build_add_search_eval(tiny_beir, tiny_bert_dir, tmp_path):
     assert first["id"] == "d9" and first["title"] == "Kombucha" and first["rank"] == 1
     res = runner.invoke(app, ["search", "--index", str(out), "x", "--mode", "nope"])
     assert res.exit_code == 2 and "unknown search mode 'nope'" in res.output
-    res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "hybrid", "--index", str(out),
-                              "--out", str(tmp_path / "e.json"), "--no-progress"])
+    evaluate = ["eval", "--data", str(tiny_beir), "--retriever", "hybrid", "--index", str(out), "--out",
+                str(tmp_path / "e.json"), "--no-progress"]
+    res = runner.invoke(app, evaluate)  # the index holds d9, the corpus does not
+    assert res.exit_code == 2 and "built from a different corpus" in res.output, res.output
+    res = runner.invoke(app, ["index", "remove", "--index", str(out), "d9"])
+    assert res.exit_code == 0 and "version v000003, 6 documents" in res.output, res.output
+    res = runner.invoke(app, evaluate)
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "e.json").read_text())["num_queries"] == 3
 

@@ -11,6 +11,7 @@ from twotower.data.beir import BeirDataset
 from twotower.encoders.device import describe, resolve_device
 from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
 from twotower.retrieval.dense import Run, to_run
+from twotower.retrieval.index.eval_check import check_index_for_eval
 
 log = logging.getLogger(__name__)
 
@@ -190,12 +191,13 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
     uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)
     metrics = evaluate(ds.qrels, run, cfg.metrics)
     model_name = None
     if cfg.retriever != "bm25":
-        model_name = cfg.model or "all-MiniLM-L6-v2"
+        model_name = index_check.model or cfg.model or "all-MiniLM-L6-v2"
     return EvalResult(
         dataset=Path(cfg.data).name,
         split=cfg.split,
@@ -206,5 +208,5 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         metrics=metrics,
         timings={k: round(v, 4) for k, v in timings.items()},
         run=run,
-        warnings=ds.warnings,
+        warnings=ds.warnings + index_check.warnings,
     )

@@ -18,7 +18,8 @@ import numpy as np
 from twotower.data.beir import Document, load_corpus
 from twotower.errors import TwoTowerError
 from twotower.retrieval.hybrid import interpolate, rrf
-from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
+from twotower.retrieval.index.files import REBUILT
+from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,12 @@ def model_info(model_arg: str | None, encoder) -> dict:
     from twotower.encoders.backbone import resolve_model
 
     tower = encoder.doc_tower
+    path = resolve_model(model_arg)
+    if Path(path).exists():  # a local directory: absolute, so the index loads it from any working directory
+        path = str(Path(path).resolve())
     return {
         "name": str(model_arg) if model_arg else "all-MiniLM-L6-v2",
-        "path": resolve_model(model_arg),
+        "path": path,
         "pooling": tower.pooling,
         "normalize": bool(tower.normalize),
         "query_max_length": int(encoder.query_max_length),
@@ -90,6 +94,19 @@ def encode_new_docs(
     return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
 
 
+def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int, num_docs: int,
+                multivector: int | None = None) -> None:
+    """Everything an index build can check before encoding: the output directory, the index kind and
+    its options for ``num_docs`` documents of ``dim`` dimensions (up to ``multivector`` vectors each), the
+    precision. A failure here costs nothing and writes nothing."""
+    from twotower.encoders.inference import PRECISIONS
+
+    if cfg.precision not in PRECISIONS:
+        raise TwoTowerError(f"unknown --precision '{cfg.precision}': choose one of {', '.join(PRECISIONS)}")
+    check_target(Path(out))
+    check_spec(spec, dim, num_docs, num_docs * multivector if multivector else num_docs)
+
+
 def build_index(
     data: str | Path,
     out: str | Path,
@@ -106,7 +123,9 @@ def build_index(
 
     cfg = cfg or EncodeConfig()
     target = resolve_device(cfg.device)
+    spec = spec or IndexSpec()
     data = Path(data)
+    check_target(Path(out))  # before loading anything
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     encoder = DualEncoder.load(model, device=target)
     if multivector is None and encoder.multivector:
@@ -120,6 +139,8 @@ def build_index(
         from twotower.retrieval.multivector import random_projection
 
         projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
+    dim = projection.shape[1] if projection is not None else encoder.doc_tower.dim
+    check_build(out, spec, cfg, dim=dim, num_docs=len(corpus), multivector=multivector)
     new = encode_new_docs(encoder, list(corpus.values()), cfg, multivector=multivector, projection=projection)
     return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
                             projection=projection, show_progress=cfg.show_progress)
@@ -140,6 +161,9 @@ def add_documents(
             f"{docs_path}: {len(dup)} document id(s) are already in the index {index}: {shown} "
             f"(pass --replace to overwrite them)"
         )
+    # before spending time encoding: the files a write copies must still match their checksums (the
+    # write checks again under the lock)
+    store.files.check_all(writing=True, skip=REBUILT)
     encoder = load_encoder(store.manifest["model"], model, cfg.device)
     new = encode_new_docs(encoder, list(docs.values()), cfg, multivector=store.multivector, projection=store.projection)
     return store.add(new, replace=replace, show_progress=cfg.show_progress)

@@ -5,7 +5,8 @@ Layout of an index directory ``INDEX``::
     INDEX/CURRENT                  the name of the live version ("v000003"), replaced atomically
     INDEX/.lock                    writers hold an exclusive flock on it (one writer at a time)
     INDEX/versions/v000003/
-        manifest.json              format, model, dim, kind, factory, counts, sizes + sha256 of every file
+        manifest.json              format, model, dim, kind, factory, counts, corpus fingerprint,
+                                   sizes + sha256 of every file
         vectors.npy                float32 (num_vectors, dim), memory-mapped on load
         offsets.npy                int64 (num_docs + 1): document i owns vectors[offsets[i]:offsets[i+1]]
                                    (multi-vector indexes only; single-vector: row i is document i)
@@ -26,245 +27,36 @@ new one — never a mix. The previous ``keep`` versions stay on disk for readers
 a copy of the FAISS index; replacing or removing documents rebuilds the FAISS index from the
 stored vectors, re-using its trained quantizer. Either way the vector file is rewritten into the
 new version (a sequential copy, much cheaper than re-encoding).
+
+Integrity: opening checks every file's size; the first read of ``vectors.npy`` or ``faiss.index``
+through an opened version checks that file's sha256; a write re-checks every file it copies and
+refuses to write from corrupt data (:mod:`twotower.retrieval.index.files`).
+
+The parts live in :mod:`twotower.retrieval.index`; their public names are importable from here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import logging
-import math
 import mmap
-import os
-import shutil
-import time
-import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from twotower.errors import DataError, TwoTowerError
-from twotower.io import atomic_write_json, atomic_write_text, file_digest
 from twotower.retrieval.bm25 import BM25, BM25Params
+from twotower.retrieval.index import writer
+from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
+from twotower.retrieval.index.files import VersionFiles, corrupt
+from twotower.retrieval.index.kinds import KINDS, IndexSpec, check_spec, search_params, tune_faiss
+from twotower.retrieval.index.lock import writer_lock
+from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, read_manifest
+from twotower.retrieval.index.writer import NewDocs, check_target
 
-log = logging.getLogger(__name__)
-
-FORMAT = "twotower-index"
-FORMAT_VERSION = 1
-KINDS = ("flat", "hnsw", "ivf", "ivfpq")
-CHUNK = 65536
-
-
-class IndexStoreError(TwoTowerError):
-    """An index directory that cannot be read or written as asked."""
-
-
-class UnknownIdError(IndexStoreError):
-    """Document ids that the index does not hold."""
-
-
-class DimensionError(IndexStoreError):
-    """Vectors whose dimension differs from the index's."""
-
-
-def tune_faiss() -> None:
-    """Make FAISS use BLAS for batched exact search from 20 queries on (its default, 128000,
-    made 200 × 100k exact search 15× slower on these machines)."""
-    import faiss
-
-    faiss.cvar.distance_compute_blas_threshold = 20
-
-
-# --------------------------------------------------------------------------------------------
-# index kinds
-
-
-@dataclass(frozen=True)
-class IndexSpec:
-    """How to build the FAISS index. ``kind`` is flat | hnsw | ivf | ivfpq or a FAISS factory string."""
-
-    kind: str = "flat"
-    hnsw_m: int = 32
-    ef_construction: int = 200
-    nlist: int | None = None  # IVF lists; default ≈ 4·√n, at most n / 39 (FAISS's training minimum)
-    pq_m: int | None = None  # IVF-PQ sub-quantizers; default: dim / 8 rounded to a divisor of dim
-    train_size: int = 200_000  # vectors sampled to train IVF / PQ
-    bm25: bool = False
-    bm25_params: BM25Params = field(default_factory=BM25Params)
-
-    def factory(self, dim: int, n: int) -> str:
-        kind = self.kind.lower()
-        if kind == "flat":
-            return "Flat"
-        if kind == "hnsw":
-            return f"HNSW{self.hnsw_m}"
-        if kind in ("ivf", "ivfpq"):
-            nlist = self.nlist or max(1, min(int(4 * math.sqrt(max(n, 1))), max(1, n // 39)))
-            if kind == "ivf":
-                return f"IVF{nlist},Flat"
-            pq_m = self.pq_m or _largest_divisor_at_most(dim, max(1, dim // 8))
-            if dim % pq_m:
-                raise IndexStoreError(f"IVF-PQ: pq_m {pq_m} must divide the vector dimension {dim}")
-            return f"IVF{nlist},PQ{pq_m}"
-        return self.kind  # any FAISS factory string
-
-
-def _largest_divisor_at_most(n: int, limit: int) -> int:
-    return max(d for d in range(1, limit + 1) if n % d == 0)
-
-
-def _new_faiss_index(spec: IndexSpec, vectors: np.ndarray, *, show_progress: bool):
-    """A FAISS inner-product index for ``spec``, trained on (a sample of) ``vectors``, empty."""
-    import faiss
-
-    n, dim = vectors.shape
-    factory = spec.factory(dim, n)
-    try:
-        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        raise IndexStoreError(
-            f"FAISS cannot build index kind '{spec.kind}' (factory '{factory}'): {str(exc).strip().splitlines()[-1]}"
-            f" (use flat, hnsw, ivf, ivfpq or a valid FAISS factory string)"
-        ) from None
-    hnsw = _find(index, "IndexHNSW")
-    if hnsw is not None:
-        hnsw.hnsw.efConstruction = spec.ef_construction
-    if not index.is_trained:
-        if "PQ" in factory and n < 256:
-            raise IndexStoreError(
-                f"index kind '{spec.kind}' ({factory}) needs at least 256 vectors to train its product "
-                f"quantizer, got {n} (use --kind flat or ivf for small collections)"
-            )
-        rng = np.random.default_rng(0)
-        sample = np.sort(rng.choice(n, size=min(n, spec.train_size), replace=False))
-        log.info("training %s on %d vectors", factory, len(sample))
-        t0 = time.perf_counter()
-        try:
-            index.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
-        except RuntimeError as exc:
-            raise IndexStoreError(f"FAISS could not train '{factory}' on {len(sample)} vectors: {exc}") from None
-        log.info("trained in %.1fs", time.perf_counter() - t0)
-    return index, factory
-
-
-def _add_in_chunks(index, vectors: np.ndarray, *, show_progress: bool, desc: str = "indexing") -> None:
-    with tqdm(total=len(vectors), desc=desc, unit="vec", disable=not show_progress or len(vectors) < CHUNK) as bar:
-        for s in range(0, len(vectors), CHUNK):
-            block = np.ascontiguousarray(vectors[s : s + CHUNK], dtype=np.float32)
-            index.add(block)
-            bar.update(len(block))
-
-
-def _find(index, class_prefix: str):
-    """The first index of a class named ``class_prefix*`` in a (pre-transform) chain, downcast."""
-    import faiss
-
-    current = faiss.downcast_index(index)
-    while current is not None:
-        if type(current).__name__.startswith(class_prefix):
-            return current
-        if isinstance(current, faiss.IndexPreTransform):
-            current = faiss.downcast_index(current.index)
-        else:
-            return None
-    return None
-
-
-def search_params(index, *, ef_search: int | None = None, nprobe: int | None = None):
-    """Per-call FAISS search parameters (thread-safe: the shared index is not mutated)."""
-    import faiss
-
-    if ef_search is None and nprobe is None:
-        return None
-    params = None
-    if ef_search is not None:
-        if _find(index, "IndexHNSW") is None:
-            raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(faiss.downcast_index(index)).__name__}")
-        params = faiss.SearchParametersHNSW(efSearch=int(ef_search))
-    if nprobe is not None:
-        ivf = faiss.try_extract_index_ivf(index)
-        if ivf is None:
-            raise IndexStoreError(f"nprobe applies to IVF indexes; this index is {type(faiss.downcast_index(index)).__name__}")
-        params = faiss.SearchParametersIVF(nprobe=int(nprobe))
-    if isinstance(faiss.downcast_index(index), faiss.IndexPreTransform):
-        params = faiss.SearchParametersPreTransform(index_params=params)
-    return params
-
-
-# --------------------------------------------------------------------------------------------
-# files
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    np.save(path, array)
-
-
-@contextlib.contextmanager
-def _writer_lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-@dataclass
-class NewDocs:
-    """Documents to put into an index, with their vectors.
-
-    Single-vector: ``vectors`` is (n, dim). Multi-vector: ``offsets`` (n + 1) says which rows of
-    ``vectors`` belong to each document.
-    """
-
-    ids: list[str]
-    titles: list[str]
-    texts: list[str]
-    vectors: np.ndarray
-    offsets: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if not (len(self.ids) == len(self.titles) == len(self.texts)):
-            raise ValueError(f"{len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
-        if self.vectors.ndim != 2:
-            raise DimensionError(f"vectors must be a 2-d array (rows, dim), got shape {self.vectors.shape}")
-        expected = len(self.ids) if self.offsets is None else int(self.offsets[-1])
-        if self.offsets is not None and len(self.offsets) != len(self.ids) + 1:
-            raise ValueError(f"offsets must have {len(self.ids) + 1} entries, got {len(self.offsets)}")
-        if len(self.vectors) != expected:
-            raise ValueError(f"{len(self.ids)} documents need {expected} vectors, got {len(self.vectors)}")
-        seen: set[str] = set()
-        for doc_id in self.ids:
-            if doc_id in seen:
-                raise IndexStoreError(f"duplicate document id '{doc_id}' among the new documents")
-            seen.add(doc_id)
-
-
-# --------------------------------------------------------------------------------------------
-# the store
-
-_REQUIRED = {
-    "format": str, "format_version": int, "version": int, "dim": int, "kind": str, "factory": str,
-    "num_docs": int, "num_vectors": int, "model": dict, "files": dict,
-}
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "KINDS", "DimensionError", "IndexSpec", "IndexStore", "IndexStoreError", "NewDocs",
+    "UnknownIdError", "check_spec", "check_target", "search_params", "tune_faiss",
+]
 
 
 class IndexStore:
@@ -278,16 +70,19 @@ class IndexStore:
         self.root = root
         self.dir = version_dir
         self.manifest = manifest
-        self._check_files(verify)
-        self.vectors: np.ndarray = np.load(version_dir / "vectors.npy", mmap_mode="r")
-        if self.vectors.shape != (manifest["num_vectors"], manifest["dim"]) or self.vectors.dtype != np.float32:
-            raise self._corrupt(
-                f"vectors.npy holds {self.vectors.dtype} {self.vectors.shape}, the manifest says float32 "
-                f"({manifest['num_vectors']}, {manifest['dim']})", "num_vectors"
+        self.files = VersionFiles(version_dir, manifest)  # sizes checked here, sha256 on first read
+        if verify:
+            self.files.check_all()
+        self._vectors: np.ndarray = np.load(version_dir / "vectors.npy", mmap_mode="r")
+        if self._vectors.shape != (manifest["num_vectors"], manifest["dim"]) or self._vectors.dtype != np.float32:
+            raise corrupt(
+                version_dir, f"vectors.npy holds {self._vectors.dtype} {self._vectors.shape}, the manifest says "
+                f"float32 ({manifest['num_vectors']}, {manifest['dim']})", "num_vectors"
             )
         self.doc_ids: list[str] = json.loads((version_dir / "doc_ids.json").read_text())
         if len(self.doc_ids) != manifest["num_docs"]:
-            raise self._corrupt(f"doc_ids.json holds {len(self.doc_ids)} ids, the manifest says {manifest['num_docs']}", "num_docs")
+            raise corrupt(version_dir, f"doc_ids.json holds {len(self.doc_ids)} ids, the manifest says "
+                                       f"{manifest['num_docs']}", "num_docs")
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids)}
         self.offsets: np.ndarray | None = (
             np.load(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
@@ -305,16 +100,17 @@ class IndexStore:
 
     @classmethod
     def open(cls, root: str | Path, *, verify: bool = False) -> "IndexStore":
-        """Open the live version of ``root``. ``verify=True`` also checks every file's sha256."""
+        """Open the live version of ``root``. ``verify=True`` checks every file's sha256 now (otherwise
+        the vectors and the FAISS index are checked on their first read)."""
         root = Path(root)
         for attempt in range(3):
-            version = cls._current(root)
+            version = current_version(root)
             version_dir = root / "versions" / version
             try:
-                manifest = cls._read_manifest(version_dir / "manifest.json")
+                manifest = read_manifest(version_dir / "manifest.json")
                 return cls(root, version_dir, manifest, verify=verify)
             except FileNotFoundError:
-                if attempt == 2 or cls._current(root) == version:
+                if attempt == 2 or current_version(root) == version:
                     raise IndexStoreError(
                         f"{version_dir}: the version named by {root / 'CURRENT'} is missing files "
                         f"(restore the directory or rebuild with 'twotower index build')"
@@ -322,64 +118,9 @@ class IndexStore:
                 # a writer switched versions and cleaned up between our reads: try the new one
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _current(root: Path) -> str:
-        if not root.is_dir():
-            raise IndexStoreError(f"{root}: index directory not found (build one with 'twotower index build')")
-        try:
-            name = (root / "CURRENT").read_text().strip()
-        except FileNotFoundError:
-            raise IndexStoreError(
-                f"{root}: not an index directory (no CURRENT file; build one with 'twotower index build')"
-            ) from None
-        if not name.startswith("v") or not name[1:].isdigit():
-            raise DataError(root / "CURRENT", f"expected a version name like 'v000001', got {name[:40]!r}",
-                            line=1, hint="restore the file or rebuild the index")
-        return name
-
-    @staticmethod
-    def _read_manifest(path: Path) -> dict:
-        text = path.read_text(encoding="utf-8", errors="replace")  # FileNotFoundError propagates
-        try:
-            manifest = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"corrupt manifest: {exc.msg} at column {exc.colno}", line=exc.lineno,
-                            hint="restore the file or rebuild the index with 'twotower index build'") from None
-        if not isinstance(manifest, dict):
-            raise DataError(path, f"corrupt manifest: expected a JSON object, got {type(manifest).__name__}",
-                            hint="restore the file or rebuild the index")
-        for name, typ in _REQUIRED.items():
-            if name not in manifest:
-                raise DataError(path, "corrupt manifest: missing field", field=name,
-                                hint="restore the file or rebuild the index")
-            if not isinstance(manifest[name], typ) or isinstance(manifest[name], bool):
-                raise DataError(path, f"corrupt manifest: expected {typ.__name__}, got {type(manifest[name]).__name__}",
-                                field=name, hint="restore the file or rebuild the index")
-        if manifest["format"] != FORMAT:
-            raise DataError(path, f"not a twotower index manifest (format {manifest['format']!r})", field="format")
-        if manifest["format_version"] > FORMAT_VERSION:
-            raise DataError(path, f"index format {manifest['format_version']} is newer than this twotower "
-                                  f"understands ({FORMAT_VERSION})", field="format_version", hint="upgrade twotower")
-        return manifest
-
-    def _corrupt(self, message: str, field_name: str | None = None) -> DataError:
-        return DataError(self.dir / "manifest.json", f"index does not match its manifest: {message}",
-                         field=field_name, hint="restore the index directory or rebuild it")
-
-    def _check_files(self, verify: bool) -> None:
-        for name, info in self.manifest["files"].items():
-            path = self.dir / name
-            if not path.is_file():
-                raise self._corrupt(f"{name} is missing", "files")
-            size = path.stat().st_size
-            if size != info.get("bytes"):
-                raise self._corrupt(f"{name} has {size} bytes, expected {info.get('bytes')}", "files")
-            if verify and file_digest(path) != info.get("sha256"):
-                raise self._corrupt(f"{name} fails its sha256 checksum", "files")
-
     def refresh(self) -> "IndexStore":
         """This store if it is still the live version, else the live version newly opened."""
-        if self._current(self.root) == self.dir.name:
+        if current_version(self.root) == self.dir.name:
             return self
         return IndexStore.open(self.root)
 
@@ -387,6 +128,7 @@ class IndexStore:
         if self._docs_map is not None:
             self._docs_map.close()
         self._docs_file.close()
+        self.files.close()
 
     # ---- reading ------------------------------------------------------------------------
 
@@ -402,6 +144,12 @@ class IndexStore:
     def multivector(self) -> int | None:
         return self.manifest.get("multivector")
 
+    @property
+    def vectors(self) -> np.ndarray:
+        """The memory-mapped vectors (num_vectors, dim); the first access checks the file's sha256."""
+        self.files.ensure("vectors.npy")
+        return self._vectors
+
     def __len__(self) -> int:
         return len(self.doc_ids)
 
@@ -415,10 +163,18 @@ class IndexStore:
             )
         return [self.row_of[d] for d in ids]
 
+    def document_bytes(self, row: int) -> bytes:
+        """The line of docs.jsonl that holds the document in ``row`` (newline included)."""
+        start, end = int(self._doc_offsets[row]), int(self._doc_offsets[row + 1])
+        return self._docs_map[start:end]
+
     def document(self, row: int) -> dict:
         """``{"_id", "title", "text"}`` of the document in ``row`` (read from the mapped docs.jsonl)."""
-        start, end = int(self._doc_offsets[row]), int(self._doc_offsets[row + 1])
-        return json.loads(self._docs_map[start:end])
+        return json.loads(self.document_bytes(row))
+
+    def document_fields(self, row: int) -> tuple[str, str, str]:
+        d = self.document(row)
+        return d["_id"], d["title"], d["text"]
 
     def documents(self, ids: Sequence[str]) -> list[dict]:
         return [self.document(r) for r in self.rows(ids)]
@@ -437,14 +193,16 @@ class IndexStore:
         if self._faiss is None:
             import faiss
 
+            self.files.ensure("faiss.index")
             path = str(self.dir / "faiss.index")
             try:
-                self._faiss = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+                index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             except RuntimeError:
-                self._faiss = faiss.read_index(path)
-            if self._faiss.ntotal != self.manifest["num_vectors"]:
-                raise self._corrupt(f"faiss.index holds {self._faiss.ntotal} vectors, expected "
-                                    f"{self.manifest['num_vectors']}", "num_vectors")
+                index = faiss.read_index(path)
+            if index.ntotal != self.manifest["num_vectors"]:
+                raise corrupt(self.dir, f"faiss.index holds {index.ntotal} vectors, expected "
+                                        f"{self.manifest['num_vectors']}", "num_vectors")
+            self._faiss = index
         return self._faiss
 
     @property
@@ -516,23 +274,36 @@ class IndexStore:
     ) -> "IndexStore":
         """Write ``docs`` as a new version of the index at ``root`` (created if missing).
 
-        An existing index at ``root`` stays live until the new version is complete. ``model``
-        describes the encoder (``name``, ``path``, pooling, lengths) so that queries and added
-        documents are encoded the same way.
+        An existing index at ``root`` stays live until the new version is complete; a first build
+        that fails leaves ``root`` as it found it. ``model`` describes the encoder (``name``,
+        ``path``, pooling, lengths) so that queries and added documents are encoded the same way.
         """
         root = Path(root)
         spec = spec or IndexSpec()
-        if root.exists() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
-            raise IndexStoreError(f"{root}: exists and is not an index directory; choose an empty or new --out")
-        with _writer_lock(root):
-            return _write_version(
-                root, previous=None, keep_mask=None, new=docs, model=model, spec=spec, multivector=multivector,
-                projection=projection, keep=keep, show_progress=show_progress,
-            )
+        check_target(root)
+        created = not root.exists()
+        first = created or not (root / "CURRENT").exists()
+        try:
+            with writer_lock(root):
+                final, manifest = writer.write_version(
+                    root, previous=None, keep_mask=None, new=docs, model=model, spec=spec, multivector=multivector,
+                    projection=projection, keep=keep, show_progress=show_progress,
+                )
+        except BaseException:
+            if first:
+                writer.discard_unfinished(root, created=created)
+            raise
+        return cls._written(root, final, manifest)
+
+    @classmethod
+    def _written(cls, root: Path, version_dir: Path, manifest: dict) -> "IndexStore":
+        store = cls(root, version_dir, manifest)
+        store.files.written_now()  # its sums were just computed from these very files
+        return store
 
     def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "IndexStore":
         """A new version with ``docs`` added. Ids already in the index are an error unless ``replace``."""
-        with _writer_lock(self.root):
+        with writer_lock(self.root):
             live = self.refresh()  # another writer may have moved on since this store was opened
             if docs.vectors.shape[1] != live.dim:
                 raise DimensionError(
@@ -554,23 +325,22 @@ class IndexStore:
             keep_mask = np.ones(len(live), dtype=bool)
             if dup:
                 keep_mask[[live.row_of[d] for d in dup]] = False
-            return _write_version(
-                live.root, previous=live, keep_mask=keep_mask, new=docs, model=live.manifest["model"],
-                spec=live._spec(), multivector=live.multivector, projection=live.projection, keep=keep,
-                show_progress=show_progress,
-            )
+            return live._write(keep_mask, docs, keep, show_progress)
 
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "IndexStore":
         """A new version without ``ids`` (unknown ids are an error)."""
-        with _writer_lock(self.root):
+        with writer_lock(self.root):
             live = self.refresh()
             keep_mask = np.ones(len(live), dtype=bool)
             keep_mask[live.rows(list(ids))] = False
-            return _write_version(
-                live.root, previous=live, keep_mask=keep_mask, new=None, model=live.manifest["model"],
-                spec=live._spec(), multivector=live.multivector, projection=live.projection, keep=keep,
-                show_progress=show_progress,
-            )
+            return live._write(keep_mask, None, keep, show_progress)
+
+    def _write(self, keep_mask: np.ndarray, docs: NewDocs | None, keep: int, show_progress: bool) -> "IndexStore":
+        final, manifest = writer.write_version(
+            self.root, previous=self, keep_mask=keep_mask, new=docs, model=self.manifest["model"], spec=self._spec(),
+            multivector=self.multivector, projection=self.projection, keep=keep, show_progress=show_progress,
+        )
+        return IndexStore._written(self.root, final, manifest)
 
     def _spec(self) -> IndexSpec:
         saved = self.manifest.get("spec") or {}
@@ -589,208 +359,3 @@ def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.n
         scores = np.pad(scores, ((0, 0), (0, extra)), constant_values=-np.inf)
         rows = np.pad(rows, ((0, 0), (0, extra)), constant_values=-1)
     return scores, rows
-
-
-def _version_number(name: str) -> int | None:
-    return int(name[1:]) if name.startswith("v") and name[1:].isdigit() else None
-
-
-def _write_version(
-    root: Path,
-    *,
-    previous: IndexStore | None,
-    keep_mask: np.ndarray | None,
-    new: NewDocs | None,
-    model: dict,
-    spec: IndexSpec,
-    multivector: int | None,
-    projection: np.ndarray | None,
-    keep: int,
-    show_progress: bool,
-) -> IndexStore:
-    """Write a complete version into a temp dir, rename it into place, then switch CURRENT."""
-    versions = root / "versions"
-    versions.mkdir(parents=True, exist_ok=True)
-    for stale in versions.glob(".tmp-*"):  # left by a writer that was killed (we hold the lock)
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = versions / f".tmp-{uuid.uuid4().hex}"
-    tmp.mkdir()
-    try:
-        manifest = _fill_version(tmp, previous, keep_mask, new, model, spec, multivector, projection, show_progress)
-        numbers = [n for n in (_version_number(p.name) for p in versions.iterdir()) if n is not None]
-        number = max(numbers, default=0) + 1
-        manifest["version"] = number
-        atomic_write_json(tmp / "manifest.json", manifest)
-        _fsync_dir(tmp)
-        final = versions / f"v{number:06d}"
-        os.rename(tmp, final)
-        _fsync_dir(versions)
-        atomic_write_text(root / "CURRENT", final.name + "\n")
-        _fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _collect_garbage(versions, final.name, keep)
-    log.info("%s: version %s live (%d documents)", root, final.name, manifest["num_docs"])
-    return IndexStore(root, final, manifest)
-
-
-def _collect_garbage(versions: Path, current: str, keep: int) -> None:
-    """Delete versions other than ``current`` and the ``keep`` before it (readers may hold those)."""
-    cur = _version_number(current)
-    older = sorted(n for n in (_version_number(p.name) for p in versions.iterdir()) if n is not None and n != cur)
-    keep_set = {n for n in older if n < cur}
-    keep_set = set(sorted(keep_set)[-keep:]) if keep > 0 else set()
-    for n in older:
-        if n not in keep_set:
-            shutil.rmtree(versions / f"v{n:06d}", ignore_errors=True)
-
-
-def _fill_version(
-    out: Path,
-    previous: IndexStore | None,
-    keep_mask: np.ndarray | None,
-    new: NewDocs | None,
-    model: dict,
-    spec: IndexSpec,
-    multivector: int | None,
-    projection: np.ndarray | None,
-    show_progress: bool,
-) -> dict:
-    """Write every file of a version into ``out`` and return its manifest (without ``version``)."""
-    import faiss
-
-    new_dim = new.vectors.shape[1] if new is not None else None
-    dim = previous.dim if previous is not None else new_dim
-    if previous is None and new is None:
-        raise ValueError("nothing to write")
-    if new is not None and new_dim != dim:
-        raise DimensionError(f"new vectors have dimension {new_dim}, the index holds {dim}-d vectors")
-
-    # which old documents stay, and how many vectors each has
-    old_rows = np.flatnonzero(keep_mask) if previous is not None else np.empty(0, dtype=np.int64)
-    if previous is not None and previous.offsets is not None:
-        old_counts = np.diff(previous.offsets)[old_rows]
-    else:
-        old_counts = np.ones(len(old_rows), dtype=np.int64)
-    new_counts = (
-        np.diff(new.offsets) if new is not None and new.offsets is not None
-        else np.ones(len(new.ids) if new is not None else 0, dtype=np.int64)
-    )
-    counts = np.concatenate([old_counts, new_counts]).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    num_vectors = int(offsets[-1])
-    num_docs = len(counts)
-    if num_docs == 0:
-        raise IndexStoreError("an index needs at least one document")
-
-    # vectors: kept old rows (copied in chunks from the memory map), then the new ones
-    vec_path = out / "vectors.npy"
-    vectors = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float32, shape=(num_vectors, dim))
-    pos = 0
-    if previous is not None and len(old_rows):
-        if previous.offsets is None:
-            for s in range(0, len(old_rows), CHUNK):
-                block = old_rows[s : s + CHUNK]
-                vectors[pos : pos + len(block)] = previous.vectors[block]
-                pos += len(block)
-        elif keep_mask.all():
-            vectors[: previous.vectors.shape[0]] = previous.vectors
-            pos = previous.vectors.shape[0]
-        else:
-            for r in old_rows:
-                a, b = previous.offsets[r], previous.offsets[r + 1]
-                vectors[pos : pos + (b - a)] = previous.vectors[a:b]
-                pos += b - a
-    if new is not None:
-        vectors[pos:] = new.vectors
-    vectors.flush()
-    del vectors
-    vectors = np.load(vec_path, mmap_mode="r")
-
-    # documents
-    ids: list[str] = []
-    line_offsets = [0]
-    with (out / "docs.jsonl").open("wb") as handle:
-        if previous is not None:
-            for r in old_rows:
-                start, end = int(previous._doc_offsets[r]), int(previous._doc_offsets[r + 1])
-                handle.write(previous._docs_map[start:end])
-                line_offsets.append(line_offsets[-1] + end - start)
-                ids.append(previous.doc_ids[r])
-        if new is not None:
-            for doc_id, title, text in zip(new.ids, new.titles, new.texts):
-                line = (json.dumps({"_id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n").encode()
-                handle.write(line)
-                line_offsets.append(line_offsets[-1] + len(line))
-                ids.append(doc_id)
-        handle.flush()
-        os.fsync(handle.fileno())
-    _save_npy(out / "docs.offsets.npy", np.asarray(line_offsets, dtype=np.int64))
-    (out / "doc_ids.json").write_text(json.dumps(ids, ensure_ascii=False))
-    if multivector is not None:
-        _save_npy(out / "offsets.npy", offsets)
-    if projection is not None:
-        _save_npy(out / "projection.npy", np.asarray(projection, dtype=np.float32))
-
-    # FAISS: add to a copy of the previous index when nothing was dropped, else rebuild
-    t0 = time.perf_counter()
-    if previous is not None and keep_mask.all():
-        index = faiss.clone_index(_readable(previous))
-        factory = previous.manifest["factory"]
-        if new is not None:
-            _add_in_chunks(index, new.vectors, show_progress=show_progress, desc="indexing new vectors")
-    elif previous is not None:
-        index = faiss.clone_index(_readable(previous))
-        index.reset()  # keeps the trained quantizer / codebooks
-        factory = previous.manifest["factory"]
-        _add_in_chunks(index, vectors, show_progress=show_progress)
-    else:
-        index, factory = _new_faiss_index(spec, vectors, show_progress=show_progress)
-        _add_in_chunks(index, vectors, show_progress=show_progress)
-    faiss.write_index(index, str(out / "faiss.index"))
-    faiss_s = time.perf_counter() - t0
-
-    # BM25 over title + text of every document (bm25s indexes are rebuilt, not appended to)
-    bm25_manifest = None
-    if spec.bm25:
-        texts = []
-        with (out / "docs.jsonl").open("rb") as handle:
-            for line in handle:
-                d = json.loads(line)
-                texts.append(f"{d['title']} {d['text']}".strip() if d["title"] else d["text"])
-        BM25(spec.bm25_params).index(ids, texts, show_progress=show_progress).save(out / "bm25")
-        bm25_manifest = asdict(spec.bm25_params)
-
-    files = {}
-    for path in sorted(p for p in out.rglob("*") if p.is_file()):
-        _fsync_file(path)
-        files[str(path.relative_to(out))] = {"bytes": path.stat().st_size, "sha256": file_digest(path)}
-    for sub in sorted(p for p in out.rglob("*") if p.is_dir()):
-        _fsync_dir(sub)
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "version": 0,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model": model,
-        "dim": int(dim),
-        "kind": spec.kind,
-        "factory": factory,
-        "metric": "inner_product",
-        "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist,
-                 "pq_m": spec.pq_m, "train_size": spec.train_size},
-        "num_docs": num_docs,
-        "num_vectors": num_vectors,
-        "multivector": multivector,
-        "bm25": bm25_manifest,
-        "faiss_build_s": round(faiss_s, 3),
-        "files": files,
-    }
-
-
-def _readable(store: IndexStore):
-    """The previous FAISS index loaded fully in memory (a memory-mapped one cannot be cloned and grown)."""
-    import faiss
-
-    return faiss.read_index(str(store.dir / "faiss.index"))

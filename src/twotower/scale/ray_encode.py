@@ -211,9 +211,9 @@ def build_index_ray(
     """:func:`twotower.retrieval.searcher.build_index` with the encoding spread over Ray actors."""
     from twotower.data.beir import load_corpus
     from twotower.encoders.towers import DualEncoder
-    from twotower.retrieval.searcher import EncodeConfig, model_info
     from twotower.encoders.inference import DEFAULT_BATCH_SIZE
-    from twotower.retrieval.store import IndexStore, NewDocs
+    from twotower.retrieval.searcher import EncodeConfig, check_build, model_info
+    from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
 
     cfg = cfg or EncodeConfig()
     ray_cfg = ray_cfg or RayConfig()
@@ -222,6 +222,7 @@ def build_index_ray(
     encoder = DualEncoder.load(model)  # for the tokenizer and the manifest; actors load their own copy
     info = model_info(model, encoder)
     docs = list(corpus.values())
+    check_build(out, spec or IndexSpec(), cfg, dim=encoder.doc_tower.dim, num_docs=len(docs))  # before encoding
     tower = encoder.doc_tower
     shard_dir = out.parent / f"{out.name}.ray-shards"
     vectors = encode_corpus_ray(

@@ -1,0 +1,112 @@
+"""Versions of an index directory: the ``CURRENT`` pointer, ``versions/vNNNNNN`` dirs and their manifests.
+
+A version is written into ``versions/.tmp-*``, renamed to the next ``vNNNNNN`` and only then named
+by ``CURRENT`` (temp file + ``os.replace``), so ``CURRENT`` always names a complete version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from twotower.errors import DataError
+from twotower.io import atomic_write_json, atomic_write_text
+from twotower.retrieval.index.errors import IndexStoreError
+from twotower.retrieval.index.files import fsync_dir
+
+FORMAT = "twotower-index"
+FORMAT_VERSION = 1
+TMP_PREFIX = ".tmp-"
+
+REQUIRED = {
+    "format": str, "format_version": int, "version": int, "dim": int, "kind": str, "factory": str,
+    "num_docs": int, "num_vectors": int, "model": dict, "files": dict,
+}
+_HINT = "restore the file or rebuild the index"
+
+
+def current_version(root: Path) -> str:
+    """The name of the live version (``CURRENT``), or an error saying what ``root`` is instead."""
+    if not root.is_dir():
+        raise IndexStoreError(f"{root}: index directory not found (build one with 'twotower index build')")
+    try:
+        name = (root / "CURRENT").read_text().strip()
+    except FileNotFoundError:
+        raise IndexStoreError(
+            f"{root}: not an index directory (no CURRENT file; build one with 'twotower index build')"
+        ) from None
+    if version_number(name) is None:
+        raise DataError(root / "CURRENT", f"expected a version name like 'v000001', got {name[:40]!r}",
+                        line=1, hint=_HINT)
+    return name
+
+
+def read_manifest(path: Path) -> dict:
+    """A version's manifest, checked field by field (``FileNotFoundError`` propagates: see ``IndexStore.open``)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"corrupt manifest: {exc.msg} at column {exc.colno}", line=exc.lineno,
+                        hint="restore the file or rebuild the index with 'twotower index build'") from None
+    if not isinstance(manifest, dict):
+        raise DataError(path, f"corrupt manifest: expected a JSON object, got {type(manifest).__name__}", hint=_HINT)
+    for name, typ in REQUIRED.items():
+        if name not in manifest:
+            raise DataError(path, "corrupt manifest: missing field", field=name, hint=_HINT)
+        if not isinstance(manifest[name], typ) or isinstance(manifest[name], bool):
+            raise DataError(path, f"corrupt manifest: expected {typ.__name__}, got {type(manifest[name]).__name__}",
+                            field=name, hint=_HINT)
+    if manifest["format"] != FORMAT:
+        raise DataError(path, f"not a twotower index manifest (format {manifest['format']!r})", field="format")
+    if manifest["format_version"] > FORMAT_VERSION:
+        raise DataError(path, f"index format {manifest['format_version']} is newer than this twotower "
+                              f"understands ({FORMAT_VERSION})", field="format_version", hint="upgrade twotower")
+    return manifest
+
+
+def version_number(name: str) -> int | None:
+    return int(name[1:]) if name.startswith("v") and name[1:].isdigit() else None
+
+
+def new_temp_dir(root: Path) -> Path:
+    """A fresh ``versions/.tmp-*`` dir; temp dirs of writers that were killed are swept first (call under
+    the writer lock)."""
+    versions = root / "versions"
+    versions.mkdir(parents=True, exist_ok=True)
+    for stale in versions.glob(f"{TMP_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = versions / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    tmp.mkdir()
+    return tmp
+
+
+def publish(root: Path, tmp: Path, manifest: dict) -> Path:
+    """Number the complete version in ``tmp``, write its manifest, rename it into place and point
+    ``CURRENT`` at it. Returns the version dir."""
+    versions = root / "versions"
+    numbers = [n for n in (version_number(p.name) for p in versions.iterdir()) if n is not None]
+    number = max(numbers, default=0) + 1
+    manifest["version"] = number
+    atomic_write_json(tmp / "manifest.json", manifest)
+    fsync_dir(tmp)
+    final = versions / f"v{number:06d}"
+    os.rename(tmp, final)
+    fsync_dir(versions)
+    atomic_write_text(root / "CURRENT", final.name + "\n")
+    fsync_dir(root)
+    return final
+
+
+def collect_garbage(versions: Path, current: str, keep: int) -> None:
+    """Delete versions other than ``current`` and the ``keep`` before it (readers may hold those)."""
+    cur = version_number(current)
+    older = sorted(n for n in (version_number(p.name) for p in versions.iterdir()) if n is not None and n != cur)
+    keep_set = {n for n in older if n < cur}
+    keep_set = set(sorted(keep_set)[-keep:]) if keep > 0 else set()
+    for n in older:
+        if n not in keep_set:
+            shutil.rmtree(versions / f"v{n:06d}", ignore_errors=True)

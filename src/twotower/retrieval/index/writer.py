@@ -1,0 +1,279 @@
+"""Writing one version of an index: the new documents, the kept rows of the previous version (checked
+against their checksums first: a write never copies corrupt bytes into a version with fresh sums),
+the FAISS index, BM25, and the manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from twotower.retrieval.bm25 import BM25
+from twotower.retrieval.index import fingerprint, kinds
+from twotower.retrieval.index.errors import DimensionError, IndexStoreError
+from twotower.retrieval.index.files import REBUILT, describe, save_npy
+from twotower.retrieval.index.lock import LOCK_NAME
+from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, collect_garbage, new_temp_dir, publish
+
+if TYPE_CHECKING:
+    from twotower.retrieval.store import IndexStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NewDocs:
+    """Documents to put into an index, with their vectors.
+
+    Single-vector: ``vectors`` is (n, dim). Multi-vector: ``offsets`` (n + 1) says which rows of
+    ``vectors`` belong to each document.
+    """
+
+    ids: list[str]
+    titles: list[str]
+    texts: list[str]
+    vectors: np.ndarray
+    offsets: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not (len(self.ids) == len(self.titles) == len(self.texts)):
+            raise ValueError(f"{len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
+        if self.vectors.ndim != 2:
+            raise DimensionError(f"vectors must be a 2-d array (rows, dim), got shape {self.vectors.shape}")
+        expected = len(self.ids) if self.offsets is None else int(self.offsets[-1])
+        if self.offsets is not None and len(self.offsets) != len(self.ids) + 1:
+            raise ValueError(f"offsets must have {len(self.ids) + 1} entries, got {len(self.offsets)}")
+        if len(self.vectors) != expected:
+            raise ValueError(f"{len(self.ids)} documents need {expected} vectors, got {len(self.vectors)}")
+        seen: set[str] = set()
+        for doc_id in self.ids:
+            if doc_id in seen:
+                raise IndexStoreError(f"duplicate document id '{doc_id}' among the new documents")
+            seen.add(doc_id)
+
+
+def check_target(root: Path) -> None:
+    """``root`` can take a new index version: missing, empty, or an index directory already."""
+    if root.exists() and not root.is_dir():
+        raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new --out")
+    if root.is_dir() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
+        raise IndexStoreError(f"{root}: exists and is not an index directory; choose an empty or new --out")
+
+
+def discard_unfinished(root: Path, *, created: bool) -> None:
+    """After a first build failed: remove what it left (lock file, empty ``versions/``, ``root`` itself if
+    the build created it), so that no directory without ``CURRENT`` stays behind."""
+    if (root / "CURRENT").exists():
+        return  # another writer finished a version meanwhile
+    with contextlib.suppress(OSError):
+        (root / "versions").rmdir()  # only if empty: another writer's temp dir stays
+    if (root / "versions").exists():
+        return
+    (root / LOCK_NAME).unlink(missing_ok=True)
+    if created:
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+def write_version(
+    root: Path,
+    *,
+    previous: IndexStore | None,
+    keep_mask: np.ndarray | None,
+    new: NewDocs | None,
+    model: dict,
+    spec: kinds.IndexSpec,
+    multivector: int | None,
+    projection: np.ndarray | None,
+    keep: int,
+    show_progress: bool,
+) -> tuple[Path, dict]:
+    """Write a complete version into a temp dir, rename it into place, then switch CURRENT (call under
+    the writer lock). Returns the new version's dir and manifest."""
+    if previous is not None:  # every file copied from it must still match its checksum
+        previous.files.check_all(writing=True, skip=REBUILT)
+    tmp = new_temp_dir(root)
+    try:
+        manifest = fill_version(tmp, previous, keep_mask, new, model, spec, multivector, projection, show_progress)
+        final = publish(root, tmp, manifest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    collect_garbage(root / "versions", final.name, keep)
+    log.info("%s: version %s live (%d documents)", root, final.name, manifest["num_docs"])
+    return final, manifest
+
+
+def fill_version(
+    out: Path,
+    previous: IndexStore | None,
+    keep_mask: np.ndarray | None,
+    new: NewDocs | None,
+    model: dict,
+    spec: kinds.IndexSpec,
+    multivector: int | None,
+    projection: np.ndarray | None,
+    show_progress: bool,
+) -> dict:
+    """Write every file of a version into ``out`` and return its manifest (``version`` 0: see ``publish``)."""
+    import faiss
+
+    new_dim = new.vectors.shape[1] if new is not None else None
+    dim = previous.dim if previous is not None else new_dim
+    if previous is None and new is None:
+        raise ValueError("nothing to write")
+    if new is not None and new_dim != dim:
+        raise DimensionError(f"new vectors have dimension {new_dim}, the index holds {dim}-d vectors")
+
+    # which old documents stay, and how many vectors each has
+    old_rows = np.flatnonzero(keep_mask) if previous is not None else np.empty(0, dtype=np.int64)
+    if previous is not None and previous.offsets is not None:
+        old_counts = np.diff(previous.offsets)[old_rows]
+    else:
+        old_counts = np.ones(len(old_rows), dtype=np.int64)
+    new_counts = (
+        np.diff(new.offsets) if new is not None and new.offsets is not None
+        else np.ones(len(new.ids) if new is not None else 0, dtype=np.int64)
+    )
+    counts = np.concatenate([old_counts, new_counts]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    num_vectors = int(offsets[-1])
+    num_docs = len(counts)
+    if num_docs == 0:
+        raise IndexStoreError("an index needs at least one document")
+
+    vectors = _write_vectors(out / "vectors.npy", previous, keep_mask, old_rows, new, num_vectors, dim)
+    ids = _write_documents(out, previous, old_rows, new)
+    if multivector is not None:
+        save_npy(out / "offsets.npy", offsets)
+    if projection is not None:
+        save_npy(out / "projection.npy", np.asarray(projection, dtype=np.float32))
+
+    # FAISS: add to a copy of the previous index when nothing was dropped, else rebuild
+    t0 = time.perf_counter()
+    if previous is not None and keep_mask.all():
+        index = faiss.clone_index(_readable(previous))
+        factory = previous.manifest["factory"]
+        if new is not None:
+            kinds.add_in_chunks(index, new.vectors, show_progress=show_progress, desc="indexing new vectors")
+    elif previous is not None:
+        index = faiss.clone_index(_readable(previous))
+        index.reset()  # keeps the trained quantizer / codebooks
+        factory = previous.manifest["factory"]
+        kinds.add_in_chunks(index, vectors, show_progress=show_progress)
+    else:
+        index, factory = kinds.new_faiss_index(spec, vectors, show_progress=show_progress)
+        kinds.add_in_chunks(index, vectors, show_progress=show_progress)
+    faiss.write_index(index, str(out / "faiss.index"))
+    faiss_s = time.perf_counter() - t0
+
+    # BM25 over title + text of every document (bm25s indexes are rebuilt, not appended to)
+    bm25_manifest = None
+    if spec.bm25:
+        texts = []
+        with (out / "docs.jsonl").open("rb") as handle:
+            for line in handle:
+                d = json.loads(line)
+                texts.append(f"{d['title']} {d['text']}".strip() if d["title"] else d["text"])
+        BM25(spec.bm25_params).index(ids, texts, show_progress=show_progress).save(out / "bm25")
+        bm25_manifest = asdict(spec.bm25_params)
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "version": 0,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": model,
+        "dim": int(dim),
+        "kind": spec.kind,
+        "factory": factory,
+        "metric": "inner_product",
+        "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist,
+                 "pq_m": spec.pq_m, "train_size": spec.train_size},
+        "num_docs": num_docs,
+        "num_vectors": num_vectors,
+        "multivector": multivector,
+        "bm25": bm25_manifest,
+        "corpus": _corpus_entry(previous, keep_mask, old_rows, new),
+        "faiss_build_s": round(faiss_s, 3),
+        "files": describe(out),
+    }
+
+
+def _write_vectors(path: Path, previous, keep_mask, old_rows, new, num_vectors: int, dim: int) -> np.ndarray:
+    """Kept old rows (copied in chunks from the memory map), then the new ones; returned memory-mapped."""
+    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_vectors, dim))
+    pos = 0
+    if previous is not None and len(old_rows):
+        old = previous.vectors
+        if previous.offsets is None:
+            for s in range(0, len(old_rows), kinds.CHUNK):
+                block = old_rows[s : s + kinds.CHUNK]
+                vectors[pos : pos + len(block)] = old[block]
+                pos += len(block)
+        elif keep_mask.all():
+            vectors[: old.shape[0]] = old
+            pos = old.shape[0]
+        else:
+            for r in old_rows:
+                a, b = previous.offsets[r], previous.offsets[r + 1]
+                vectors[pos : pos + (b - a)] = old[a:b]
+                pos += b - a
+    if new is not None:
+        vectors[pos:] = new.vectors
+    vectors.flush()
+    del vectors
+    return np.load(path, mmap_mode="r")
+
+
+def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
+    """docs.jsonl (kept lines copied as bytes, new ones appended), its line offsets, doc_ids.json."""
+    ids: list[str] = []
+    line_offsets = [0]
+    with (out / "docs.jsonl").open("wb") as handle:
+        if previous is not None:
+            for r in old_rows:
+                line = previous.document_bytes(int(r))
+                handle.write(line)
+                line_offsets.append(line_offsets[-1] + len(line))
+                ids.append(previous.doc_ids[r])
+        if new is not None:
+            for doc_id, title, text in zip(new.ids, new.titles, new.texts):
+                line = (json.dumps({"_id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n").encode()
+                handle.write(line)
+                line_offsets.append(line_offsets[-1] + len(line))
+                ids.append(doc_id)
+        handle.flush()
+        os.fsync(handle.fileno())
+    save_npy(out / "docs.offsets.npy", np.asarray(line_offsets, dtype=np.int64))
+    (out / "doc_ids.json").write_text(json.dumps(ids, ensure_ascii=False))
+    return ids
+
+
+def _corpus_entry(previous, keep_mask, old_rows, new) -> dict:
+    """The fingerprint of the version's documents: the previous one's, less the dropped documents, plus
+    the new ones (or, for a version written before fingerprints, computed over every kept document)."""
+    added = zip(new.ids, new.titles, new.texts) if new is not None else ()
+    if previous is None:
+        return fingerprint.entry(fingerprint.combine(added))
+    before = fingerprint.parse(previous.manifest.get("corpus"))
+    if before is None:
+        kept = (previous.document_fields(int(r)) for r in old_rows)
+        return fingerprint.entry(fingerprint.combine(kept), fingerprint.combine(added))
+    dropped = (previous.document_fields(int(r)) for r in np.flatnonzero(~keep_mask))
+    return fingerprint.entry(before, fingerprint.combine(added), -fingerprint.combine(dropped))
+
+
+def _readable(store: IndexStore):
+    """The previous FAISS index loaded fully in memory (a memory-mapped one cannot be cloned and grown)."""
+    import faiss
+
+    return faiss.read_index(str(store.dir / "faiss.index"))
