@@ -3,7 +3,8 @@
 A tower is a sentence-transformers directory: Transformer (root) → Pooling → [Dense] →
 [LayerNorm] → [Normalize], so ``SentenceTransformer(path)`` loads it as it is. A dual encoder
 directory holds ``twotower.json``; with shared towers (sde) the root itself is the tower, with
-separate towers ``query/`` and ``document/`` are, and the sharing is re-tied on load.
+separate towers ``query/`` and ``document/`` are. This module knows the files only: ``DualEncoder.load``
+(``towers.py``) puts a dual encoder together from them and re-ties the sharing.
 """
 
 from __future__ import annotations
@@ -134,35 +135,17 @@ def save_dual_encoder(model, path: str | Path) -> None:
         atomic_write_json(tmp / CONFIG_NAME, config)
 
 
-def load_dual_encoder(
-    model: str | Path | None,
-    *,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    query_max_length: int | None = None,
-    doc_max_length: int | None = None,
-):
-    from twotower.encoders.towers import DualEncoder, tie_towers
-
-    name = str(model) if model else "all-MiniLM-L6-v2"
+def read_dual_config(model: str | Path | None) -> dict | None:
+    """The ``twotower.json`` of a dual encoder directory, checked; None when ``model`` is not one (a plain
+    Hugging Face or sentence-transformers directory, a registered name, a hub id, or the default)."""
     config_path = Path(str(model)) / CONFIG_NAME if model else None
     if config_path is None or not config_path.is_file():
-        tower = load_tower(model, pooling=pooling, normalize=normalize, max_length=doc_max_length)
-        return DualEncoder(tower, tower, name=name, query_max_length=query_max_length or tower.max_length)
+        return None
     try:
         config = json.loads(config_path.read_text())
-        kind = config["towers"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise ModelError(f"{config_path}: not a valid twotower config ({exc})") from None
-    q_len = query_max_length or config.get("query_max_length")
-    d_len = doc_max_length or config.get("doc_max_length")
-    root = Path(str(model))
-    multivector = config.get("multivector")
-    if kind == "sde":
-        tower = load_tower(root, pooling=pooling, normalize=normalize, max_length=d_len)
-        return DualEncoder(tower, tower, kind="sde", name=name, query_max_length=q_len, multivector=multivector)
-    query = load_tower(root / "query", pooling=pooling, normalize=normalize, max_length=q_len)
-    doc = load_tower(root / "document", pooling=pooling, normalize=normalize, max_length=d_len)
-    tie_towers(query, doc, kind)
-    return DualEncoder(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len,
-                       multivector=multivector)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{config_path}: not a valid twotower config (malformed JSON: {exc.msg}, line {exc.lineno})"
+                         ) from None
+    if not isinstance(config, dict) or "towers" not in config:
+        raise ModelError(f"{config_path}: not a valid twotower config (no 'towers' field)")
+    return config
