@@ -13,10 +13,13 @@ from twotower.encoders.layout import DEFAULT_MODEL, ModelLayout, default_model_p
 from twotower.encoders.registry import lookup, require_installed
 from twotower.errors import ModelError
 
-__all__ = ["DEFAULT_MODEL", "ModelLayout", "default_model_path", "load_backbone", "read_layout", "resolve_model",
+__all__ = ["DEFAULT_MODEL", "POOLER_MODEL_TYPES", "ModelLayout", "default_model_path", "load_backbone", "read_layout", "resolve_model",
            "set_attention_dropout"]
 
 log = logging.getLogger(__name__)
+
+# model types whose AutoModel class takes ``add_pooling_layer``: twotower loads (and saves) them without the pooler
+POOLER_MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "mpnet"})
 
 
 def resolve_model(name_or_path: str | Path | None) -> str:
@@ -55,7 +58,7 @@ def load_backbone(model: str, *, torch_dtype=None):
         raise ModelError(f"{model}: cannot read a transformer config ({exc})") from None
     tokenizer = AutoTokenizer.from_pretrained(model)
     kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
-    if config.model_type in {"bert", "roberta", "xlm-roberta", "mpnet"}:
+    if config.model_type in POOLER_MODEL_TYPES:
         kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
     loader = T5EncoderModel if config.model_type in {"t5", "mt5", "umt5"} else AutoModel
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from twotower.encoders.backbone import load_backbone, read_layout, resolve_model
+from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, read_layout, resolve_model
 from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
@@ -74,9 +74,12 @@ def save_tower(tower: TextEncoder, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     tower.backbone.save_pretrained(path)
     tower.tokenizer.save_pretrained(path)
-    (path / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": tower.max_length, "do_lower_case": False}, indent=2)
-    )
+    st_config: dict = {"max_seq_length": tower.max_length, "do_lower_case": False}
+    if getattr(tower.backbone, "pooler", None) is None and tower.backbone.config.model_type in POOLER_MODEL_TYPES:
+        # the backbone was loaded without its pooler (pooling is ours): tell sentence-transformers to build it
+        # the same way, or transformers reports the pooler's weights as MISSING and "newly initialized"
+        st_config["model_args"] = {"add_pooling_layer": False}
+    (path / "sentence_bert_config.json").write_text(json.dumps(st_config, indent=2))
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
 
     def add(kind: str, folder: str) -> Path:
