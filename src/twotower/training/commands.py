@@ -57,6 +57,7 @@ def train_cmd(
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
     from twotower.training.pipeline import TrainRequest, run_training
+    from twotower.training.tensorboard_log import require_tensorboard
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
@@ -77,6 +78,8 @@ def train_cmd(
                 bucket_size=bucket_size,
             )
             cfg = TrainConfig(stages=[stage], **common)
+        if cfg.tensorboard:
+            require_tensorboard()  # before a model is loaded or the run directory written
         result = run_training(TrainRequest(config=cfg, hard_negatives=hard_negatives, num_negatives=num_negatives,
                                            data=data, split=split), resume=resume)
     except (TwoTowerError, ValueError) as exc:

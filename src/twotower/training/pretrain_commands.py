@@ -50,6 +50,7 @@ def pretrain_cmd(
     from twotower.data.augment import ViewConfig
     from twotower.errors import TwoTowerError
     from twotower.training.pretrain import PretrainConfig, pretrain
+    from twotower.training.tensorboard_log import require_tensorboard
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
@@ -64,6 +65,8 @@ def pretrain_cmd(
         cfg = TrainConfig(out=str(out), model=model, precision=precision, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage])
+        if tensorboard:
+            require_tensorboard()  # before a model is loaded or the run directory written
         result = pretrain(cfg, pre, resume=resume)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)

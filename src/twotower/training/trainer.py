@@ -374,9 +374,9 @@ class Trainer:
             np.random.seed(cfg.seed)
             random.seed(cfg.seed)
         if cfg.tensorboard and self.rank == 0:
-            from torch.utils.tensorboard import SummaryWriter
+            from twotower.training.tensorboard_log import open_writer
 
-            self.writer = SummaryWriter(str(self.out / "tensorboard"))
+            self.writer = open_writer(self.out / "tensorboard")
         global_step = 0
         for stage_idx, stage in enumerate(cfg.stages):
             examples = self.objective.examples(stage)
