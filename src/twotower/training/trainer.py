@@ -112,9 +112,25 @@ class TrainConfig:
             bad = set(st) - set(StageConfig.__dataclass_fields__)
             if bad:
                 raise TwoTowerError(f"{path}: stage {i}: unknown keys {sorted(bad)}")
-            stages.append(StageConfig(**st))
+            stages.append(StageConfig(**_paths_from(path, st, ("data", "pairs"))))
+        raw = _paths_from(path, raw, ("out", "model"))
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(stages=stages, **values)
+
+
+def _paths_from(toml: Path, table: dict, keys: tuple[str, ...]) -> dict:
+    """``table`` with its relative paths under ``keys`` resolved against the folder of the ``toml`` file that holds
+    them (not the working directory). A ``model`` is a path when it starts with ``./`` or ``../`` or names
+    something in that folder; otherwise it stays a model name (``mpnet-base``) or hub id."""
+    folder, table = toml.resolve().parent, dict(table)
+    for key in keys:
+        value = table.get(key)
+        if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+            continue
+        if key == "model" and not value.startswith(("./", "../")) and not (folder / value).exists():
+            continue
+        table[key] = str(folder / value)
+    return table
 
 
 def _world() -> tuple[int, int]:
