@@ -14,7 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def train_cmd(
-    out: Path = typer.Option(..., "--out", help="Run directory: model/ (final), checkpoints/, train_log.json."),
+    out: Path = typer.Option(
+        ..., "--out", help="Run directory: train_config.json, checkpoints/ (every --checkpoint-every steps), "
+        "model/ (final), train_log.json; the README lists the rest."),
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory whose judged pairs are the training data."),
     split: str = typer.Option("train", help="qrels split to train on."),
     pairs: Optional[Path] = typer.Option(None, help="Or a JSONL pairs file {query, positive, negatives}."),
