@@ -63,8 +63,9 @@ def test_ray_build_equals_single_process(local_ray, tiny_bert_dir, tmp_path):
         assert [h.doc_id for h in s1.search(q, 5)] == [h.doc_id for h in s2.search(q, 5)]
 
 
-def test_ray_resumes_from_shards(local_ray, tiny_bert_dir, tmp_path):
-    """A killed run left all but one batch: only that one is encoded again, the rest are re-used."""
+def test_ray_resumes_from_shards(local_ray, tiny_bert_dir, tmp_path, capfd):
+    """A killed run left all but one batch: only that one is encoded again, the rest are re-used. Ray prints no
+    error-level line on the way (its actors are created without restarts: see RayConfig.actor_restarts)."""
     from twotower.encoders.inference import encode_texts
     from twotower.encoders.towers import DualEncoder, EncodeOptions
     from twotower.scale.ray_encode import RayConfig, _fingerprint, encode_corpus_ray, plan_batches, prepare_shard_dir
@@ -87,6 +88,8 @@ def test_ray_resumes_from_shards(local_ray, tiny_bert_dir, tmp_path):
     rest = np.setdiff1d(np.arange(len(texts)), first)
     np.testing.assert_allclose(got[rest], expected[rest], atol=1e-5, rtol=0)  # incl. the missing batch
     assert (shard_dir / f"batch-{len(batches) - 1:08d}.npz").is_file()
+    err = capfd.readouterr().err
+    assert "constructor arguments in the object store" not in err, err
 
 
 def test_shards_of_another_corpus_are_dropped(tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -76,12 +79,69 @@ def test_save_load_round_trip(kind, tiny_bert_dir, tmp_path):
         assert loaded.query_tower.projection is loaded.doc_tower.projection
 
 
-def test_shared_save_loads_in_sentence_transformers(tiny_bert_dir, tmp_path):
-    from sentence_transformers import SentenceTransformer
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
 
-    model = DualEncoder.build(tiny_bert_dir, dim=12)
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _load_in_sentence_transformers(path):
+    """SentenceTransformer(path), with every message transformers logs (warning level and up) while it loads."""
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    records, hf_logger = _Records(), hf_logging.get_logger()  # the "transformers" root logger
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
+    hf_logger.addHandler(records)
+    try:
+        st = SentenceTransformer(str(path), device="cpu")
+    finally:
+        hf_logger.removeHandler(records)
+        hf_logging.set_verbosity(verbosity)
+    return st, records.messages
+
+
+def _assert_quiet(messages):
+    noisy = [m for m in messages if "MISSING" in m or "newly initialized" in m or "LOAD REPORT" in m]
+    assert not noisy, noisy
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_t5_dir"])
+def test_shared_save_loads_in_sentence_transformers_quietly(fixture, request, tmp_path):
+    """A saved model loads in sentence-transformers with no load report (no pooler weights MISSING and "newly
+    initialized") and gives twotower's embeddings."""
+    model = DualEncoder.build(request.getfixturevalue(fixture), dim=12, layer_norm=True)
     model.save(tmp_path / "m")
-    st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    st, messages = _load_in_sentence_transformers(tmp_path / "m")
+    _assert_quiet(messages)
     theirs = st.encode(TEXTS, convert_to_numpy=True)
     assert theirs.shape == (3, 12)
     assert np.allclose(theirs, model.encode_documents(TEXTS, OPTS), atol=1e-5)
+
+
+def test_pooler_report_is_what_the_check_catches(tiny_bert_dir, tmp_path):
+    """The check above can fail: without the saved ``add_pooling_layer: false`` transformers reports the pooler."""
+    model = DualEncoder.build(tiny_bert_dir)
+    model.save(tmp_path / "m")
+    st_config = tmp_path / "m" / "sentence_bert_config.json"
+    saved = json.loads(st_config.read_text())
+    assert saved["model_args"] == {"add_pooling_layer": False}
+    del saved["model_args"]
+    st_config.write_text(json.dumps(saved))
+    _, messages = _load_in_sentence_transformers(tmp_path / "m")
+    assert any("pooler.dense.weight" in m and "MISSING" in m for m in messages), messages
+
+
+def test_separate_towers_each_load_in_sentence_transformers_quietly(tiny_bert_dir, tmp_path):
+    model = DualEncoder.build(tiny_bert_dir, towers="ade")
+    with torch.no_grad():  # make the towers differ so each directory is checked against its own tower
+        model.doc_tower.backbone.encoder.layer[1].output.dense.weight.add_(torch.randn(32, 64) * 0.3)
+    model.save(tmp_path / "m")
+    for folder, ours in (("query", model.encode_queries(TEXTS, OPTS)), ("document", model.encode_documents(TEXTS, OPTS))):
+        st, messages = _load_in_sentence_transformers(tmp_path / "m" / folder)
+        _assert_quiet(messages)
+        assert np.allclose(st.encode(TEXTS, convert_to_numpy=True), ours, atol=1e-5), folder

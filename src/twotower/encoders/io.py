@@ -3,7 +3,8 @@
 A tower is a sentence-transformers directory: Transformer (root) → Pooling → [Dense] →
 [LayerNorm] → [Normalize], so ``SentenceTransformer(path)`` loads it as it is. A dual encoder
 directory holds ``twotower.json``; with shared towers (sde) the root itself is the tower, with
-separate towers ``query/`` and ``document/`` are, and the sharing is re-tied on load.
+separate towers ``query/`` and ``document/`` are. This module knows the files only: ``DualEncoder.load``
+(``towers.py``) puts a dual encoder together from them and re-ties the sharing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from twotower.encoders.backbone import load_backbone, read_layout, resolve_model
+from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, read_layout, resolve_model
 from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
@@ -73,9 +74,12 @@ def save_tower(tower: TextEncoder, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     tower.backbone.save_pretrained(path)
     tower.tokenizer.save_pretrained(path)
-    (path / "sentence_bert_config.json").write_text(
-        json.dumps({"max_seq_length": tower.max_length, "do_lower_case": False}, indent=2)
-    )
+    st_config: dict = {"max_seq_length": tower.max_length, "do_lower_case": False}
+    if getattr(tower.backbone, "pooler", None) is None and tower.backbone.config.model_type in POOLER_MODEL_TYPES:
+        # the backbone was loaded without its pooler (pooling is ours): tell sentence-transformers to build it
+        # the same way, or transformers reports the pooler's weights as MISSING and "newly initialized"
+        st_config["model_args"] = {"add_pooling_layer": False}
+    (path / "sentence_bert_config.json").write_text(json.dumps(st_config, indent=2))
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
 
     def add(kind: str, folder: str) -> Path:
@@ -134,35 +138,17 @@ def save_dual_encoder(model, path: str | Path) -> None:
         atomic_write_json(tmp / CONFIG_NAME, config)
 
 
-def load_dual_encoder(
-    model: str | Path | None,
-    *,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    query_max_length: int | None = None,
-    doc_max_length: int | None = None,
-):
-    from twotower.encoders.towers import DualEncoder, tie_towers
-
-    name = str(model) if model else "all-MiniLM-L6-v2"
+def read_dual_config(model: str | Path | None) -> dict | None:
+    """The ``twotower.json`` of a dual encoder directory, checked; None when ``model`` is not one (a plain
+    Hugging Face or sentence-transformers directory, a registered name, a hub id, or the default)."""
     config_path = Path(str(model)) / CONFIG_NAME if model else None
     if config_path is None or not config_path.is_file():
-        tower = load_tower(model, pooling=pooling, normalize=normalize, max_length=doc_max_length)
-        return DualEncoder(tower, tower, name=name, query_max_length=query_max_length or tower.max_length)
+        return None
     try:
         config = json.loads(config_path.read_text())
-        kind = config["towers"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise ModelError(f"{config_path}: not a valid twotower config ({exc})") from None
-    q_len = query_max_length or config.get("query_max_length")
-    d_len = doc_max_length or config.get("doc_max_length")
-    root = Path(str(model))
-    multivector = config.get("multivector")
-    if kind == "sde":
-        tower = load_tower(root, pooling=pooling, normalize=normalize, max_length=d_len)
-        return DualEncoder(tower, tower, kind="sde", name=name, query_max_length=q_len, multivector=multivector)
-    query = load_tower(root / "query", pooling=pooling, normalize=normalize, max_length=q_len)
-    doc = load_tower(root / "document", pooling=pooling, normalize=normalize, max_length=d_len)
-    tie_towers(query, doc, kind)
-    return DualEncoder(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len,
-                       multivector=multivector)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{config_path}: not a valid twotower config (malformed JSON: {exc.msg}, line {exc.lineno})"
+                         ) from None
+    if not isinstance(config, dict) or "towers" not in config:
+        raise ModelError(f"{config_path}: not a valid twotower config (no 'towers' field)")
+    return config

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from twotower.encoders.layout import default_model_path, read_layout
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
 
@@ -174,8 +175,6 @@ def installed_path(model: str | RegisteredModel) -> Path | None:
     """Where ``model`` is installed (the place recorded by ``fetch --dest``, then the default), else None."""
     spec = _get(model)
     if spec.bundled:
-        from twotower.encoders.backbone import default_model_path
-
         try:
             return default_model_path()
         except ModelError:
@@ -414,8 +413,6 @@ def extract(archive: Path, root: Path, archive_root: str, *, label: str) -> int:
 
 def check_sentence_transformers_dir(path: Path, *, label: str) -> None:
     """Raise a ModelError unless ``path`` holds modules.json, config.json, a tokenizer and weights."""
-    from twotower.encoders.backbone import read_layout
-
     if not (path / "modules.json").is_file():
         raise ModelError(f"{label}: no modules.json in the unzipped folder: not a sentence-transformers directory")
     layout = read_layout(str(path))

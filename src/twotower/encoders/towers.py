@@ -22,6 +22,7 @@ from torch import nn
 
 from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.encoders.inference import encode_texts
+from twotower.encoders.io import load_tower, read_dual_config, save_dual_encoder
 
 TOWER_KINDS = ("sde", "ade", "ade-ste", "ade-fte", "ade-spl")
 SIMILARITIES = ("cosine", "dot")
@@ -125,12 +126,25 @@ class DualEncoder(nn.Module):
         Pooling, normalisation, projection and max length come from the directory; explicit
         arguments override them.
         """
-        from twotower.encoders.io import load_dual_encoder
-
-        return load_dual_encoder(
-            model, pooling=pooling, normalize=normalize, query_max_length=query_max_length,
-            doc_max_length=doc_max_length,
-        ).to(device)
+        name = str(model) if model else "all-MiniLM-L6-v2"
+        config = read_dual_config(model)
+        if config is None:  # any HF / sentence-transformers directory: one shared tower
+            tower = load_tower(model, pooling=pooling, normalize=normalize, max_length=doc_max_length)
+            dual = cls(tower, tower, name=name, query_max_length=query_max_length or tower.max_length)
+            return dual.to(device)
+        kind, root, multivector = config["towers"], Path(str(model)), config.get("multivector")
+        q_len = query_max_length or config.get("query_max_length")
+        d_len = doc_max_length or config.get("doc_max_length")
+        if kind == "sde":
+            tower = load_tower(root, pooling=pooling, normalize=normalize, max_length=d_len)
+            dual = cls(tower, tower, kind="sde", name=name, query_max_length=q_len, multivector=multivector)
+        else:
+            query = load_tower(root / "query", pooling=pooling, normalize=normalize, max_length=q_len)
+            doc = load_tower(root / "document", pooling=pooling, normalize=normalize, max_length=d_len)
+            tie_towers(query, doc, kind)
+            dual = cls(query, doc, kind=kind, name=name, query_max_length=q_len, doc_max_length=d_len,
+                       multivector=multivector)
+        return dual.to(device)
 
     @classmethod
     def build(
@@ -150,8 +164,6 @@ class DualEncoder(nn.Module):
         ``dim`` adds a projection to a fixed bottleneck (GTR); ``ade-spl`` without ``dim`` gets an
         identity-initialised projection of the backbone's size so that there is a layer to share.
         """
-        from twotower.encoders.io import load_tower
-
         if towers not in TOWER_KINDS:
             raise ValueError(f"unknown towers '{towers}': choose one of {', '.join(TOWER_KINDS)}")
         if similarity not in SIMILARITIES:
@@ -167,8 +179,7 @@ class DualEncoder(nn.Module):
         return cls(query, doc, kind=towers, name=name, query_max_length=query_max_length)
 
     def save(self, path: str | Path) -> None:
-        from twotower.encoders.io import save_dual_encoder
-
+        """Write the model to ``path`` atomically, as ``twotower.json`` + sentence-transformers tower(s)."""
         save_dual_encoder(self, path)
 
     def forward_queries(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,11 @@ class RayConfig:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     batches_per_call: int = 4  # padded batches an actor encodes per call
+    # Ray restarts of an actor that died. 0: the run stops with Ray's error, and running it again resumes from the
+    # shards written so far. Ray Data's own default (-1, restart forever) makes Ray log an error-level line for
+    # every actor ("constructor arguments in the object store and max_restarts > 0", ray-project/ray#57733)
+    # that reads like a failure.
+    actor_restarts: int = 0
     keep_shards: bool = False
 
 
@@ -143,11 +149,16 @@ def encode_corpus_ray(
         items = [{"batch": b, "texts": [texts[i] for i in batches[b]]} for b in todo]
         ds = ray.data.from_items(items, override_num_blocks=min(len(items), workers * 4))
         device = "cuda" if gpus > 0 else "cpu"
-        out = ds.map_batches(
-            _EncodeActor, batch_size=cfg.batches_per_call, batch_format="numpy",
-            compute=ActorPoolStrategy(size=workers), num_cpus=cfg.cpus_per_worker, num_gpus=gpus or None,
-            fn_constructor_kwargs={"model": model, "precision": precision, "device": device, "compile": compile},
-        )
+        with warnings.catch_warnings():
+            # Ray 2.5x-2.6x names no parameter for max_restarts and warns about any extra remote argument; the
+            # extra argument is still the documented way to turn restarts off (ActorPoolMapOperator)
+            warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+            out = ds.map_batches(
+                _EncodeActor, batch_size=cfg.batches_per_call, batch_format="numpy",
+                compute=ActorPoolStrategy(size=workers), num_cpus=cfg.cpus_per_worker, num_gpus=gpus or None,
+                fn_constructor_kwargs={"model": model, "precision": precision, "device": device, "compile": compile},
+                max_restarts=cfg.actor_restarts,
+            )
         t0, n = time.perf_counter(), 0
         log.info("encoding %d batches on %d Ray actors (%s)", len(todo), workers, device)
         for result in out.iter_batches(batch_size=None, batch_format="numpy"):

@@ -16,7 +16,9 @@ def register(app: typer.Typer) -> None:
 
 
 def train_cmd(
-    out: Path = typer.Option(..., "--out", help="Run directory: model/ (final), checkpoints/, train_log.json."),
+    out: Path = typer.Option(
+        ..., "--out", help="Run directory: train_config.json, checkpoints/ (every --checkpoint-every steps), "
+        "model/ (final), train_log.json; the README lists the rest."),
     data: Optional[Path] = typer.Option(None, "--data", help="BEIR directory whose judged pairs are the training data."),
     split: str = typer.Option("train", help="qrels split to train on."),
     pairs: Optional[Path] = typer.Option(None, help="Or a JSONL pairs file {query, positive, negatives}."),
@@ -62,6 +64,7 @@ def train_cmd(
     from twotower.errors import TwoTowerError
     from twotower.io import check_output_dir
     from twotower.training.pipeline import TrainRequest, run_training
+    from twotower.training.tensorboard_log import require_tensorboard
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
@@ -83,6 +86,8 @@ def train_cmd(
                 bucket_size=bucket_size,
             )
             cfg = TrainConfig(stages=[stage], **common)
+        if cfg.tensorboard:
+            require_tensorboard()  # before a model is loaded or the run directory written
         result = run_training(TrainRequest(config=cfg, hard_negatives=hard_negatives, num_negatives=num_negatives,
                                            data=data, split=split), resume=resume)
     except (TwoTowerError, ValueError) as exc:

@@ -140,8 +140,9 @@ class TrainConfig:
             if bad:
                 raise TwoTowerError(f"{path}: stage {i}: unknown keys {sorted(bad)}")
             _check_types(StageConfig, st, f"{path}: stage {i}")
-            stages.append(StageConfig(**st))
+            stages.append(StageConfig(**_paths_from(path, st, ("data", "pairs"))))
         _check_types(cls, raw, str(path))
+        raw = _paths_from(path, raw, ("out", "model"))
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(stages=stages, **values)
 
@@ -175,4 +176,16 @@ def typing_origin(hint):
 
     return typing.get_origin(hint) or hint
 
-
+def _paths_from(toml: Path, table: dict, keys: tuple[str, ...]) -> dict:
+    """``table`` with its relative paths under ``keys`` resolved against the folder of the ``toml`` file that holds
+    them (not the working directory). A ``model`` is a path when it starts with ``./`` or ``../`` or names
+    something in that folder; otherwise it stays a model name (``mpnet-base``) or hub id."""
+    folder, table = toml.resolve().parent, dict(table)
+    for key in keys:
+        value = table.get(key)
+        if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+            continue
+        if key == "model" and not value.startswith(("./", "../")) and not (folder / value).exists():
+            continue
+        table[key] = str(folder / value)
+    return table

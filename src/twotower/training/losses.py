@@ -24,13 +24,32 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+class _GatherWithGrad(torch.autograd.Function):
+    """All-gather along dim 0 whose backward hands each process the gradient of its own rows, summed over the
+    processes (every process's loss depends on every row). Public ``torch.distributed`` calls only: the autograd
+    all-gather of ``torch.distributed.nn`` warns (FutureWarning) that it is deprecated, once per process."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, x)
+        ctx.rows = slice(dist.get_rank() * x.shape[0], (dist.get_rank() + 1) * x.shape[0])
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone(memory_format=torch.contiguous_format)  # autograd's tensor is not ours to change
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rows]
+
+
 def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``x`` from all processes along dim 0, keeping gradients to every part."""
+    """Concatenate ``x`` from all processes along dim 0 (every process passes the same shape), keeping
+    gradients to every part."""
     if not _distributed():
         return x
-    from torch.distributed.nn.functional import all_gather
-
-    return torch.cat(all_gather(x), dim=0)
+    return _GatherWithGrad.apply(x)
 
 
 def _offset() -> int:

@@ -55,6 +55,7 @@ def pretrain_cmd(
     from twotower.errors import TwoTowerError
     from twotower.io import check_output_dir
     from twotower.training.pretrain import PretrainConfig, pretrain
+    from twotower.training.tensorboard_log import require_tensorboard
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
@@ -70,6 +71,8 @@ def pretrain_cmd(
         cfg = TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage])
+        if tensorboard:
+            require_tensorboard()  # before a model is loaded or the run directory written
         result = pretrain(cfg, pre, resume=resume)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)

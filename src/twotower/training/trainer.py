@@ -39,7 +39,7 @@ from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig r
     DEFAULT_BUCKET_SIZE, OPTIMIZERS, StageConfig, TrainConfig)
 from twotower.training.gradcache import cached_backward
 from twotower.training.losses import InBatchSoftmaxLoss
-from twotower.training.objective import Objective, stage_examples  # noqa: F401 (stage_examples re-exported)
+from twotower.training.objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +262,9 @@ class Trainer:
             np.random.seed(cfg.seed)
             random.seed(cfg.seed)
         if cfg.tensorboard and self.rank == 0:
-            from torch.utils.tensorboard import SummaryWriter
+            from twotower.training.tensorboard_log import open_writer
 
-            self.writer = SummaryWriter(str(self.out / "tensorboard"))
+            self.writer = open_writer(self.out / "tensorboard")
         global_step = 0
         for stage_idx, stage in enumerate(cfg.stages):
             examples = self.objective.examples(stage)
