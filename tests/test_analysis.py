@@ -203,10 +203,15 @@ def test_fidelity_kstar_matches_theory_on_synthetic_pairs(tmp_path):
 
 def test_towers_command_tiny(tiny_beir, tiny_bert_dir, tmp_path):
     out = tmp_path / "a"
-    _cli("analyze", "towers", "--data", str(tiny_beir), "--model", str(tiny_bert_dir), "--n", "6",
-         "--perplexity", "3", "--precision", "fp32", "--no-progress", "--out", str(out))
+    printed = _cli("analyze", "towers", "--data", str(tiny_beir), "--model", str(tiny_bert_dir), "--n", "6",
+                   "--perplexity", "3", "--precision", "fp32", "--no-progress", "--out", str(out)).output
     res = json.loads((out / "towers.json").read_text())
     (m,) = res["models"]
+    # the results are printed as a table, not only written to towers.json
+    (row,) = [line for line in printed.splitlines() if tiny_bert_dir.name in line and "wrote" not in line]
+    cells = [c.strip() for c in row.strip("│┃ ").split("│")]
+    assert cells == [m["model"], "yes", str(m["dim"]), f"{m['probe_accuracy']:.4f}", f"{m['probe_accuracy_std']:.4f}",
+                     f"{m['pair_cosine_mean']:.4f}", f"{m['centroid_cosine']:.4f}"]
     # three judged pairs; documents are filled up with three random ones, queries.jsonl has no more
     assert res["judged_pairs"] == 3 and res["num_queries"] == 3 and res["num_docs"] == 6
     assert len(m["tsne"]) == 9 and m["shared_towers"] is True

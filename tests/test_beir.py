@@ -138,3 +138,40 @@ def test_streams_blank_lines_and_bom(tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_bytes("\ufeff".encode() + json.dumps({"_id": 7, "text": "x"}).encode() + b"\n\n")
     assert list(load_corpus(path)) == ["7"]
+
+
+def test_empty_queries_file_is_an_error(tmp_path):
+    root = write_beir(tmp_path / "ds", TINY_CORPUS, [], TINY_QRELS)
+    with pytest.raises(DataError) as err:
+        BeirDataset.load(root, "test")
+    assert str(err.value).startswith(f"{root / 'queries.jsonl'}: no queries (")
+    assert "add one JSON object per line with '_id' and 'text'" in str(err.value)
+
+
+def test_empty_qrels_split_is_an_error(tmp_path):
+    root = write_beir(tmp_path / "ds", TINY_CORPUS, TINY_QUERIES, [])
+    with pytest.raises(DataError, match=r"test\.tsv: no judgements in split 'test' \(add rows"):
+        BeirDataset.load(root, "test")
+
+
+def test_split_without_a_usable_judged_query_is_an_error(tmp_path):
+    # q9 is not a query; q1 judges only a document the corpus lacks
+    root = write_beir(tmp_path / "ds", TINY_CORPUS, TINY_QUERIES, [("q9", "d1", 1), ("q1", "gone", 1)])
+    with pytest.raises(DataError) as err:
+        BeirDataset.load(root, "test")
+    assert str(err.value).startswith(
+        f"{root / 'qrels' / 'test.tsv'}: none of the 2 judged queries of split 'test' is usable "
+        "(1 not in queries.jsonl, 1 judging only documents not in corpus.jsonl)"
+    )
+
+
+def test_pairs_from_a_split_without_relevant_judgements_is_an_error(tmp_path):
+    from twotower.data.pairs import pairs_from_beir
+
+    root = write_beir(tmp_path / "ds", TINY_CORPUS, TINY_QUERIES, [(q, d, 0) for q, d, _ in TINY_QRELS], split="train")
+    ds = BeirDataset.load(root, "train")  # judged, but nothing relevant: fine to evaluate, nothing to train on
+    with pytest.raises(DataError) as err:
+        pairs_from_beir(ds)
+    assert str(err.value).startswith(
+        f"{root / 'qrels' / 'train.tsv'}: no training pairs in split 'train': none of its judgements has a score > 0"
+    )

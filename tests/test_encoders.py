@@ -98,11 +98,43 @@ def test_missing_model_directory(tmp_path):
         DualEncoder.load(tmp_path)
 
 
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags, read here apart from twotower (empty where /proc/cpuinfo is missing)."""
+    try:
+        lines = open("/proc/cpuinfo").read().splitlines()
+    except OSError:
+        return set()
+    return {f for line in lines if line.split(":")[0].strip() == "flags" for f in line.split(":", 1)[1].split()}
+
+
 def test_precision_resolution():
-    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
-    assert resolve_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    # this machine's one answer: bf16 exactly where the CPU has AMX-BF16 or AVX512-BF16
+    fast = bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
+    assert resolve_precision("auto", cpu) == ("bf16" if fast else "fp32")
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
-        resolve_precision("fp8", torch.device("cpu"))
+        resolve_precision("fp8", cpu)
+
+
+@pytest.mark.parametrize("fast_cpu, cuda_bf16", [(True, False), (False, True)])
+def test_precision_auto_per_device(monkeypatch, fast_cpu, cuda_bf16):
+    monkeypatch.setattr("twotower.encoders.inference.cpu_has_fast_bf16", lambda: fast_cpu)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
+    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if fast_cpu else "fp32")
+    assert resolve_precision("auto", torch.device("cuda")) == ("bf16" if cuda_bf16 else "fp32")
+
+
+def test_hub_id_with_downloads_off_says_how_to_turn_them_on(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # what the CLI (and conftest) set: HF_HUB_OFFLINE=1
+    with pytest.raises(ModelError) as err:
+        DualEncoder.load("some-org/no-such-model")
+    message = str(err.value)
+    assert message.startswith("some-org/no-such-model: not a local model directory or a registered model name")
+    assert "to download it from the hub set HF_HUB_OFFLINE=0" in message
+    assert "internet" not in message
 
 
 @pytest.mark.slow

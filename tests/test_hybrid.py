@@ -103,3 +103,141 @@ def test_eval_hybrid_tiny(tiny_beir, tiny_bert_dir, tmp_path):
     assert res.exit_code == 0, res.output
     payload = json.loads(out.read_text())
     assert payload["retriever"] == "hybrid" and payload["metrics"]["p@1"] == 1.0  # λ=0: BM25 order
+
+
+def test_fusion_top_k_cuts_the_fused_ranking():
+    fused = interpolate(DENSE, SPARSE, 0.3, top_k=2)
+    assert fused["q1"] == {"c": pytest.approx(0.7), "d": pytest.approx(0.35)}  # of a .3, b .15, c .7, d .35
+    assert rrf([DENSE, SPARSE], k=60, top_k=1)["q1"] == {"a": pytest.approx(1 / 61 + 1 / 63)}  # a and c tie: a first
+    assert len(rrf([DENSE, SPARSE], top_k=10)["q1"]) == 4  # fewer documents than top_k: all of them
+
+
+# --------------------------------------------------------------------- --top-k K through each hybrid entry point
+
+N_DOCS = 150
+DEEP_QUERIES = {"q1": "alpha", "q2": "gamma"}
+
+
+def _deep_doc(i: int) -> str:
+    # every document matches both queries with its own (term frequency, length): 150 distinct BM25 scores per query
+    return " ".join(["alpha"] * (1 + i % 10) + ["gamma"] * (1 + (i * 7) % 13) + ["river"] * (2 + i // 10))
+
+
+@pytest.fixture(scope="module")
+def deep_beir(tmp_path_factory):
+    from conftest import write_beir
+
+    corpus = [{"_id": f"d{i}", "title": "", "text": _deep_doc(i)} for i in range(N_DOCS)]
+    queries = [{"_id": q, "text": t} for q, t in DEEP_QUERIES.items()]
+    return write_beir(tmp_path_factory.mktemp("deep") / "deep", corpus, queries, [("q1", "d9", 1), ("q2", "d5", 1)])
+
+
+@pytest.fixture(scope="module")
+def full_scores(deep_beir, tiny_bert_dir):
+    """Every document's dense and BM25 score for each query, computed apart from any fusion code."""
+    import numpy as np
+
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+
+    ids, texts = [f"d{i}" for i in range(N_DOCS)], [_deep_doc(i) for i in range(N_DOCS)]
+    model = DualEncoder.load(str(tiny_bert_dir))
+    opts = EncodeOptions(precision="fp32", show_progress=False)
+    dense = model.encode_queries(list(DEEP_QUERIES.values()), opts) @ model.encode_documents(texts, opts).T
+    bm = BM25().index(ids, texts, show_progress=False)
+    s, idx = bm.search(list(DEEP_QUERIES.values()), N_DOCS, show_progress=False)
+    out = {}
+    for qi, q in enumerate(DEEP_QUERIES):
+        sparse = {ids[j]: float(v) for v, j in zip(s[qi], idx[qi])}
+        assert len(set(sparse.values())) == N_DOCS  # no ties: the expected rankings below are unambiguous
+        out[q] = ({ids[j]: float(dense[qi, j]) for j in range(N_DOCS)}, sparse)
+    assert np.isfinite(dense).all()
+    return out
+
+
+def _expected(full, mode: str, depth: int, lam: float = 0.5) -> dict[str, dict[str, float]]:
+    """The fused scores written out: each side's ``depth`` best, min-max (hybrid) or 1/(60 + rank) (rrf)."""
+    want = {}
+    for q, (dense, sparse) in full.items():
+        parts = []
+        for scores in (dense, sparse):
+            best = sorted(scores, key=lambda d: -scores[d])[:depth]
+            if mode == "hybrid":
+                lo, hi = scores[best[-1]], scores[best[0]]
+                parts.append({d: (scores[d] - lo) / (hi - lo) for d in best})
+            else:
+                parts.append({d: 1 / (60 + r) for r, d in enumerate(best, start=1)})
+        weights = (lam, 1 - lam) if mode == "hybrid" else (1.0, 1.0)
+        want[q] = {d: weights[0] * parts[0].get(d, 0.0) + weights[1] * parts[1].get(d, 0.0)
+                   for d in {*parts[0], *parts[1]}}
+    return want
+
+
+def _assert_top_k_of(got: dict[str, dict[str, float]], want: dict[str, dict[str, float]], k: int) -> None:
+    """``got`` holds, per query, min(k, n) documents with their expected fused scores, and those are the k best
+    (documents tied at equal scores may come in either order, so scores are compared, not positions)."""
+    assert set(got) == set(want)
+    for q, fused in want.items():
+        assert len(got[q]) == min(k, N_DOCS), q
+        assert {d: got[q][d] for d in got[q]} == pytest.approx({d: fused[d] for d in got[q]}, abs=1e-5), q
+        assert sorted(got[q].values(), reverse=True) == pytest.approx(sorted(fused.values(), reverse=True)[:k],
+                                                                      abs=1e-5), q
+
+
+@pytest.mark.parametrize("k", [120, 1000])
+def test_eval_hybrid_returns_top_k_fused(deep_beir, tiny_bert_dir, full_scores, tmp_path, k):
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+    from twotower.evaluation.runs import read_run
+
+    run_file = tmp_path / "h.trec"
+    res = CliRunner().invoke(app, ["eval", "--data", str(deep_beir), "--retriever", "hybrid", "--model",
+                                   str(tiny_bert_dir), "--precision", "fp32", "--top-k", str(k), "--run",
+                                   str(run_file), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    _assert_top_k_of(read_run(run_file), _expected(full_scores, "hybrid", depth=max(k, 100)), k)
+
+
+@pytest.fixture(scope="module")
+def deep_index(deep_beir, tiny_bert_dir, tmp_path_factory):
+    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.store import IndexSpec
+
+    out = tmp_path_factory.mktemp("deep-index") / "index"
+    build_index(deep_beir, out, model=str(tiny_bert_dir), spec=IndexSpec(kind="flat", bm25=True),
+                cfg=EncodeConfig(precision="fp32", show_progress=False))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "rrf"])
+@pytest.mark.parametrize("k", [10, 120, 1000])
+def test_searcher_fusion_returns_top_k(deep_index, full_scores, mode, k):
+    from twotower.retrieval.searcher import Searcher
+
+    run = Searcher(deep_index, precision="fp32").run(DEEP_QUERIES, k, mode=mode)
+    _assert_top_k_of(run, _expected(full_scores, mode, depth=max(k, 100)), k)
+
+
+def test_search_command_and_service_return_k_fused_hits(deep_index, full_scores):
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+    from twotower.retrieval.searcher import Searcher
+
+    res = CliRunner().invoke(app, ["search", "alpha", "--index", str(deep_index), "-k", "120", "--mode", "rrf",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    ids = [json.loads(line)["id"] for line in res.output.splitlines()]
+    # the command encodes at --precision auto (bf16 on some CPUs): compare with the library at the same precision
+    assert len(ids) == 120 and ids == [h.doc_id for h in Searcher(deep_index).search("alpha", 120, mode="rrf")]
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    with TestClient(create_app(deep_index, precision="fp32")) as client:
+        reply = client.post("/search", json={"query": "alpha", "k": 120, "mode": "rrf"})
+    assert reply.status_code == 200, reply.text
+    hits = {h["id"]: h["score"] for h in reply.json()["hits"]}
+    _assert_top_k_of({"q1": hits}, {"q1": _expected(full_scores, "rrf", depth=120)["q1"]}, 120)

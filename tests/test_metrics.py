@@ -27,6 +27,16 @@ def test_hand_computed_values():
     assert m["acc@1"] == pytest.approx(0.5)
 
 
+def test_graded_ndcg_by_hand():
+    qrels = {"q": {"a": 2, "b": 0, "c": 1, "e": 2}}  # e is never retrieved
+    run = {"q": {"b": 4.0, "c": 3.0, "a": 2.0, "d": 1.0}}
+    dcg = 0 / math.log2(2) + 1 / math.log2(3) + 2 / math.log2(4)  # gains are the grades (trec_eval's ndcg_cut)
+    ideal = 2 / math.log2(2) + 2 / math.log2(3) + 1 / math.log2(4)
+    m = evaluate(qrels, run, ("ndcg@10", "ndcg@3", "recall@10"))
+    assert m["ndcg@10"] == pytest.approx(dcg / ideal) and m["ndcg@3"] == pytest.approx(dcg / ideal)
+    assert m["recall@10"] == pytest.approx(2 / 3)  # grade 0 is not relevant
+
+
 def test_mrr_is_cut_at_k():
     run = {"q2": {f"n{i}": 100.0 - i for i in range(10)} | {"x": 1.0}}
     assert evaluate({"q2": {"x": 1}}, run, ("mrr@10",))["mrr@10"] == 0.0

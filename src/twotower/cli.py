@@ -48,8 +48,10 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
 def eval_cmd(
     data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
-    retriever: str = typer.Option("bm25", help="bm25 | dense | hybrid | multivector"),
-    model: Optional[str] = typer.Option(None, help="Model directory for dense retrieval (default: all-MiniLM-L6-v2)."),
+    retriever: Optional[str] = typer.Option(
+        None, help="bm25 | dense | hybrid | multivector (default: dense when --model is given, else bm25)"),
+    model: Optional[str] = typer.Option(None, help="Model directory or registered name for dense retrieval "
+                                                   "(default: all-MiniLM-L6-v2); refused with --retriever bm25."),
     top_k: int = typer.Option(1000, "--top-k", min=1, help="Documents retrieved per query."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
@@ -95,13 +97,13 @@ def eval_cmd(
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
-    for w in result.warnings:
-        warn(w)
+    for message in result.warnings:
+        warn(message)
     payload = result.to_json()
     if out:
         atomic_write_json(out, payload)
     if run_file:
-        write_run(result.run, run_file, tag=f"twotower-{retriever}")
+        write_run(result.run, run_file, tag=f"twotower-{result.retriever}")
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
 
 

@@ -21,6 +21,23 @@ def _command_line() -> str:
     return " ".join(["twotower", *sys.argv[1:]])
 
 
+def rows_table(result: dict):
+    """A rich table of an analysis' ``rows`` (the same columns and number format as the markdown report)."""
+    from rich.table import Table
+
+    from twotower.analysis.report import _fmt
+
+    rows = result.get("rows", [])
+    cols = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
+    table = Table(title=result.get("title"))
+    for c in cols:
+        table.add_column(c, justify="right" if all(isinstance(r.get(c), (int, float)) or r.get(c) is None
+                                                   for r in rows) else "left")
+    for r in rows:
+        table.add_row(*(_fmt(r.get(c)).replace("\\|", "|") for c in cols))
+    return table
+
+
 def _finish(result: dict, writer, out: Path) -> None:
     from twotower.analysis._common import machine_info
     from twotower.console import console
@@ -28,6 +45,8 @@ def _finish(result: dict, writer, out: Path) -> None:
     result["command"] = _command_line()
     result["machine"] = machine_info()
     paths = writer(result, out)
+    if result.get("rows"):
+        console.print(rows_table(result))
     for note in result.get("notes", []):
         console.print(f"- {note}", highlight=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)

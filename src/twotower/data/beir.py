@@ -189,8 +189,10 @@ class BeirDataset:
     def load(cls, root: str | Path, split: str = "test", *, strict: bool = False) -> "BeirDataset":
         """Load ``root`` and keep the queries that ``qrels/<split>.tsv`` judges.
 
-        Qrels rows naming unknown queries or documents are dropped and counted; with
-        ``strict=True`` they are an error instead.
+        Qrels rows naming unknown queries or documents are dropped and counted (and logged as warnings,
+        kept in ``warnings``); with ``strict=True`` they are an error instead. A split left without any
+        judged query (an empty ``queries.jsonl`` or qrels file, or ids that match nothing) is a
+        :class:`DataError` naming the file, before anyone encodes a corpus for it.
         """
         root = Path(root)
         if not root.is_dir():
@@ -202,8 +204,15 @@ class BeirDataset:
                 qrels_path, "qrels file not found", hint=f"available splits: {', '.join(available) or 'none'}"
             )
         corpus = load_corpus(root / "corpus.jsonl")
-        all_queries = load_queries(root / "queries.jsonl")
+        queries_path = root / "queries.jsonl"
+        all_queries = load_queries(queries_path)
+        if not all_queries:
+            raise DataError(queries_path, "no queries",
+                            hint="the file holds no query: add one JSON object per line with '_id' and 'text'")
         raw_qrels = load_qrels(qrels_path)
+        if not raw_qrels:
+            raise DataError(qrels_path, f"no judgements in split '{split}'",
+                            hint="add rows 'query-id<TAB>corpus-id<TAB>score' or choose another split")
 
         unknown_q = [q for q in raw_qrels if q not in all_queries]
         unknown_d = sum(1 for rels in raw_qrels.values() for d in rels if d not in corpus)
@@ -217,7 +226,7 @@ class BeirDataset:
         if warnings and strict:
             raise DataError(qrels_path, "; ".join(w.split(": ", 1)[1] for w in warnings),
                             hint="fix the qrels or drop --strict")
-        for w in warnings:
+        for w in warnings:  # logged here once; callers (the CLI) need not print ds.warnings again
             log.warning(w)
 
         qrels = {
@@ -227,4 +236,12 @@ class BeirDataset:
         }
         qrels = {q: rels for q, rels in qrels.items() if rels}
         queries = {q: all_queries[q] for q in qrels}
+        if not queries:
+            raise DataError(
+                qrels_path,
+                f"none of the {len(raw_qrels)} judged queries of split '{split}' is usable "
+                f"({len(unknown_q)} not in {queries_path.name}, {len(raw_qrels) - len(unknown_q)} judging only "
+                f"documents not in corpus.jsonl)",
+                hint="the query-id and corpus-id columns must match the '_id' values of queries.jsonl and corpus.jsonl",
+            )
         return cls(root, split, corpus, queries, qrels, len(unknown_q), unknown_d, warnings)

@@ -27,13 +27,22 @@ class TrainExample:
 
 
 def pairs_from_beir(ds: BeirDataset) -> list[TrainExample]:
-    """One example per judged relevant (query, document) pair, in qrels order."""
-    return [
+    """One example per judged relevant (query, document) pair, in qrels order.
+
+    A split without any pair (every judgement scored 0) is a :class:`DataError` naming its qrels file."""
+    pairs = [
         TrainExample(query=ds.queries[qid], positive=ds.corpus[did].full_text, qid=qid, pid=did)
         for qid, rels in ds.qrels.items()
         for did, score in rels.items()
         if score > 0
     ]
+    if not pairs:
+        raise DataError(
+            Path(ds.root) / "qrels" / f"{ds.split}.tsv",
+            f"no training pairs in split '{ds.split}': none of its judgements has a score > 0",
+            hint="train on a split with relevant (score > 0) judgements, e.g. --split train, or pass --pairs FILE",
+        )
+    return pairs
 
 
 def load_pairs(path: str | Path) -> list[TrainExample]:

@@ -47,6 +47,13 @@ def resolve_model(name_or_path: str | Path | None) -> str:
     return str(name_or_path)  # a hub id, for users with network access
 
 
+def hub_offline() -> bool:
+    """Whether Hugging Face hub downloads are off (HF_HUB_OFFLINE, which the CLI sets to 1 unless told otherwise)."""
+    from huggingface_hub import constants
+
+    return bool(constants.is_offline_mode())
+
+
 def load_backbone(model: str, *, torch_dtype=None):
     """Load tokenizer and encoder-only transformer from ``model`` (a resolved path or hub id)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer, T5EncoderModel
@@ -55,6 +62,11 @@ def load_backbone(model: str, *, torch_dtype=None):
     try:
         config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as exc:
+        if not Path(model).exists() and hub_offline():
+            raise ModelError(
+                f"{model}: not a local model directory or a registered model name ('twotower models list'), and "
+                "downloads from the Hugging Face hub are off: to download it from the hub set HF_HUB_OFFLINE=0"
+            ) from None
         raise ModelError(f"{model}: cannot read a transformer config ({exc})") from None
     tokenizer = AutoTokenizer.from_pretrained(model)
     kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset
 from twotower.encoders.device import describe, resolve_device
+from twotower.errors import TwoTowerError
 from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
 from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
@@ -23,7 +24,7 @@ DEFAULT_MULTIVECTOR = 8  # ME-BERT m for models not trained with --multivector
 class EvalConfig:
     data: Path
     split: str = "test"
-    retriever: str = "bm25"
+    retriever: str | None = None  # None: dense when a model is given, else bm25 (see resolve_retriever)
     model: str | None = None
     top_k: int = 1000
     batch_size: int | None = None  # None: the device's default (32 on CPU, 128 on CUDA)
@@ -56,7 +57,7 @@ class EvalResult:
     metrics: dict[str, float]
     timings: dict[str, float]
     run: Run = field(repr=False, default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # not yet shown (the data set logs its own when loaded)
 
     def to_json(self) -> dict:
         return {
@@ -69,6 +70,23 @@ class EvalResult:
             "metrics": self.metrics,
             "timings": self.timings,
         }
+
+
+def resolve_retriever(retriever: str | None, model: str | None) -> str:
+    """The retriever to run: ``retriever`` when given, else dense when a ``model`` is named, else bm25.
+
+    A model with ``bm25`` is refused: BM25 uses no model, and running it anyway would report BM25's
+    numbers under a model the user meant to evaluate."""
+    if retriever is None:
+        return "dense" if model else "bm25"
+    if retriever not in RETRIEVERS:
+        raise ValueError(f"unknown retriever '{retriever}': choose one of {', '.join(RETRIEVERS)}")
+    if retriever == "bm25" and model:
+        raise TwoTowerError(
+            f"--model {model} is not used by --retriever bm25 (BM25 has no model): leave out --retriever (a --model "
+            f"alone means dense) or pass --retriever dense | hybrid | multivector, or drop --model"
+        )
+    return retriever
 
 
 def _bm25_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
@@ -111,17 +129,19 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
 
 def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
-    from twotower.retrieval.hybrid import interpolate
+    from twotower.retrieval.hybrid import fusion_depth, interpolate
     from twotower.retrieval.searcher import DEFAULT_LAMBDA, HYBRID_N_BEST
 
     dense_t: dict[str, float] = {}
     sparse_t: dict[str, float] = {}
-    dense, sparse = _dense_run(cfg, ds, dense_t), _bm25_run(cfg, ds, sparse_t)
+    n_best = fusion_depth(cfg.top_k, HYBRID_N_BEST)  # each side deep enough for top_k fused documents
+    deep = replace(cfg, top_k=n_best)
+    dense, sparse = _dense_run(deep, ds, dense_t), _bm25_run(deep, ds, sparse_t)
     timings["index_s"] = dense_t["index_s"] + sparse_t["index_s"]
     n_q = len(ds.queries)
     timings["queries_per_s"] = n_q / (n_q / dense_t["queries_per_s"] + n_q / sparse_t["queries_per_s"])
     lam = DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda
-    return interpolate(dense, sparse, lam, n_best=HYBRID_N_BEST)
+    return interpolate(dense, sparse, lam, n_best=n_best, top_k=cfg.top_k)
 
 
 def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
@@ -186,8 +206,7 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
 
 def run_eval(cfg: EvalConfig) -> EvalResult:
-    if cfg.retriever not in RETRIEVERS:
-        raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
+    cfg = replace(cfg, retriever=resolve_retriever(cfg.retriever, cfg.model))
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
     uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
@@ -208,5 +227,5 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         metrics=metrics,
         timings={k: round(v, 4) for k, v in timings.items()},
         run=run,
-        warnings=ds.warnings + index_check.warnings,
+        warnings=index_check.warnings,  # the data set's own warnings were logged once by its loader
     )

@@ -4,6 +4,8 @@
   each system's n-best, each run min-max normalised per query first (a document missing from one
   system's n-best gets that system's minimum, i.e. 0 after normalisation).
 - :func:`rrf`: reciprocal rank fusion, Σ 1 / (k + rank), rank from 1 (Cormack et al.; k = 60).
+- ``top_k`` on both cuts the fused ranking; to get ``top_k`` documents, fuse runs retrieved (and pass
+  ``n_best``) at least that deep: :func:`fusion_depth`.
 - :func:`tune_lambda`: pick λ on a dev split by a metric; :func:`dev_split` holds out part of a
   *train* split's queries for that, so the test split is never looked at.
 """
@@ -37,8 +39,18 @@ def minmax(run: Run) -> Run:
     return out
 
 
-def interpolate(dense: Run, sparse: Run, lam: float, *, n_best: int | None = None, normalize: bool = True) -> Run:
-    """λ·dense + (1 − λ)·sparse over the union of both n-bests (per query; queries of either run)."""
+def fusion_depth(top_k: int, n_best: int) -> int:
+    """How deep each side of a fusion is retrieved and fused so that ``top_k`` fused documents exist:
+    the tuned ``n_best``, or ``top_k`` when that is deeper."""
+    return max(top_k, n_best)
+
+
+def interpolate(
+    dense: Run, sparse: Run, lam: float, *, n_best: int | None = None, normalize: bool = True,
+    top_k: int | None = None,
+) -> Run:
+    """λ·dense + (1 − λ)·sparse over the union of both n-bests (per query; queries of either run),
+    each query's fused ranking cut to its ``top_k`` best (all when None)."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must be in [0, 1], got {lam}")
     d_run, s_run = truncate(dense, n_best), truncate(sparse, n_best)
@@ -52,11 +64,15 @@ def interpolate(dense: Run, sparse: Run, lam: float, *, n_best: int | None = Non
         fused[q] = {
             doc: lam * d.get(doc, d_floor) + (1.0 - lam) * s.get(doc, s_floor) for doc in dict.fromkeys([*d, *s])
         }
-    return fused
+    return fused if top_k is None else truncate(fused, top_k)
 
 
-def rrf(runs: Sequence[Run], *, k: int = 60, n_best: int | None = None, weights: Sequence[float] | None = None) -> Run:
-    """Reciprocal rank fusion: Σ_r w_r / (k + rank_r(doc)) over the runs that retrieved doc."""
+def rrf(
+    runs: Sequence[Run], *, k: int = 60, n_best: int | None = None, weights: Sequence[float] | None = None,
+    top_k: int | None = None,
+) -> Run:
+    """Reciprocal rank fusion: Σ_r w_r / (k + rank_r(doc)) over the runs that retrieved doc (each cut to its
+    ``n_best``), each query's fused ranking cut to its ``top_k`` best (all when None)."""
     if weights is not None and len(weights) != len(runs):
         raise ValueError(f"{len(runs)} runs but {len(weights)} weights")
     weights = weights or [1.0] * len(runs)
@@ -67,7 +83,7 @@ def rrf(runs: Sequence[Run], *, k: int = 60, n_best: int | None = None, weights:
             target = fused.setdefault(q, {})
             for rank, (doc, _) in enumerate(ranked, start=1):
                 target[doc] = target.get(doc, 0.0) + w / (k + rank)
-    return fused
+    return fused if top_k is None else truncate(fused, top_k)
 
 
 def dev_split(query_ids: Iterable[str], fraction: float = 0.5, seed: int = 0) -> tuple[list[str], list[str]]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from twotower.data.beir import Document, load_corpus
 from twotower.errors import TwoTowerError
-from twotower.retrieval.hybrid import interpolate, rrf
+from twotower.retrieval.hybrid import fusion_depth, interpolate, rrf
 from twotower.retrieval.index.files import REBUILT
 from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
 
@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid", "rrf")
 # λ for hybrid = λ·dense + (1 − λ)·BM25 (min-max normalised, union of the 100-bests): tuned on a
-# held-out half of SciFact *train* queries by benchmarks/hybrid_scifact.py (default model).
+# held-out half of SciFact *train* queries by benchmarks/hybrid_scifact.py (default model). A top-k
+# deeper than HYBRID_N_BEST fuses each side's top-k instead (hybrid.fusion_depth).
 DEFAULT_LAMBDA = 0.5
 HYBRID_N_BEST = 100
 
@@ -231,12 +232,14 @@ class Searcher:
         store: IndexStore | None = None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
-        index version (``store``, default the live one when the call starts)."""
+        index version (``store``, default the live one when the call starts): each query's ``k`` best
+        (fewer only when fewer documents score). ``hybrid`` and ``rrf`` fuse each side's
+        ``max(k, n_best)``-best."""
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
         store = store or self.store  # one version for the whole call
         qids, texts = list(queries), list(queries.values())
-        depth = k if mode in ("dense", "bm25") else max(k, n_best)
+        depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
         runs = {}
         if mode != "bm25":
             scores, rows = store.search(self.encode_queries(texts), depth, ef_search=ef_search, nprobe=nprobe)
@@ -248,8 +251,8 @@ class Searcher:
         if mode in ("dense", "bm25"):
             return runs[mode]
         if mode == "hybrid":
-            return interpolate(runs["dense"], runs["bm25"], lam, n_best=n_best)
-        return rrf([runs["dense"], runs["bm25"]], n_best=n_best)
+            return interpolate(runs["dense"], runs["bm25"], lam, n_best=depth, top_k=k)
+        return rrf([runs["dense"], runs["bm25"]], n_best=depth, top_k=k)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
         """The top ``k`` hits for one query, with titles."""

@@ -26,12 +26,13 @@ def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=
 
     target = resolve_device(device)  # a bad --device stops before the data is read
     ds = BeirDataset.load(data, split)
+    pairs = pairs_from_beir(ds)  # no pairs is an error: find out before retrieving
     encoder = None
     if retriever == "model":
         encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model, device=target)
     ranked = retrieve_for_mining(ds, retriever, model=encoder, depth=rank_range[1], precision=precision,
                                  show_progress=show_progress)
-    examples = add_hard_negatives(pairs_from_beir(ds), ds, ranked, num_negatives=num_negatives,
+    examples = add_hard_negatives(pairs, ds, ranked, num_negatives=num_negatives,
                                   rank_range=rank_range, seed=seed)
     save_pairs(examples, out)
     return len(examples)
