@@ -13,6 +13,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 
 
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a test's child Python process: the twotower this test imported first on
+    PYTHONPATH as an absolute path (a relative ``PYTHONPATH=src`` is lost in a child run from another
+    directory, which would then import whatever twotower the venv has installed), plus ``extra``."""
+    import twotower
+
+    src = str(Path(twotower.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in [src, os.environ.get("PYTHONPATH", "")] if p)
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, **extra}
+
+
 def _tokenizer():
     from transformers import AutoTokenizer
 
