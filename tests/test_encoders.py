@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,11 +99,51 @@ def test_missing_model_directory(tmp_path):
         DualEncoder.load(tmp_path)
 
 
-def test_precision_resolution():
-    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
-    assert resolve_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
+def _cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo's first ``flags`` line (empty where there is none)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def test_precision_resolution(monkeypatch):
+    """``auto`` on a CPU is bf16 exactly where the CPU has AMX-BF16 or AVX512-BF16 (this machine's
+    answer, read from its flags here), fp32 elsewhere; explicit choices are kept."""
+    from twotower.encoders import inference
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    flags = _cpu_flags()
+    expected = "bf16" if {"amx_bf16", "avx512_bf16"} & flags else "fp32"
+    assert resolve_precision("auto", cpu) == expected, sorted(f for f in flags if "bf16" in f or "amx" in f)
+    for fast, answer in ((True, "bf16"), (False, "fp32")):  # both branches, whatever this machine has
+        monkeypatch.setattr(inference, "cpu_has_fast_bf16", lambda fast=fast: fast)
+        assert resolve_precision("auto", cpu) == answer
+        assert resolve_precision("fp32", cpu) == "fp32"
+    for supported, answer in ((True, "bf16"), (False, "fp32")):  # a GPU: what CUDA says
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
+        assert resolve_precision("auto", torch.device("cuda")) == answer
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
-        resolve_precision("fp8", torch.device("cpu"))
+        resolve_precision("fp8", cpu)
+
+
+@pytest.mark.parametrize("flags,fast", [("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_tile amx_bf16", True),
+                                        ("fpu avx2 avx512f avx512_vnni amx_int8", False), (None, False)])
+def test_fast_bf16_flags(flags, fast, monkeypatch, tmp_path):
+    """Either AVX512-BF16 or AMX-BF16 is enough; AVX-512 without bf16 is not; no /proc/cpuinfo: fp32."""
+    from twotower.encoders import inference
+
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: test\nflags\t\t: {flags}\n\n")
+    monkeypatch.setattr(inference, "Path", lambda _: cpuinfo)
+    assert inference.cpu_has_fast_bf16.__wrapped__() is fast  # uncached: the real answer stays cached
 
 
 @pytest.mark.slow
