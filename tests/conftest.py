@@ -10,7 +10,19 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+# the shared real data (BEIR SciFact, XQuAD-R): ../shared/data beside the checkout, or $TWOTOWER_TEST_DATA
+SHARED_DATA = Path(os.environ.get("TWOTOWER_TEST_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+SCIFACT = SHARED_DATA / "scifact"
+SCIFACT_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv")
+
+
+def require_data(root: Path, files: tuple[str, ...]) -> Path:
+    """``root`` when it holds every one of ``files``; otherwise skip the test, naming the first missing path."""
+    for name in files:
+        if not (root / name).is_file():
+            pytest.skip(f"real data missing: {root / name} not found (shared data folder {SHARED_DATA}; "
+                        "TWOTOWER_TEST_DATA=DIR points the tests at another)")
+    return root
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
@@ -110,6 +122,6 @@ def tiny_beir(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def scifact() -> Path:
-    if not (SCIFACT / "corpus.jsonl").is_file():
-        pytest.skip(f"real data not found at {SCIFACT}")
-    return SCIFACT
+    """BEIR SciFact (both splits); every test that reads it takes this fixture, so it skips, with the
+    missing path as the reason, where the shared data is absent."""
+    return require_data(SCIFACT, SCIFACT_FILES)
