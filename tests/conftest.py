@@ -10,7 +10,30 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+# the shared real data (BEIR SciFact, XQuAD-R): ../shared/data beside the checkout, or $TWOTOWER_TEST_DATA
+SHARED_DATA = Path(os.environ.get("TWOTOWER_TEST_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+SCIFACT = SHARED_DATA / "scifact"
+SCIFACT_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv", "qrels/train.tsv")
+
+
+def require_data(root: Path, files: tuple[str, ...]) -> Path:
+    """``root`` when it holds every one of ``files``; otherwise skip the test, naming the first missing path."""
+    for name in files:
+        if not (root / name).is_file():
+            pytest.skip(f"real data missing: {root / name} not found (shared data folder {SHARED_DATA}; "
+                        "TWOTOWER_TEST_DATA=DIR points the tests at another)")
+    return root
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a test's child Python process: the twotower this test imported first on
+    PYTHONPATH as an absolute path (a relative ``PYTHONPATH=src`` is lost in a child run from another
+    directory, which would then import whatever twotower the venv has installed), plus ``extra``."""
+    import twotower
+
+    src = str(Path(twotower.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in [src, os.environ.get("PYTHONPATH", "")] if p)
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, **extra}
 
 
 def _tokenizer():
@@ -99,6 +122,6 @@ def tiny_beir(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def scifact() -> Path:
-    if not (SCIFACT / "corpus.jsonl").is_file():
-        pytest.skip(f"real data not found at {SCIFACT}")
-    return SCIFACT
+    """BEIR SciFact (both splits); every test that reads it takes this fixture, so it skips, with the
+    missing path as the reason, where the shared data is absent."""
+    return require_data(SCIFACT, SCIFACT_FILES)

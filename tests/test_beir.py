@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
+from conftest import SCIFACT_FILES, TINY_CORPUS, TINY_QRELS, TINY_QUERIES, require_data, write_beir
 from twotower.data.beir import BeirDataset, load_corpus, load_qrels, load_queries
 from twotower.errors import DataError
 
@@ -26,6 +26,16 @@ def test_scifact_statistics(scifact):
     assert sum(len(r) for r in test.qrels.values()) == 339
     assert len(train.queries) == 809 and sum(len(r) for r in train.qrels.values()) == 919
     assert test.unknown_docs == 0 and test.unknown_queries == 0
+
+
+def test_missing_real_data_skips_naming_the_path(tmp_path):
+    root = write_beir(tmp_path / "scifact", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)  # no qrels/train.tsv
+    with pytest.raises(pytest.skip.Exception, match=f"real data missing: {root / 'qrels' / 'train.tsv'} not found"):
+        require_data(root, SCIFACT_FILES)
+    with pytest.raises(pytest.skip.Exception, match=f"{tmp_path / 'nowhere' / 'corpus.jsonl'} not found"):
+        require_data(tmp_path / "nowhere", SCIFACT_FILES)
+    write_beir(root, TINY_CORPUS, TINY_QUERIES, TINY_QRELS, split="train")
+    assert require_data(root, SCIFACT_FILES) == root
 
 
 def _corpus(tmp_path, text: str):

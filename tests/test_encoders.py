@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,30 +100,37 @@ def test_missing_model_directory(tmp_path):
 
 
 def _cpu_flags() -> set[str]:
-    """The CPU's feature flags, read here apart from twotower (empty where /proc/cpuinfo is missing)."""
+    """The CPU's feature flags from /proc/cpuinfo's first ``flags`` line (empty where there is none)."""
     try:
-        lines = open("/proc/cpuinfo").read().splitlines()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return set()
-    return {f for line in lines if line.split(":")[0].strip() == "flags" for f in line.split(":", 1)[1].split()}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
 
 
-def test_precision_resolution():
+def test_precision_resolution(monkeypatch):
+    """``auto`` on a CPU is bf16 exactly where the CPU has AMX-BF16 or AVX512-BF16 (this machine's
+    answer, read from its flags here), fp32 elsewhere; explicit choices are kept."""
+    from twotower.encoders import inference
+
     cpu = torch.device("cpu")
     assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
-    # this machine's one answer: bf16 exactly where the CPU has AMX-BF16 or AVX512-BF16
-    fast = bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
-    assert resolve_precision("auto", cpu) == ("bf16" if fast else "fp32")
+    flags = _cpu_flags()
+    expected = "bf16" if {"amx_bf16", "avx512_bf16"} & flags else "fp32"
+    assert resolve_precision("auto", cpu) == expected, sorted(f for f in flags if "bf16" in f or "amx" in f)
+    for fast, answer in ((True, "bf16"), (False, "fp32")):  # both branches, whatever this machine has
+        monkeypatch.setattr(inference, "cpu_has_fast_bf16", lambda fast=fast: fast)
+        assert resolve_precision("auto", cpu) == answer
+        assert resolve_precision("fp32", cpu) == "fp32"
+    for supported, answer in ((True, "bf16"), (False, "fp32")):  # a GPU: what CUDA says
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
+        assert resolve_precision("auto", torch.device("cuda")) == answer
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
         resolve_precision("fp8", cpu)
-
-
-@pytest.mark.parametrize("fast_cpu, cuda_bf16", [(True, False), (False, True)])
-def test_precision_auto_per_device(monkeypatch, fast_cpu, cuda_bf16):
-    monkeypatch.setattr("twotower.encoders.inference.cpu_has_fast_bf16", lambda: fast_cpu)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: cuda_bf16)
-    assert resolve_precision("auto", torch.device("cpu")) == ("bf16" if fast_cpu else "fp32")
-    assert resolve_precision("auto", torch.device("cuda")) == ("bf16" if cuda_bf16 else "fp32")
 
 
 def test_hub_id_with_downloads_off_says_how_to_turn_them_on(monkeypatch):
@@ -135,6 +143,19 @@ def test_hub_id_with_downloads_off_says_how_to_turn_them_on(monkeypatch):
     assert message.startswith("some-org/no-such-model: not a local model directory or a registered model name")
     assert "to download it from the hub set HF_HUB_OFFLINE=0" in message
     assert "internet" not in message
+
+
+@pytest.mark.parametrize("flags,fast", [("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_tile amx_bf16", True),
+                                        ("fpu avx2 avx512f avx512_vnni amx_int8", False), (None, False)])
+def test_fast_bf16_flags(flags, fast, monkeypatch, tmp_path):
+    """Either AVX512-BF16 or AMX-BF16 is enough; AVX-512 without bf16 is not; no /proc/cpuinfo: fp32."""
+    from twotower.encoders import inference
+
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: test\nflags\t\t: {flags}\n\n")
+    monkeypatch.setattr(inference, "Path", lambda _: cpuinfo)
+    assert inference.cpu_has_fast_bf16.__wrapped__() is fast  # uncached: the real answer stays cached
 
 
 @pytest.mark.slow

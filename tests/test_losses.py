@@ -56,6 +56,31 @@ def test_moco_loss_has_no_gradient_into_keys():
     assert q.grad is not None and k.grad is None
 
 
+def test_moco_loss_by_hand():
+    """Two queries, their two keys and a one-key queue, τ = 0.5; every number written out.
+
+    logits = q·[k0, k1, queue]ᵀ / τ: row 0 = [0.6, 0.8, −1.0] / 0.5 = [1.2, 1.6, −2.0],
+    row 1 = [0.8, 0.6, 0.0] / 0.5 = [1.6, 1.2, 0.0]; the label of row i is column i (its own key).
+    loss_0 = ln(e^1.2 + e^1.6 + e^−2) − 1.2 = ln(3.320117 + 4.953032 + 0.135335) − 1.2 = 0.929241
+    loss_1 = ln(e^1.6 + e^1.2 + e^0) − 1.2 = ln(9.273149) − 1.2 = 1.027123;  mean 0.978182.
+    Without the queue both rows are ln(e^1.2 + e^1.6) − 1.2 = ln(8.273149) − 1.2 = 0.913015.
+    ∂loss/∂q_i = (Σ_j softmax_ij · n_j − k_i) / (τ · B), with softmax row 0 = [0.394853, 0.589052, 0.016095]
+    and row 1 = [0.534126, 0.358036, 0.107838] over n = [k0, k1, queue]:
+    row 0 = (0.394853·[0.6, 0.8] + 0.589052·[0.8, 0.6] + 0.016095·[−1, 0] − [0.6, 0.8]) / 1 = [0.092058, −0.130686]
+    row 1 = (0.534126·[0.6, 0.8] + 0.358036·[0.8, 0.6] + 0.107838·[−1, 0] − [0.8, 0.6]) / 1 = [−0.300934, 0.042122]
+    """
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    k = torch.tensor([[0.6, 0.8], [0.8, 0.6]])
+    queue = torch.tensor([[-1.0, 0.0]])
+    loss = moco_loss(q, k, queue, temperature=0.5)
+    assert loss.item() == pytest.approx(0.978182, abs=1e-6)
+    loss.backward()
+    torch.testing.assert_close(q.grad, torch.tensor([[0.092058, -0.130686], [-0.300934, 0.042122]]),
+                               atol=2e-6, rtol=0)
+    assert moco_loss(q, k, None, temperature=0.5).item() == pytest.approx(0.913015, abs=1e-6)
+    assert moco_loss(q, k, queue[:0], temperature=0.5).item() == pytest.approx(0.913015, abs=1e-6)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -198,16 +198,51 @@ def test_cli_train_multivector(train_setup, tmp_path):
     assert json.loads((out / "train_config.json").read_text())["multivector"] == 2
 
 
-def test_hard_negatives_join_the_max_score_softmax(train_setup, tmp_path):
+def test_hard_negatives_and_duplicates_in_the_max_score_softmax(train_setup, tmp_path):
+    """One ``train()`` step on a batch whose examples 0 and 5 are one query with two positives, 3 and
+    4 two queries with one positive, and where every example brings 2 hard negatives: the logged loss is the max-score softmax written
+    out by hand (both hard negatives in the query→document denominator, each duplicate out of both)."""
     from twotower.data.pairs import save_pairs
 
     _, model_dir = train_setup
     docs = [d["text"] for d in TINY_CORPUS]
+    extra = ["Kittens purr when they are content.", "Oolong is a partly oxidised tea.", "Borrow checking in Rust.",
+             "Cells can have many mitochondria.", "Wolves howl at night.", "Typing rules of Python 3."]
+    rows = [(q["text"], q["_id"]) for q in QUERIES[:5]] + [(QUERIES[0]["text"], QUERIES[0]["_id"])]
+    positives = [0, 1, 2, 3, 3, 5]  # examples 3 and 4: two queries with one positive
+    examples = [TrainExample(q, docs[p], negatives=[extra[i], extra[(i + 2) % 6]], qid=qid, pid=f"d{p}")
+                for i, ((q, qid), p) in enumerate(zip(rows, positives))]
+    duplicates = {(0, 5), (5, 0), (3, 4), (4, 3)}
     pairs = tmp_path / "pairs.jsonl"
-    save_pairs([TrainExample(q["text"], docs[i], negatives=[docs[(i + 1) % 6], docs[(i + 2) % 6]], qid=q["_id"])
-                for i, q in enumerate(QUERIES)], pairs)
-    stage = StageConfig(pairs=str(pairs), batch_size=3, steps=2, lr=1e-3, hard_negatives=1)
-    Trainer(TrainConfig(out=str(tmp_path / "run"), model=str(model_dir), multivector=2, precision="fp32",
-                        show_progress=False, stages=[stage])).train()
+    save_pairs(examples, pairs)
+    stage = StageConfig(pairs=str(pairs), batch_size=6, steps=1, lr=1e-4, hard_negatives=2, temperature=0.05)
+    trainer = Trainer(TrainConfig(out=str(tmp_path / "run"), model=str(model_dir), multivector=2, precision="fp32",
+                                  show_progress=False, stages=[stage]))
+    model = trainer.model
+    with torch.no_grad():
+        q = model.forward_queries(*_ids(model.query_tower, [e.query for e in examples]))
+        negatives = [n for e in examples for n in e.negatives]
+        d_vec, d_mask = document_token_vectors(model.doc_tower, *_ids(model.doc_tower, [e.positive for e in examples]), 2)
+        h_vec, h_mask = document_token_vectors(model.doc_tower, *_ids(model.doc_tower, negatives), 2)
+
+    def score(i, vec, mask, j):  # max over document j's real token vectors
+        return max(q[i] @ vec[j, t] for t in range(2) if mask[j, t]) / 0.05
+
+    def loss(with_hard=True, mask_duplicates=True):
+        dup = duplicates if mask_duplicates else set()
+        fwd, back = [], []
+        for i in range(6):
+            own = score(i, d_vec, d_mask, i)
+            cands = [own] + [score(i, d_vec, d_mask, j) for j in range(6) if j != i and (i, j) not in dup]
+            cands += [score(i, h_vec, h_mask, k) for k in range(12)] if with_hard else []
+            fwd.append(torch.logsumexp(torch.stack(cands), 0) - own)
+            cands = [own] + [score(j, d_vec, d_mask, i) for j in range(6) if j != i and (j, i) not in dup]
+            back.append(torch.logsumexp(torch.stack(cands), 0) - own)
+        return ((torch.stack(fwd).mean() + torch.stack(back).mean()) / 2).item()
+
+    expected = loss()
+    # what dropping either would log instead: far outside the tolerance below
+    assert abs(loss(with_hard=False) - expected) > 0.1 and abs(loss(mask_duplicates=False) - expected) > 0.01
+    trainer.train()
     losses = [r["loss"] for r in json.loads((tmp_path / "run" / "train_log.json").read_text())]
-    assert len(losses) == 2 and all(np.isfinite(x) and x > 0 for x in losses)
+    assert len(losses) == 1 and losses[0] == pytest.approx(expected, rel=1e-5)

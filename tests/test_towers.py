@@ -145,3 +145,43 @@ def test_separate_towers_each_load_in_sentence_transformers_quietly(tiny_bert_di
         st, messages = _load_in_sentence_transformers(tmp_path / "m" / folder)
         _assert_quiet(messages)
         assert np.allclose(st.encode(TEXTS, convert_to_numpy=True), ours, atol=1e-5), folder
+
+
+@pytest.mark.parametrize("kind", ["ade-ste", "ade-fte"])
+def test_shared_and_frozen_embedder_survive_save_and_load(kind, tiny_beir, tiny_bert_dir, tmp_path):
+    """After save + load the ADE-STE towers still hold one token embedder (the same module, trained
+    once for both) and the ADE-FTE embedders are still frozen (a training step leaves them as they
+    were while the rest of both towers moves)."""
+    from twotower.training.trainer import StageConfig, TrainConfig, Trainer
+
+    built = DualEncoder.build(tiny_bert_dir, towers=kind, dim=16)
+    built.save(tmp_path / "m")
+    model = DualEncoder.load(tmp_path / "m")
+    assert model.kind == kind
+    q_emb = model.query_tower.backbone.get_input_embeddings()
+    d_emb = model.doc_tower.backbone.get_input_embeddings()
+    # the same set of distinct parameters as the model that was saved (a second embedder would add one)
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in built.named_parameters()]
+    frozen = {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    if kind == "ade-ste":
+        assert q_emb is d_emb and q_emb.weight.requires_grad and frozen == set()
+    else:
+        assert q_emb is not d_emb
+        assert frozen == {"query_tower.backbone.embeddings.word_embeddings.weight",
+                          "doc_tower.backbone.embeddings.word_embeddings.weight"}
+    before = {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+    stage = StageConfig(data=str(tiny_beir), split="test", steps=1, batch_size=3, lr=1e-2, warmup=0.0)
+    Trainer(TrainConfig(out=str(tmp_path / "run"), precision="fp32", show_progress=False, stages=[stage]),
+            model=model).train()
+    after = dict(model.named_parameters(remove_duplicate=False))
+    q_w = after["query_tower.backbone.embeddings.word_embeddings.weight"]
+    d_w = after["doc_tower.backbone.embeddings.word_embeddings.weight"]
+    moved = {n for n in before if not torch.equal(before[n], after[n])}
+    if kind == "ade-ste":  # one embedder, updated by both towers' gradients: the towers' copies stay equal
+        assert "query_tower.backbone.embeddings.word_embeddings.weight" in moved
+        assert torch.equal(q_w, d_w)
+    else:
+        assert torch.equal(q_w, before["query_tower.backbone.embeddings.word_embeddings.weight"])
+        assert torch.equal(d_w, before["doc_tower.backbone.embeddings.word_embeddings.weight"])
+    for tower in ("query_tower", "doc_tower"):  # both towers trained
+        assert f"{tower}.backbone.encoder.layer.0.attention.self.query.weight" in moved
