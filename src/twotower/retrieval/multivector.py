@@ -122,6 +122,7 @@ def encode_multivector(
     device = next(encoder.parameters()).device
     precision = resolve_precision(precision, device)
     max_length = max_length or encoder.max_length
+    texts = encoder.with_prompt(texts, "document")  # these are always documents (queries are pooled)
     per_text: list[np.ndarray | None] = [None] * len(texts)
     proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)) if projection is not None else None
     was_training = encoder.training

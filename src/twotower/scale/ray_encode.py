@@ -224,7 +224,7 @@ def build_index_ray(
     tower = encoder.doc_tower
     shard_dir = out.parent / f"{out.name}.ray-shards"
     vectors = encode_corpus_ray(
-        [d.id for d in docs], [d.full_text for d in docs], model=model, tokenizer=tower.tokenizer,
+        [d.id for d in docs], encoder.document_texts([d.full_text for d in docs]), model=model, tokenizer=tower.tokenizer,
         max_length=encoder.doc_max_length or tower.max_length, batch_size=cfg.batch_size, precision=cfg.precision,
         compile=cfg.compile, shard_dir=shard_dir, cfg=ray_cfg, show_progress=cfg.show_progress,
     )
