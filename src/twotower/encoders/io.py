@@ -22,6 +22,8 @@ from twotower.io import atomic_directory, atomic_write_json
 
 CONFIG_NAME = "twotower.json"
 FORMAT_VERSION = 1
+ST_CONFIG = "config_sentence_transformers.json"  # sentence-transformers' model config: its "prompts"
+PROMPT_NAMES = {"query": ("query",), "document": ("document", "passage", "corpus")}  # as SentenceTransformer
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -48,6 +50,47 @@ def _load_projection(dense_dir: str, layer_norm_dir: str | None) -> Projection:
     return proj
 
 
+def read_prompts(directory: str | Path) -> dict[str, str]:
+    """The text prefixes a model wants in front of queries and documents: ``{"query": …, "document": …}``
+    from the ``prompts`` of its ``config_sentence_transformers.json`` (a document prompt may be named
+    ``document``, ``passage`` or ``corpus``, as sentence-transformers' ``encode_document`` looks them up)."""
+    path = Path(directory) / ST_CONFIG
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: unreadable ({exc}); fix or delete it") from None
+    prompts = config.get("prompts") if isinstance(config, dict) else None
+    if not isinstance(prompts, dict):
+        return {}
+    out = {}
+    for role, names in PROMPT_NAMES.items():
+        name = next((n for n in names if n in prompts), None)
+        if name is not None:
+            if not isinstance(prompts[name], str):
+                raise ModelError(f"{path}: prompts.{name} must be a string, not {prompts[name]!r}")
+            if prompts[name]:
+                out[role] = prompts[name]
+    return out
+
+
+def write_prompts(directory: str | Path, prompts: dict[str, str]) -> None:
+    """Record ``prompts`` in ``directory``'s ``config_sentence_transformers.json`` (kept keys merged), so
+    ``SentenceTransformer(directory).encode_query`` / ``encode_document`` prefix texts the same way."""
+    path = Path(directory) / ST_CONFIG
+    config = {}
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            config = {}
+    config = config if isinstance(config, dict) else {}
+    config["prompts"] = dict(prompts)
+    config.setdefault("default_prompt_name", None)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def load_tower(
     model: str | Path | None,
     *,
@@ -65,7 +108,7 @@ def load_tower(
         normalize = layout.normalize if layout.normalize is not None else True
     return TextEncoder(
         backbone, tokenizer, pooling=pooling or layout.pooling or "mean", normalize=normalize,
-        projection=projection, max_length=max_length or default_len,
+        projection=projection, max_length=max_length or default_len, prompts=read_prompts(resolved),
     )
 
 
@@ -115,6 +158,8 @@ def save_tower(tower: TextEncoder, path: Path) -> None:
     if tower.normalize:
         add("Normalize", "Normalize")
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
+    if tower.prompts:
+        write_prompts(path, tower.prompts)
 
 
 def save_dual_encoder(model, path: str | Path) -> None:

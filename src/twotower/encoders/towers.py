@@ -188,10 +188,32 @@ class DualEncoder(nn.Module):
     def forward_documents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.doc_tower(input_ids, attention_mask)
 
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The prefixes put in front of queries and documents (empty for models trained without any)."""
+        out = {}
+        if "query" in self.query_tower.prompts:
+            out["query"] = self.query_tower.prompts["query"]
+        if "document" in self.doc_tower.prompts:
+            out["document"] = self.doc_tower.prompts["document"]
+        return out
+
+    def query_texts(self, queries: Sequence[str]) -> list[str]:
+        """Queries as the query tower must see them (behind the model's query prefix, if any)."""
+        return self.query_tower.with_prompt(queries, "query")
+
+    def document_texts(self, docs: Sequence[str]) -> list[str]:
+        """Documents as the document tower must see them (behind the model's document prefix, if any)."""
+        return self.doc_tower.with_prompt(docs, "document")
+
+    def with_prompts(self, queries: Sequence[str], *documents: Sequence[str]) -> tuple[list[str], ...]:
+        """A training batch's queries and document lists (positives, negatives, …), each behind its prefix."""
+        return (self.query_texts(queries), *(self.document_texts(d) for d in documents))
+
     def encode_queries(self, queries: Sequence[str], opts: EncodeOptions | None = None) -> np.ndarray:
         opts = opts or EncodeOptions()
         return encode_texts(
-            self.query_tower, queries, max_length=self.query_max_length,
+            self.query_tower, self.query_texts(queries), max_length=self.query_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
             compile=opts.compile,
             desc="encoding queries",
@@ -200,7 +222,7 @@ class DualEncoder(nn.Module):
     def encode_documents(self, docs: Sequence[str], opts: EncodeOptions | None = None) -> np.ndarray:
         opts = opts or EncodeOptions()
         return encode_texts(
-            self.doc_tower, docs, max_length=self.doc_max_length,
+            self.doc_tower, self.document_texts(docs), max_length=self.doc_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
             compile=opts.compile,
             desc="encoding documents",

@@ -124,6 +124,7 @@ def encode_multivector(
     precision = resolve_precision(precision, device)
     batch_size = batch_size or default_batch_size(device)
     max_length = max_length or encoder.max_length
+    texts = encoder.with_prompt(texts, "document")  # these are always documents (queries are pooled)
     per_text: list[np.ndarray | None] = [None] * len(texts)
     proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)).to(device) if projection is not None else None
     was_training = encoder.training

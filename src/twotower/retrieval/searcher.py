@@ -223,7 +223,7 @@ class Searcher:
         from twotower.encoders.towers import EncodeOptions
 
         if self.onnx_queries is not None:
-            return self.onnx_queries.encode(queries)
+            return self.onnx_queries.encode(self.encoder.query_texts(queries))
         return self.encoder.encode_queries(queries, EncodeOptions(precision=self.precision, show_progress=False))
 
     def run(

@@ -237,8 +237,8 @@ def build_index_ray(
     tower = encoder.doc_tower
     shard_dir = out.parent / f"{out.name}.ray-shards"
     vectors = encode_corpus_ray(
-        [d.id for d in docs], [d.full_text for d in docs], model=model, tokenizer=tower.tokenizer,
-        max_length=encoder.doc_max_length or tower.max_length,
+        [d.id for d in docs], encoder.document_texts([d.full_text for d in docs]), model=model,
+        tokenizer=tower.tokenizer, max_length=encoder.doc_max_length or tower.max_length,
         batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE["cuda" if ray_cfg.gpus_per_worker > 0 else "cpu"],
         precision=cfg.precision,
         compile=cfg.compile, shard_dir=shard_dir, cfg=ray_cfg, show_progress=cfg.show_progress,

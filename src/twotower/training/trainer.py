@@ -194,7 +194,7 @@ class Trainer:
                         f"example has {len(e.negatives)} (mine more, or lower hard_negatives)"
                     )
                 negatives.extend(rng.sample(e.negatives, stage.hard_negatives))
-        return queries, positives, negatives
+        return self.model.with_prompts(queries, positives, negatives)  # the model's "query: "/"passage: " prefixes
 
     def false_negative_mask(self, examples: list[TrainExample]) -> torch.Tensor | None:
         """In-batch copies of a query's positives to leave out of its denominator (one process only)."""
