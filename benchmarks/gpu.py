@@ -258,8 +258,8 @@ def main() -> None:
         f"Device: {describe(device)}. Encoding: SciFact corpus ×{args.repeat}, max length {args.max_length}, "
         "NDCG@10 / Recall@100 on SciFact test from the first copy's vectors; achieved_tflops = the encoder's FLOPs on "
         "length-sorted batches of 128 divided by the time; fraction_of_matmul_rate against the bf16 matmul rate "
-        f"measured on the encoder's FFN shapes in this run ({limit.get('bf16_tflops_ffn_up', float('nan')):.0f} / "
-        f"{limit.get('bf16_tflops_ffn_down', float('nan')):.0f} TFLOP/s). Training: SciFact train, {args.epochs} "
+        f"measured on the encoder's FFN shapes in this run ({limit.get('bf16_tflops_ffn_up', float('nan')):.3g} / "
+        f"{limit.get('bf16_tflops_ffn_down', float('nan')):.3g} TFLOP/s). Training: SciFact train, {args.epochs} "
         f"epochs, batch {args.batch_size}, lr {args.lr}, temperature {args.temperature}. Load at the end: "
         f"{load_average():.1f}."))
 
