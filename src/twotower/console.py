@@ -19,6 +19,8 @@ COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per d
                 "of 15-25 s on 2 cores (fp32 1.12x, bf16 1.04x: benchmarks/results/compile_speed.md); worth it "
                 "from several thousand documents.")
 DEVICE_HELP = "auto (the GPU where torch sees one, else cpu) | cpu | cuda | cuda:N"
+LANGUAGE_HELP = ("BM25 text analysis: an ISO 639-1 code (en ar de el es hi ru tr … with Snowball stemmers; zh ja ko th: "
+                 "character n-grams), multi (mixed languages) or auto (from the documents' script).")
 
 
 def fail(exc: Exception | str) -> NoReturn:

@@ -40,6 +40,7 @@ class EvalConfig:
     hybrid_lambda: float | None = None  # default: twotower.retrieval.searcher.DEFAULT_LAMBDA
     multivector: int | None = None  # ME-BERT m when no --index is given (default: the model's trained m, else 8)
     compile: bool = False  # torch.compile the dense retriever's document encoding
+    language: str = "en"  # BM25's text analysis (twotower.retrieval.analyzers): ISO code, multi or auto
 
 
 @dataclass
@@ -70,7 +71,8 @@ def _bm25_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     from twotower.retrieval.bm25 import BM25, BM25Params
 
     defaults = BM25Params()
-    params = BM25Params(k1=cfg.k1 if cfg.k1 is not None else defaults.k1, b=cfg.b if cfg.b is not None else defaults.b)
+    params = BM25Params(k1=cfg.k1 if cfg.k1 is not None else defaults.k1, b=cfg.b if cfg.b is not None else defaults.b,
+                        language=cfg.language)
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
     bm25 = BM25(params).index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=cfg.show_progress)
@@ -180,6 +182,9 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.retriever not in RETRIEVERS:
         raise ValueError(f"unknown retriever '{cfg.retriever}': choose one of {', '.join(RETRIEVERS)}")
+    from twotower.retrieval.analyzers import check_language
+
+    check_language(cfg.language)
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from twotower.console import LANGUAGE_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train_cmd)
@@ -89,6 +91,7 @@ def mine_cmd(
     out: Path = typer.Option(..., "--out", help="Pairs JSONL to write (query, positive, negatives)."),
     split: str = typer.Option("train"),
     retriever: str = typer.Option("bm25", help="bm25 | model"),
+    language: str = typer.Option("en", "--language", help=LANGUAGE_HELP),
     model: Optional[str] = typer.Option(None, help="Model for --retriever model (default all-MiniLM-L6-v2)."),
     num_negatives: int = typer.Option(4, "--num-negatives", min=1),
     rank_from: int = typer.Option(3, "--rank-from", min=1, help="Sample negatives from ranks a..b (1-based)."),
@@ -103,7 +106,7 @@ def mine_cmd(
 
     try:
         n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
-                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress)
+                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, language=language)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"wrote {n} examples to {out}")

@@ -19,16 +19,19 @@ HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
 
 
 def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=4, rank_range=(3, 50), seed=0,
-               show_progress=True, precision="auto") -> int:
-    """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever``."""
+               show_progress=True, precision="auto", language="en") -> int:
+    """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever`` (BM25: in ``language``)."""
     from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.analyzers import check_language
+
+    check_language(language)
 
     ds = BeirDataset.load(data, split)
     encoder = None
     if retriever == "model":
         encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model)
     ranked = retrieve_for_mining(ds, retriever, model=encoder, depth=rank_range[1], precision=precision,
-                                 show_progress=show_progress)
+                                 show_progress=show_progress, language=language)
     examples = add_hard_negatives(pairs_from_beir(ds), ds, ranked, num_negatives=num_negatives,
                                   rank_range=rank_range, seed=seed)
     save_pairs(examples, out)
