@@ -235,6 +235,12 @@ def test_index_build_records_language_and_searches_with_it(tmp_path, tiny_bert_d
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["search", "--index", str(out), "国宝", "-k", "1", "--mode", "bm25", "--json"])
     assert json.loads(res.output.splitlines()[0])["id"] == "d6"  # the rebuilt BM25 kept the language
+    eval_args = ["eval", "--data", str(data), "--index", str(out), "--retriever", "bm25", "--no-progress"]
+    res = runner.invoke(app, [*eval_args, "--language", "en"])
+    assert res.exit_code == 2 and "its BM25 was built for language 'zh', not 'en'" in res.output, res.output
+    res = runner.invoke(app, [*eval_args, "--metrics", "p@1", "--out", str(tmp_path / "e.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "e.json").read_text())["metrics"]["p@1"] == 1.0
 
 
 def test_mine_language_option(tmp_path):

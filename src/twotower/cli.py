@@ -58,7 +58,7 @@ def eval_cmd(
     pooling: Optional[str] = typer.Option(None, help="mean | cls | max (default: the model's own config, else mean)"),
     k1: Optional[float] = typer.Option(None, help="BM25 k1 (default 1.5)."),
     b: Optional[float] = typer.Option(None, help="BM25 b (default 0.75)."),
-    language: str = typer.Option("en", "--language", help=LANGUAGE_HELP),
+    language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Default en; with --index, its own."),
     strict: bool = typer.Option(False, help="Fail on qrels that name unknown queries or documents."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write results JSON here."),
     run_file: Optional[Path] = typer.Option(None, "--run", help="Write a TREC run file here."),

@@ -20,13 +20,13 @@ Russian, Greek, Arabic, Devanagari: Hindi, Latin: English; :class:`ScriptStemmer
 
 ``auto`` (see :func:`detect_language`) picks a code from the documents' scripts.
 
-Each choice was measured on XQuAD-R (question → answer sentence, 1190 questions per language, NDCG@10):
-for zh, character uni+bi-grams 0.817 against unigrams 0.815, bigrams 0.799, the jieba segmenter 0.801, and
-jieba's words plus their characters 0.820 (not significantly better: paired randomization p = 0.38, at 3x
-the time and a 42 MB dependency); for th, grapheme bigrams 0.810 against grapheme uni+bi-grams 0.805,
-pythainlp's newmm segmenter 0.798 (a 67 MB dependency), code-point bigrams 0.794 and unigrams 0.338;
-the Snowball stemmers gained 0.03–0.12 in every language that has one. On the 11-language pool, ``multi``
-with its script stemmers reached 0.189 against 0.182 unstemmed (and 0.169 for ``en``).
+Each choice was measured on XQuAD-R (question → answer sentence, 1190 questions per language, NDCG@10;
+``benchmarks/bm25_analyzer_choices.py``): for zh, character uni+bi-grams 0.817 against unigrams 0.815,
+bigrams 0.799, the jieba segmenter 0.801, and jieba's words plus their characters 0.820 (not significantly
+better: paired randomization p = 0.38, for a 42 MB dependency); for th, grapheme bigrams 0.810 against
+grapheme uni+bi-grams 0.804, code-point bigrams 0.799, code-point unigrams 0.339 and pythainlp's newmm
+segmenter 0.798 (a 67 MB dependency); the Snowball stemmers gained 0.02–0.12 in each of ar de el es hi ru tr.
+On the 11-language pool ``multi`` reached 0.189 with its script stemmers, 0.182 without, 0.169 with ``en``.
 """
 
 from __future__ import annotations
