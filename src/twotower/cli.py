@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import typer
 from rich.table import Table
 
-from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, console, warn
+from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, console, warn
 from twotower.console import fail as _fail
 from twotower.errors import TwoTowerError
 
@@ -61,6 +61,7 @@ def eval_cmd(
     pooling: Optional[str] = typer.Option(None, help="mean | cls | max (default: the model's own config, else mean)"),
     k1: Optional[float] = typer.Option(None, help="BM25 k1 (default 1.5)."),
     b: Optional[float] = typer.Option(None, help="BM25 b (default 0.75)."),
+    language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Default en; with --index, its own."),
     strict: bool = typer.Option(False, help="Fail on qrels that name unknown queries or documents."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write results JSON here."),
     run_file: Optional[Path] = typer.Option(None, "--run", help="Write a TREC run file here."),
@@ -92,6 +93,7 @@ def eval_cmd(
     )
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
         index, rerank, rerank_depth, hybrid_lambda, multivector, compile_)
+    cfg.language = language
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
         result = run_eval(cfg)

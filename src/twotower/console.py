@@ -20,6 +20,8 @@ COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per d
                 "from several thousand documents.")
 DEVICE_HELP = "auto (the GPU where torch sees one, else cpu) | cpu | cuda | cuda:N"
 BATCH_HELP = "Texts per encoding batch (default by device: 32 on CPU, 128 on CUDA; README, GPU)."
+LANGUAGE_HELP = ("BM25 text analysis: an ISO 639-1 code (en ar de el es hi ru tr … with Snowball stemmers; zh ja ko th: "
+                 "character n-grams), multi (mixed languages) or auto (from the documents' script).")
 
 
 def fail(exc: Exception | str) -> NoReturn:

@@ -44,6 +44,7 @@ class EvalConfig:
     hybrid_lambda: float | None = None  # default: twotower.retrieval.searcher.DEFAULT_LAMBDA
     multivector: int | None = None  # ME-BERT m when no --index is given (default: the model's trained m, else 8)
     compile: bool = False  # torch.compile the dense retriever's document encoding
+    language: str | None = None  # BM25's text analysis (retrieval.analyzers; None: en, or the --index's own)
 
 
 @dataclass
@@ -93,7 +94,8 @@ def _bm25_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     from twotower.retrieval.bm25 import BM25, BM25Params
 
     defaults = BM25Params()
-    params = BM25Params(k1=cfg.k1 if cfg.k1 is not None else defaults.k1, b=cfg.b if cfg.b is not None else defaults.b)
+    params = BM25Params(k1=cfg.k1 if cfg.k1 is not None else defaults.k1, b=cfg.b if cfg.b is not None else defaults.b,
+                        language=cfg.language or "en")
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
     bm25 = BM25(params).index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=cfg.show_progress)
@@ -172,9 +174,17 @@ def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
 def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     """Search a stored index (its own encoder, FAISS kind and BM25) for the split's queries."""
+    from twotower.errors import TwoTowerError
+    from twotower.retrieval.bm25 import BM25Params
     from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
 
     searcher = Searcher(cfg.index, model=cfg.model, precision=cfg.precision, device=cfg.device)
+    bm25_saved = searcher.store.manifest.get("bm25")
+    if cfg.language not in (None, "auto") and cfg.retriever in ("bm25", "hybrid") and bm25_saved:
+        saved = BM25Params.from_dict(bm25_saved).language
+        if cfg.language != saved:
+            raise TwoTowerError(f"{cfg.index}: its BM25 was built for language '{saved}', not '{cfg.language}': "
+                                f"drop --language (the index's own is used) or rebuild with --language {cfg.language}")
     if cfg.retriever == "multivector" and not searcher.store.multivector:
         raise ValueError(f"{cfg.index}: not a multi-vector index (build it with --multivector M)")
     mode = "dense" if cfg.retriever == "multivector" else cfg.retriever
@@ -209,6 +219,10 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
     cfg = replace(cfg, retriever=resolve_retriever(cfg.retriever, cfg.model))
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
     uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
+    from twotower.retrieval.analyzers import check_language
+
+    if cfg.language is not None:
+        check_language(cfg.language)
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}

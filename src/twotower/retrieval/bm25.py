@@ -1,4 +1,4 @@
-"""BM25 over bm25s: English stopwords, Snowball stemming (PyStemmer), Lucene scoring.
+"""BM25 over bm25s: text analysis chosen per language (stopwords, Snowball stemming), Lucene scoring.
 
 Document text is title + " " + text, as in BEIR. Defaults k1=1.5, b=0.75: a sweep on SciFact's
 *train* queries (``benchmarks/bm25_params.py``) found NDCG@10 flat within 0.003 over k1 in
@@ -6,25 +6,33 @@ Document text is title + " " + text, as in BEIR. Defaults k1=1.5, b=0.75: a swee
 
 ``BM25Params(ngram=2)`` indexes unigrams plus bigrams of adjacent terms (after stopword removal
 and stemming), the "BM25 uni+bi-gram" variant of Luan et al.; the default stays unigram.
+
+``BM25Params(language=...)`` picks the text analysis (``twotower.retrieval.analyzers``: an ISO 639-1
+code, ``multi`` or ``auto``); it is saved with the index (``params.json``) and used again at query time.
+An index saved without it is English, analysed as before languages existed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import bm25s
 import numpy as np
-import Stemmer
-from bm25s.tokenization import Tokenizer
+
+from twotower.errors import TwoTowerError
+from twotower.io import atomic_write_json
+from twotower.retrieval.analyzers import AUTO, Analyzer, analyzer_for, check_language, detect_language
 
 log = logging.getLogger(__name__)
 # bm25s sets its own logger to DEBUG at import; leave its chatter to the root logger's level.
 logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 Run = dict[str, dict[str, float]]
+PARAMS_FILE = "params.json"  # BM25Params beside the bm25s files
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,19 @@ class BM25Params:
     k1: float = 1.5
     b: float = 0.75
     method: str = "lucene"
-    stopwords: str = "en"
-    stemmer: str = "english"
+    stopwords: str | None = None  # None: the language's own list; "": none; or the code of a bm25s list
+    stemmer: str | None = None  # None: the language's Snowball stemmer; "": none; or a PyStemmer algorithm
     ngram: int = 1  # 1: unigrams; 2: unigrams + bigrams of adjacent (stemmed, non-stopword) terms
+    language: str = "en"  # analyzers.LANGUAGES code, "multi", or "auto" (detected from the documents)
+
+    def __post_init__(self) -> None:
+        check_language(self.language)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "BM25Params":
+        """Params as saved (a manifest's ``bm25``, a ``params.json``); older ones lack ``language``: English."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in known})
 
 
 class BM25:
@@ -42,25 +60,32 @@ class BM25:
 
     def __init__(self, params: BM25Params | None = None) -> None:
         self.params = params or BM25Params()
-        stemmer = Stemmer.Stemmer(self.params.stemmer) if self.params.stemmer else None
-        self.tokenizer = Tokenizer(stopwords=self.params.stopwords, stemmer=stemmer)
-        self.index_ = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
-        self.doc_ids: list[str] = []
         if self.params.ngram not in (1, 2):
             raise ValueError(f"BM25 ngram must be 1 or 2, got {self.params.ngram}")
+        self.index_ = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
+        self.doc_ids: list[str] = []
+        self._set_language(self.params.language)
+
+    def _set_language(self, language: str) -> None:
+        """The analyzer and bm25s tokenizer of ``language`` (none yet for ``auto``: index() detects it)."""
+        self.params = replace(self.params, language=language)
+        self.analyzer: Analyzer | None = None
+        self.tokenizer = None
+        if language != AUTO:
+            self.analyzer = analyzer_for(language, stopwords=self.params.stopwords, stemmer=self.params.stemmer)
+            self.tokenizer = self.analyzer.tokenizer()
 
     def _ngram_tokens(self, texts: Sequence[str], *, show_progress: bool) -> list[list[str]]:
         """Stemmed, stopword-free unigrams plus ``"a b"`` bigrams of adjacent ones (ngram=2 only)."""
-        stemmer = Stemmer.Stemmer(self.params.stemmer) if self.params.stemmer else None
-        unigrams = bm25s.tokenize(
-            list(texts), stopwords=self.params.stopwords, stemmer=stemmer, return_ids=False,
-            show_progress=show_progress,
-        )
-        return [[t for t in toks if t] + [f"{a} {b}" for a, b in zip(toks, toks[1:]) if a and b] for toks in unigrams]
+        unigrams = self.analyzer.analyze(texts)
+        return [toks + [f"{a} {b}" for a, b in zip(toks, toks[1:])] for toks in unigrams]
 
     def index(self, doc_ids: Sequence[str], texts: Sequence[str], *, show_progress: bool = True) -> "BM25":
         if len(doc_ids) != len(texts):
             raise ValueError(f"{len(doc_ids)} ids but {len(texts)} texts")
+        if self.params.language == AUTO:
+            self._set_language(detect_language(texts))
+            log.info("BM25 language detected from the documents: %s", self.params.language)
         if self.params.ngram == 2:
             tokens = self._ngram_tokens(texts, show_progress=show_progress)
             self.index_.index(tokens, show_progress=show_progress)
@@ -101,10 +126,20 @@ class BM25:
         if self.params.ngram == 1:  # ngram=2 keeps its vocabulary in the bm25s index itself
             self.tokenizer.save_vocab(directory)
             self.tokenizer.save_stopwords(directory)
+        atomic_write_json(directory / PARAMS_FILE, asdict(self.params))
 
     @classmethod
-    def load(cls, directory: str | Path, doc_ids: Sequence[str], params: BM25Params, *, mmap: bool = True) -> "BM25":
+    def load(cls, directory: str | Path, doc_ids: Sequence[str], params: BM25Params | None = None, *,
+             mmap: bool = True) -> "BM25":
+        """Load a saved index. Its own ``params.json`` (absent before languages existed: English) gives the
+        params unless ``params`` are given; a ``params.language`` other than the saved one is an error."""
         directory = Path(directory)
+        saved = cls.saved_params(directory)
+        if params is None:
+            params = saved
+        elif params.language != saved.language:
+            raise TwoTowerError(f"{directory}: this BM25 index was built for language '{saved.language}', "
+                                f"not '{params.language}' (rebuild it, or search it in '{saved.language}')")
         bm = cls(params)
         bm.index_ = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, load_vocab=True)
         if params.ngram == 1:
@@ -112,3 +147,14 @@ class BM25:
             bm.tokenizer.load_stopwords(directory)
         bm.doc_ids = list(doc_ids)
         return bm
+
+    @staticmethod
+    def saved_params(directory: str | Path) -> BM25Params:
+        """The params saved with an index; an index saved before they were: English, the defaults."""
+        path = Path(directory) / PARAMS_FILE
+        if not path.exists():
+            return BM25Params()
+        try:
+            return BM25Params.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as exc:
+            raise TwoTowerError(f"{path}: cannot read the BM25 params ({exc}); rebuild the index") from exc

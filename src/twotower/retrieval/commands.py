@@ -11,7 +11,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, console
+    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, console
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
     from twotower.io import check_output_dir
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
         pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="IVF-PQ sub-quantizers (default dim/8)."),
         bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid)."),
         bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
+        language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Implies --bm25."),
         multivector: Optional[int] = typer.Option(None, "--multivector", min=1,
                                                   help="ME-BERT: keep the first M token vectors per document (default: the M the model was trained with, if any)."),
         project: Optional[int] = typer.Option(None, "--project", min=1,
@@ -50,12 +51,13 @@ def register(app: typer.Typer) -> None:
         from twotower.retrieval.searcher import EncodeConfig, build_index
         from twotower.retrieval.store import IndexSpec
 
-        spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
-                         bm25=bm25 or bigrams, bm25_params=BM25Params(ngram=2 if bigrams else 1))
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_,
                            device=device)
         try:
             check_output_dir(out, "--out")  # before any loading or encoding
+            spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
+                             bm25=bm25 or bigrams or language is not None,
+                             bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
 

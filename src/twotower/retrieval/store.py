@@ -210,7 +210,7 @@ class IndexStore:
         if self._bm25 is None:
             if not self.manifest.get("bm25"):
                 raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
-            params = BM25Params(**self.manifest["bm25"])
+            params = BM25Params.from_dict(self.manifest["bm25"])
             self._bm25 = BM25.load(self.dir / "bm25", self.doc_ids, params, mmap=True)
         return self._bm25
 
@@ -348,7 +348,7 @@ class IndexStore:
         return IndexSpec(
             kind=self.manifest["kind"], hnsw_m=saved.get("hnsw_m", 32), ef_construction=saved.get("ef_construction", 200),
             nlist=saved.get("nlist"), pq_m=saved.get("pq_m"), train_size=saved.get("train_size", 200_000),
-            bm25=bool(bm25), bm25_params=BM25Params(**bm25) if bm25 else BM25Params(),
+            bm25=bool(bm25), bm25_params=BM25Params.from_dict(bm25) if bm25 else BM25Params(),
         )
 
 

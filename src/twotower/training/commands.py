@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP
+from twotower.console import DEVICE_HELP, LANGUAGE_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -100,6 +100,7 @@ def mine_cmd(
     out: Path = typer.Option(..., "--out", help="Pairs JSONL to write (query, positive, negatives)."),
     split: str = typer.Option("train"),
     retriever: str = typer.Option("bm25", help="bm25 | model"),
+    language: str = typer.Option("en", "--language", help=LANGUAGE_HELP),
     model: Optional[str] = typer.Option(None, help="Model for --retriever model (default all-MiniLM-L6-v2)."),
     num_negatives: int = typer.Option(4, "--num-negatives", min=1),
     rank_from: int = typer.Option(3, "--rank-from", min=1, help="Sample negatives from ranks a..b (1-based)."),
@@ -117,7 +118,8 @@ def mine_cmd(
     try:
         check_output_file(out, "--out")  # before any loading
         n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
-                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device)
+                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device,
+                       language=language)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"wrote {n} examples to {out}")

@@ -14,15 +14,16 @@ log = logging.getLogger(__name__)
 
 
 def retrieve_for_mining(ds: BeirDataset, retriever: str, *, model=None, depth: int = 100, precision: str = "auto",
-                        show_progress: bool = True) -> dict[str, list[str]]:
-    """Ranked doc ids (best first) for every query of ``ds`` with ``bm25`` or ``model`` (a DualEncoder)."""
+                        show_progress: bool = True, language: str = "en") -> dict[str, list[str]]:
+    """Ranked doc ids (best first) for every query of ``ds`` with ``bm25`` (its text analysis for
+    ``language``) or ``model`` (a DualEncoder)."""
     doc_ids = list(ds.corpus)
     qids = list(ds.queries)
     queries = [ds.queries[q] for q in qids]
     if retriever == "bm25":
-        from twotower.retrieval.bm25 import BM25
+        from twotower.retrieval.bm25 import BM25, BM25Params
 
-        bm = BM25().index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=show_progress)
+        bm = BM25(BM25Params(language=language)).index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=show_progress)
         _, idx = bm.search(queries, depth, show_progress=show_progress)
     elif retriever == "model":
         if model is None:

@@ -19,19 +19,21 @@ HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
 
 
 def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=4, rank_range=(3, 50), seed=0,
-               show_progress=True, precision="auto", device="auto") -> int:
-    """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever``."""
+               show_progress=True, precision="auto", device="auto", language="en") -> int:
+    """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever`` (BM25: in ``language``)."""
     from twotower.encoders.device import resolve_device
     from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.analyzers import check_language
 
-    target = resolve_device(device)  # a bad --device stops before the data is read
+    check_language(language)
+    target = resolve_device(device)  # a bad --device or --language stops before the data is read
     ds = BeirDataset.load(data, split)
     pairs = pairs_from_beir(ds)  # no pairs is an error: find out before retrieving
     encoder = None
     if retriever == "model":
         encoder = model if isinstance(model, DualEncoder) else DualEncoder.load(model, device=target)
     ranked = retrieve_for_mining(ds, retriever, model=encoder, depth=rank_range[1], precision=precision,
-                                 show_progress=show_progress)
+                                 show_progress=show_progress, language=language)
     examples = add_hard_negatives(pairs, ds, ranked, num_negatives=num_negatives,
                                   rank_range=rank_range, seed=seed)
     save_pairs(examples, out)

@@ -183,8 +183,9 @@ def fill_version(
             for line in handle:
                 d = json.loads(line)
                 texts.append(f"{d['title']} {d['text']}".strip() if d["title"] else d["text"])
-        BM25(spec.bm25_params).index(ids, texts, show_progress=show_progress).save(out / "bm25")
-        bm25_manifest = asdict(spec.bm25_params)
+        bm25 = BM25(spec.bm25_params).index(ids, texts, show_progress=show_progress)
+        bm25.save(out / "bm25")
+        bm25_manifest = asdict(bm25.params)  # language "auto" recorded as the one detected
 
     return {
         "format": FORMAT,
