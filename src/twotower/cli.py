@@ -152,6 +152,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "twotower.encoders.commands",
     "twotower.training.commands",
     "twotower.training.pretrain_commands",
+    "twotower.training.fit_commands",
     "twotower.retrieval.commands",
     "twotower.analysis.commands",
     "twotower.serve.commands",
