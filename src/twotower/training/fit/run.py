@@ -296,7 +296,7 @@ class _Fit:
                 log.info("fit: stage %s", name)
                 started = time.perf_counter()
                 result = self.stages.finish(name, getattr(self, f"stage_{name}")(), started)
-            report[name] = {k: v for k, v in result.items() if k not in ("dev", "train", "candidates")}
+            report[name] = {k: v for k, v in result.items() if k not in ("dev", "train")}  # ids: in stages/split
         return report
 
 
