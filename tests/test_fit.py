@@ -261,6 +261,17 @@ def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_
     assert {s: (out / "stages" / s / "done.json").stat().st_mtime_ns for s in done} == done
     assert (out / "stages" / "finetune" / "doc_vectors.npy").stat().st_mtime_ns == vectors
     assert run_fit(data, out, recipe, QUIET).computed == []  # all done: nothing recomputed
+    # a re-ranker can be added to a finished fit (only its stage runs) and dropped again
+    with_ce = run_fit(data, out, _recipe(tiny_bert_dir, reranker=True), QUIET)
+    assert with_ce.computed == ["rerank"]
+    from twotower.retrieval.defaults import RetrievalDefaults, read_defaults, write_defaults
+
+    fitted = read_defaults(out / "model")  # as if it had improved dev: kept in the model
+    (out / "model" / "reranker").mkdir(exist_ok=True)
+    write_defaults(out / "model", RetrievalDefaults(mode=fitted.mode, lam=fitted.lam, rerank="reranker"))
+    assert run_fit(data, out, recipe, QUIET).computed == []
+    assert read_defaults(out / "model").rerank is None and not (out / "model" / "reranker").exists()
+    assert run_fit(data, out, _recipe(tiny_bert_dir, reranker=True, rerank_depth=5), QUIET).computed == ["rerank"]
     with pytest.raises(TwoTowerError, match="different recipe.*lr"):
         run_fit(data, out, _recipe(tiny_bert_dir, lr=1e-4), QUIET)
 

@@ -11,6 +11,8 @@ from twotower.errors import TwoTowerError
 
 DEFAULT_LAMBDAS = tuple(round(i / 20, 2) for i in range(21))
 DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+# the optional last stage's settings: a finished fit may add, change or drop its re-ranker on a rerun
+RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,13 @@ class FitRecipe:
         for key in ("margins", "lambdas"):
             out[key] = list(out[key])
         return out
+
+    def identity(self) -> dict:
+        """What a resumed run must share with the first: everything but the re-ranker's settings."""
+        return {k: v for k, v in self.to_json().items() if k not in RERANK_KEYS}
+
+    def rerank_settings(self) -> dict:
+        return {k: getattr(self, k) for k in RERANK_KEYS if k != "reranker"}
 
 
 def dev_size(n_queries: int, fraction: float, minimum: int) -> int:

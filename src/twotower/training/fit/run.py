@@ -12,7 +12,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -277,8 +277,18 @@ class _Fit:
                                          rerank_depth=r.rerank_depth)
             shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
             write_defaults(self.out / "model", defaults)
-        return {"dev_before": before, "dev_after": after, "kept": kept, "train_s": round(train_s, 1),
+        return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
+                "train_s": round(train_s, 1),
                 "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
+
+    def drop_reranker(self) -> None:
+        """Leave out a re-ranker an earlier run with ``--reranker`` put into the model."""
+        from twotower.retrieval.defaults import read_defaults
+
+        fitted = read_defaults(self.out / "model")
+        if fitted is not None and fitted.rerank:
+            write_defaults(self.out / "model", replace(fitted, rerank=None))
+            shutil.rmtree(self.out / "model" / fitted.rerank, ignore_errors=True)
 
     # ------------------------------------------------------------------ driver
     def wanted(self) -> list[str]:
@@ -292,6 +302,9 @@ class _Fit:
         report = {}
         for name in self.wanted():
             result = self.stages.done(name)
+            if name == "rerank" and result is not None and result.get("settings") != self.recipe.rerank_settings():
+                shutil.rmtree(self.out / "stages" / "rerank")  # other re-ranker settings than last time: redo it
+                result = None
             if result is None:
                 log.info("fit: stage %s", name)
                 started = time.perf_counter()
@@ -322,11 +335,13 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     if not (data / "corpus.jsonl").is_file():
         raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
     fit = _Fit(data, out, recipe, opts)
-    resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()))
+    resumed = fit.stages.claim(recipe.identity(), str(data.resolve()))
     t0 = time.perf_counter()
     message = None
     if _has_labels(data, recipe.split):
         stages = fit.run()
+        if not recipe.reranker:
+            fit.drop_reranker()
         chosen = stages["select"]["chosen"]
         kept_ce = stages.get("rerank", {}).get("kept", False)
         choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
