@@ -3,11 +3,14 @@
 1. runs ``twotower fit --data scifact --out WORK/fit --reranker`` as a command (its stages time themselves in
    fit.json; every choice is made on a dev part of the *train* queries: fit never reads qrels/test.tsv);
 2. only then reads the test split: each stage's encoder (its corpus vectors, kept by fit, and the test queries
-   encoded here) dense, BM25 and the zero-shot hybrid at λ 0.5; then ``eval --model WORK/fit/model`` through
-   the ordinary evaluation path, which takes the fitted retrieval (mode, λ) from the model, with the re-ranker
-   left out (``--rerank none``: the default fit's result) and in (the re-ranker fit trained).
+   encoded here) dense, BM25 and the zero-shot hybrid at λ 0.5; the fitted model with the retrieval stored in it
+   (mode, λ: read back from its twotower.json), the fusion done as ``eval`` does it at ``--top-k 100``; with
+   ``--eval-path`` also through ``run_eval(model=WORK/fit/model)`` itself (one more encoding of the corpus), which
+   must give the same numbers; with the re-ranker fit trained over that top 100 where fit ran one.
 
-    python benchmarks/fit_scifact.py [--work .cache/fit_scifact] [--no-reranker]
+    python benchmarks/fit_scifact.py [--work .cache/fit_scifact] [--no-reranker] [--eval-path]
+
+Rerunning resumes the fit in WORK (finished stages are kept), so the stage wall times are those fit.json recorded.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / ".cache" / "fit_scifact")
     ap.add_argument("--no-reranker", action="store_true")
     ap.add_argument("--fit-args", default="", help="extra options for twotower fit")
+    ap.add_argument("--eval-path", action="store_true", help="also evaluate through run_eval (re-encodes the corpus)")
+    ap.add_argument("--cpu-log", type=Path, help="a log of the fit process's CPU seconds (cpu_s=...) to summarise")
     args = ap.parse_args()
     out = args.work / "fit"
     cmd = [sys.executable, "-m", "twotower.cli", "fit", "--data", str(args.data), "--out", str(out), "--no-progress"]
@@ -49,21 +54,30 @@ def main() -> None:
     fit_wall = time.perf_counter() - t0
     load_after = load_average()
     report = json.loads((out / "fit.json").read_text())
-    rows, notes = evaluate_stages(args.data, out, report)
+    rows, notes = evaluate_stages(args.data, out, report, eval_path=args.eval_path)
     stages = report["stages"]
     pipeline_s = sum(s["wall_s"] for name, s in stages.items() if name != "rerank")
     for row in rows:
         if row["system"] == "twotower fit":
             row["wall_s"] = round(pipeline_s, 1)
+    cpu = ""
+    if args.cpu_log and args.cpu_log.is_file():
+        lines = [x for x in args.cpu_log.read_text().splitlines() if "cpu_s=" in x]
+        cpu_s = [float(x.split("cpu_s=")[1].split()[0]) for x in lines if x.split("cpu_s=")[1].split()[0]]
+        loads = [float(x.split("load=")[1].split()[0]) for x in lines]
+        cpu = (f" CPU time of the fit process (sampled every 20 s from /proc, {args.cpu_log.name}): {max(cpu_s):.0f} s "
+               f"by the last sample; 1-minute load average while it ran {min(loads):.1f}–{max(loads):.1f} "
+               f"(mean {sum(loads) / len(loads):.1f}) on 2 cores.")
     notes_md = f"""
 SciFact: fit learns from qrels/train.tsv only (809 judged queries; a seeded 20% of them, by query id, held out as dev
 for every choice); the table is on the 300 test queries, read only after fit finished. all-MiniLM-L6-v2, CPU,
 2 threads, precision auto (bf16 on this AMX CPU). wall_s per stage row: that stage alone (as fit.json records it;
 encodings of the corpus included); 'twotower fit' row: every stage but the optional re-ranker (the default command
-`twotower fit --data scifact --out DIR`), evaluated by `twotower eval --model DIR/model --rerank none` (the model's
-fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}). The whole command with the
-re-ranker took {fit_wall:.0f} s. Load average (1/5/15 min) before: {load_before}; after: {load_after} (the 2 cores
-are shared with other jobs).
+`twotower fit --data scifact --out DIR`; its wall_s is the sum of the stages'), evaluated with the retrieval stored
+in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}), as
+`twotower eval --model DIR/model --top-k 100` runs it. This call of the script (fit resumed or run): {fit_wall:.0f} s.
+Load average (1/5/15 min) before this call: {load_before}; after: {load_after} (the 2 cores are shared with other
+engineers' jobs).{cpu}
 
 Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margin', {}).get('margin')}
 ({stages.get('margin', {}).get('why')}). {notes}
@@ -73,7 +87,7 @@ Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margi
     print((ROOT / "benchmarks" / "results" / "fit_scifact.md").read_text())
 
 
-def evaluate_stages(data: Path, out: Path, report: dict) -> tuple[list[dict], str]:
+def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = False) -> tuple[list[dict], str]:
     import numpy as np
 
     from twotower.data.beir import BeirDataset
@@ -83,7 +97,9 @@ def evaluate_stages(data: Path, out: Path, report: dict) -> tuple[list[dict], st
     from twotower.retrieval.bm25 import BM25
     from twotower.retrieval.dense import exact_search, to_run
     from twotower.retrieval.hybrid import interpolate
+    from twotower.retrieval.defaults import read_defaults
     from twotower.retrieval.rerank import Reranker
+    from twotower.training.fit.select import fused
 
     metrics = ("ndcg@10", "recall@100")
     test = BeirDataset.load(data, "test")
@@ -112,26 +128,31 @@ def evaluate_stages(data: Path, out: Path, report: dict) -> tuple[list[dict], st
     zs = dense("zeroshot", None)
     rows = [row("bm25", sparse), row("zero-shot dense", zs, stages["zeroshot"]["wall_s"]),
             row("zero-shot hybrid λ 0.5", interpolate(zs, sparse, 0.5, n_best=100, top_k=100))]
-    rows.append(row("fine-tuned (dense)", dense("finetune", str(out / stages["finetune"]["model"])),
-                    stages["finetune"]["wall_s"]))
-    if "retrain" in stages:
+    fitted = read_defaults(out / "model")  # what eval / search / serve will use
+    chosen = stages["select"]["chosen"]
+    assert (fitted.mode, fitted.lam) == (chosen["mode"], chosen["lambda"])
+    runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain")
+                               if s in stages}}
+    rows.append(row("fine-tuned (dense)", runs["finetune"], stages["finetune"]["wall_s"]))
+    if "retrain" in runs:
         mined_wall = sum(stages[s]["wall_s"] for s in ("margin", "mine", "retrain"))
-        rows.append(row("mined negatives, retrained (dense)", dense("retrain", str(out / stages["retrain"]["model"])),
-                        mined_wall))
-    t0 = time.perf_counter()
-    fitted = run_eval(EvalConfig(data=data, split="test", model=str(out / "model"), top_k=100, rerank="none",
-                                 show_progress=False))
-    eval_s = time.perf_counter() - t0
-    rows.append(row(f"hybrid tuned on dev ({fitted.retriever}"
-                    + (f" λ {fitted.hybrid_lambda})" if fitted.hybrid_lambda is not None else ")"),
-                    fitted.run, stages["select"]["wall_s"]))
-    rows.append({**row("twotower fit", fitted.run), "eval_s": round(eval_s, 1)})
+        rows.append(row("mined negatives, retrained (dense)", runs["retrain"], mined_wall))
+    final = fused(fitted.mode, runs[chosen["model"]], sparse, fitted.lam, 100)
+    name = f"{fitted.mode}" + (f" λ {fitted.lam}" if fitted.mode == "hybrid" else "")
+    rows.append(row(f"retriever tuned on dev ({chosen['model']} encoder, {name})", final, stages["select"]["wall_s"]))
+    rows.append(row("twotower fit", final))
     notes = ""
+    if eval_path:
+        t0 = time.perf_counter()
+        via = run_eval(EvalConfig(data=data, split="test", model=str(out / "model"), top_k=100, rerank="none",
+                                  show_progress=False))
+        rows.append({**row("twotower fit, via eval --model (re-encoded)", via.run), "eval_s": round(time.perf_counter() - t0, 1)})
+    fitted_run = final
     rr = stages.get("rerank")
     if rr is not None:
         ce = Reranker(out / "stages" / "rerank" / "reranker")
         t0 = time.perf_counter()
-        reranked = ce.rerank(fitted.run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
+        reranked = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
                              show_progress=False)
         per_q = 1000 * (time.perf_counter() - t0) / len(qids)
         rows.append(row(f"+ cross-encoder re-ranker, top {rr['depth']}", reranked, rr["train_s"],
