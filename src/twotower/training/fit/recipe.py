@@ -73,10 +73,6 @@ class FitRecipe:
             out[key] = list(out[key])
         return out
 
-    def identity(self) -> dict:
-        """What a resumed run must share with the first: everything but the re-ranker's settings."""
-        return {k: v for k, v in self.to_json().items() if k not in RERANK_KEYS}
-
     def rerank_settings(self) -> dict:
         return {k: getattr(self, k) for k in RERANK_KEYS if k != "reranker"}
 

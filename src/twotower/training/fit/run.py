@@ -25,7 +25,7 @@ from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
 from twotower.retrieval.dense import exact_search
 from twotower.training.fit import select
 from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
-from twotower.training.fit.recipe import FitRecipe, split_queries
+from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
 from twotower.training.fit.stages import StageLog
 
 log = logging.getLogger(__name__)
@@ -335,7 +335,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     if not (data / "corpus.jsonl").is_file():
         raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
     fit = _Fit(data, out, recipe, opts)
-    resumed = fit.stages.claim(recipe.identity(), str(data.resolve()))
+    resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS)
     t0 = time.perf_counter()
     message = None
     if _has_labels(data, recipe.split):

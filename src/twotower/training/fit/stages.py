@@ -37,8 +37,9 @@ class StageLog:
         self.computed.append(name)
         return result
 
-    def claim(self, recipe: dict, data: str) -> bool:
-        """Record (first run) or check (rerun) the recipe and the data; True when resuming."""
+    def claim(self, recipe: dict, data: str, *, ignore: tuple[str, ...] = ()) -> bool:
+        """Record (first run) or check (rerun) the recipe and the data, except its keys in ``ignore`` (settings a
+        rerun may change); True when resuming."""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / RECIPE_FILE
         mine = {"data": data, "recipe": recipe}
@@ -49,9 +50,12 @@ class StageLog:
             theirs = json.loads(path.read_text())
         except json.JSONDecodeError:
             raise TwoTowerError(f"{path}: not valid JSON; --out holds a damaged fit run: pass a new --out") from None
+        if isinstance(theirs, dict) and isinstance(theirs.get("recipe"), dict):
+            theirs = {**theirs, "recipe": {k: v for k, v in theirs["recipe"].items() if k not in ignore}}
+        mine = {"data": data, "recipe": {k: v for k, v in recipe.items() if k not in ignore}}
         if theirs != mine:
-            changed = sorted(k for k in {**theirs.get("recipe", {}), **recipe}
-                             if theirs.get("recipe", {}).get(k) != recipe.get(k))
+            changed = sorted(k for k in {**theirs.get("recipe", {}), **mine["recipe"]}
+                             if theirs.get("recipe", {}).get(k) != mine["recipe"].get(k))
             if theirs.get("data") != data:
                 changed.insert(0, f"data ({theirs.get('data')} then, {data} now)")
             raise TwoTowerError(f"{self.out} holds a fit run with a different recipe (changed: {', '.join(changed)}); "
