@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA / "scifact")
     ap.add_argument("--work", type=Path, default=ROOT / ".cache" / "fit_scifact")
     ap.add_argument("--no-reranker", action="store_true")
+    ap.add_argument("--name", default="fit_scifact", help="results/<name>.{json,md}")
     ap.add_argument("--fit-args", default="", help="extra options for twotower fit")
     ap.add_argument("--eval-path", action="store_true", help="also evaluate through run_eval (re-encodes the corpus)")
     ap.add_argument("--cpu-log", type=Path, help="a log of the fit process's CPU seconds (cpu_s=...) to summarise")
@@ -82,9 +83,9 @@ engineers' jobs).{cpu}
 Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margin', {}).get('margin')}
 ({stages.get('margin', {}).get('why')}). {notes}
 """
-    write_results("fit_scifact", rows, notes=notes_md, extra={"fit": report, "fit_wall_s": round(fit_wall, 1),
+    write_results(args.name, rows, notes=notes_md, extra={"fit": report, "fit_wall_s": round(fit_wall, 1),
                                                                "load_before": load_before, "load_after": load_after})
-    print((ROOT / "benchmarks" / "results" / "fit_scifact.md").read_text())
+    print((ROOT / "benchmarks" / "results" / f"{args.name}.md").read_text())
 
 
 def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = False) -> tuple[list[dict], str]:

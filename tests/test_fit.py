@@ -314,3 +314,7 @@ def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["retriever"] == mode
     bad = runner.invoke(app, ["fit", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and "corpus.jsonl" in bad.output
+    bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o3"), "--margins", "0,x"])
+    assert bad.exit_code == 2 and "--margins" in bad.output
+    bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o4"), "--margins", "1.5"])
+    assert bad.exit_code == 2 and "margins" in bad.output and not (tmp_path / "o4").exists()

@@ -29,6 +29,9 @@ def fit_cmd(
     batch_size: int = typer.Option(32, "--batch-size", min=2),
     mine: bool = typer.Option(True, "--mine/--no-mine", help="Mine negatives with the fine-tuned model and retrain."),
     mined_epochs: float = typer.Option(1.0, "--mined-epochs", help="Epochs of the retraining on mined negatives."),
+    margins: Optional[str] = typer.Option(
+        None, "--margins", help="Comma-separated relative margins the false-negative guard chooses from on dev "
+        "(default 0,0.02,0.05,0.1,0.15,0.2,0.3; '0': skip only candidates scoring above the positive)."),
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
@@ -44,7 +47,11 @@ def fit_cmd(
     from twotower.errors import TwoTowerError
     from twotower.training.fit import FitOptions, FitRecipe, run_fit
 
-    recipe = FitRecipe(model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, epochs=epochs,
+    try:
+        grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
+    except ValueError:
+        _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
+    recipe = FitRecipe(**({"margins": grid} if grid else {}), model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, epochs=epochs,
                        lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
                        rerank_depth=rerank_depth)
     opts = FitOptions(precision=precision, device=device, show_progress=progress)
