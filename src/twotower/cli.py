@@ -49,7 +49,8 @@ def eval_cmd(
     data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
     retriever: Optional[str] = typer.Option(
-        None, help="bm25 | dense | hybrid | multivector (default: dense when --model is given, else bm25)"),
+        None, help="bm25 | dense | hybrid | rrf | multivector (default: the mode 'twotower fit' chose for --model, "
+        "else dense when --model is given, else bm25)"),
     model: Optional[str] = typer.Option(None, help="Model directory or registered name for dense retrieval "
                                                    "(default: all-MiniLM-L6-v2); refused with --retriever bm25."),
     top_k: int = typer.Option(1000, "--top-k", min=1, help="Documents retrieved per query."),
@@ -73,7 +74,9 @@ def eval_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
-    rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
+    rerank: Optional[str] = typer.Option(
+        None, "--rerank", help="Cross-encoder directory: re-rank the top 100 (default: a fitted model's own re-ranker "
+        "when --retriever is not given; 'none': no re-ranking)."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
     multivector: Optional[int] = typer.Option(
@@ -154,6 +157,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "twotower.encoders.commands",
     "twotower.training.commands",
     "twotower.training.pretrain_commands",
+    "twotower.training.fit_commands",
     "twotower.retrieval.commands",
     "twotower.analysis.commands",
     "twotower.serve.commands",

@@ -16,7 +16,8 @@ from twotower.retrieval.index.eval_check import check_index_for_eval
 
 log = logging.getLogger(__name__)
 
-RETRIEVERS = ("bm25", "dense", "hybrid", "multivector")
+RETRIEVERS = ("bm25", "dense", "hybrid", "rrf", "multivector")
+NO_RERANK = "none"  # --rerank none: leave out the re-ranker a fitted model carries
 DEFAULT_MULTIVECTOR = 8  # ME-BERT m for models not trained with --multivector
 
 
@@ -59,6 +60,8 @@ class EvalResult:
     timings: dict[str, float]
     run: Run = field(repr=False, default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # not yet shown (the data set logs its own when loaded)
+    hybrid_lambda: float | None = None  # the λ a hybrid run used
+    rerank: str | None = None  # the re-ranker used, if any
 
     def to_json(self) -> dict:
         return {
@@ -70,11 +73,38 @@ class EvalResult:
             "device": self.device,
             "metrics": self.metrics,
             "timings": self.timings,
+            **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
+            **({"rerank": self.rerank} if self.rerank else {}),
         }
 
 
+def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "EvalConfig":
+    """``cfg`` with the retrieval choices that ``twotower fit`` stored in the model (``retrieval.defaults``) filled
+    in where the user left them out: the mode when no --retriever is given, its λ when no --lambda is given, its
+    re-ranker when neither --retriever nor --rerank is given (``--rerank none`` leaves it out).
+    ``model_dir``: where to read them (default ``cfg.model``; an index's model for ``--index``)."""
+    from twotower.retrieval.defaults import read_defaults
+
+    defaults = read_defaults(model_dir or cfg.model)
+    if defaults is None:
+        return replace(cfg, rerank=None) if cfg.rerank == NO_RERANK else cfg
+    retriever, lam, rerank, depth = cfg.retriever, cfg.hybrid_lambda, cfg.rerank, cfg.rerank_depth
+    if retriever is None:
+        retriever = defaults.mode
+        if rerank is None and defaults.rerank:
+            rerank, depth = defaults.rerank_path(model_dir or cfg.model), defaults.rerank_depth
+    if lam is None and retriever == "hybrid" and defaults.lam is not None:
+        lam = defaults.lam
+    if rerank == NO_RERANK:
+        rerank = None
+    log.info("retrieval from the model's fitted choices: %s%s%s", retriever,
+             f", λ {lam}" if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "")
+    return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth)
+
+
 def resolve_retriever(retriever: str | None, model: str | None) -> str:
-    """The retriever to run: ``retriever`` when given, else dense when a ``model`` is named, else bm25.
+    """The retriever to run: ``retriever`` when given, else dense when a ``model`` is named, else bm25
+    (a model fitted by ``twotower fit`` names its own: :func:`apply_model_defaults` runs first).
 
     A model with ``bm25`` is refused: BM25 uses no model, and running it anyway would report BM25's
     numbers under a model the user meant to evaluate."""
@@ -85,7 +115,7 @@ def resolve_retriever(retriever: str | None, model: str | None) -> str:
     if retriever == "bm25" and model:
         raise TwoTowerError(
             f"--model {model} is not used by --retriever bm25 (BM25 has no model): leave out --retriever (a --model "
-            f"alone means dense) or pass --retriever dense | hybrid | multivector, or drop --model"
+            f"alone means dense) or pass --retriever dense | hybrid | rrf | multivector, or drop --model"
         )
     return retriever
 
@@ -131,7 +161,7 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
 
 def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
-    from twotower.retrieval.hybrid import fusion_depth, interpolate
+    from twotower.retrieval.hybrid import fusion_depth, interpolate, rrf
     from twotower.retrieval.searcher import DEFAULT_LAMBDA, HYBRID_N_BEST
 
     dense_t: dict[str, float] = {}
@@ -142,6 +172,8 @@ def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     timings["index_s"] = dense_t["index_s"] + sparse_t["index_s"]
     n_q = len(ds.queries)
     timings["queries_per_s"] = n_q / (n_q / dense_t["queries_per_s"] + n_q / sparse_t["queries_per_s"])
+    if cfg.retriever == "rrf":
+        return rrf([dense, sparse], n_best=n_best, top_k=cfg.top_k)
     lam = DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda
     return interpolate(dense, sparse, lam, n_best=n_best, top_k=cfg.top_k)
 
@@ -200,7 +232,8 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     if cfg.index is not None:
         run = _index_run(cfg, ds, timings)
     else:
-        run = {"bm25": _bm25_run, "dense": _dense_run, "hybrid": _hybrid_run, "multivector": _multivector_run}[
+        run = {"bm25": _bm25_run, "dense": _dense_run, "hybrid": _hybrid_run, "rrf": _hybrid_run,
+               "multivector": _multivector_run}[
             cfg.retriever
         ](cfg, ds, timings)
     if cfg.rerank:
@@ -215,7 +248,22 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     return run
 
 
+def _index_model(index: Path | None) -> str | None:
+    """The model directory a stored index was built with (for its fitted retrieval choices)."""
+    if index is None:
+        return None
+    from twotower.retrieval.store import IndexStore
+
+    try:
+        return IndexStore.open(index).manifest.get("model", {}).get("path")
+    except (TwoTowerError, OSError, ValueError):
+        return None  # check_index_for_eval reports what is wrong with the index
+
+
 def run_eval(cfg: EvalConfig) -> EvalResult:
+    from twotower.retrieval.searcher import DEFAULT_LAMBDA
+
+    cfg = apply_model_defaults(cfg, cfg.model or _index_model(cfg.index))
     cfg = replace(cfg, retriever=resolve_retriever(cfg.retriever, cfg.model))
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
     uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
@@ -241,5 +289,8 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         metrics=metrics,
         timings={k: round(v, 4) for k, v in timings.items()},
         run=run,
+        hybrid_lambda=(DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda)
+        if cfg.retriever == "hybrid" else None,
+        rerank=cfg.rerank,
         warnings=index_check.warnings,  # the data set's own warnings were logged once by its loader
     )

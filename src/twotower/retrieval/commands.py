@@ -29,7 +29,8 @@ def register(app: typer.Typer) -> None:
         ef_construction: int = typer.Option(200, "--ef-construction", min=1),
         nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF lists (default ≈ 4·√n)."),
         pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="IVF-PQ sub-quantizers (default dim/8)."),
-        bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid)."),
+        bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid; "
+                                  "on by itself for a model fitted to hybrid or RRF retrieval by 'twotower fit')."),
         bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
         language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Implies --bm25."),
         multivector: Optional[int] = typer.Option(None, "--multivector", min=1,
@@ -48,7 +49,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
         from twotower.retrieval.bm25 import BM25Params
-        from twotower.retrieval.searcher import EncodeConfig, build_index
+        from twotower.retrieval.searcher import EncodeConfig, build_index, spec_for_model
         from twotower.retrieval.store import IndexSpec
 
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_,
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
             spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                              bm25=bm25 or bigrams or language is not None,
                              bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
+            spec = spec_for_model(spec, model)  # a fitted model's hybrid mode needs BM25 in the index
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
 
@@ -130,11 +132,14 @@ def register(app: typer.Typer) -> None:
         query: str = typer.Argument(..., help="Query text."),
         index: Path = typer.Option(..., "--index", help="Index directory."),
         k: int = typer.Option(10, "-k", "--top-k", min=1),
-        mode: str = typer.Option("dense", help="dense | bm25 | hybrid | rrf"),
+        mode: Optional[str] = typer.Option(
+            None, help="dense | bm25 | hybrid | rrf (default: the mode 'twotower fit' chose for the model, else dense)"),
         lam: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned value)."),
         ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
         nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
-        rerank: Optional[Path] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the hits."),
+        rerank: Optional[Path] = typer.Option(
+            None, "--rerank", help="Cross-encoder directory: re-rank the hits (default: the fitted model's re-ranker "
+            "when --mode is not given; 'none': no re-ranking)."),
         rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -142,13 +147,19 @@ def register(app: typer.Typer) -> None:
         """Print the top-k documents for QUERY: rank, id, score, title."""
         from rich.table import Table
 
-        from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
+        from twotower.retrieval.searcher import Searcher
 
         try:
             searcher = Searcher(index, device=device)
+            fitted = searcher.defaults
+            if rerank is None and mode is None and fitted is not None and fitted.rerank:
+                rerank = Path(fitted.rerank_path(searcher.store.manifest["model"]["path"]))
+                rerank_depth = fitted.rerank_depth
+            if rerank is not None and str(rerank) == "none":
+                rerank = None
+            mode, lam = searcher.resolve(mode, lam)
             depth = max(k, rerank_depth) if rerank else k
-            hits = searcher.search(query, depth, mode=mode, lam=DEFAULT_LAMBDA if lam is None else lam,
-                                   ef_search=ef_search, nprobe=nprobe)
+            hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe)
             if rerank:
                 from twotower.retrieval.rerank import Reranker
 

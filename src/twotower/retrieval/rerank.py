@@ -123,9 +123,10 @@ def mine_negatives(
 
 def train_reranker(
     data: str | Path, out: str | Path, *, base: str | None = None, split: str = "train",
-    cfg: RerankerTrainConfig | None = None,
+    cfg: RerankerTrainConfig | None = None, query_ids: set[str] | None = None,
 ) -> dict:
-    """Train a cross-encoder on ``data``'s ``split`` qrels and save it to ``out``; returns stats."""
+    """Train a cross-encoder on ``data``'s ``split`` qrels (only ``query_ids`` of them when given, e.g. to keep
+    a dev part out) and save it to ``out``; returns stats."""
     from sentence_transformers import CrossEncoder
     from transformers import get_linear_schedule_with_warmup
 
@@ -139,6 +140,9 @@ def train_reranker(
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     ds = BeirDataset.load(data, split)
+    if query_ids is not None:
+        ds.qrels = {q: rels for q, rels in ds.qrels.items() if q in query_ids}
+        ds.queries = {q: t for q, t in ds.queries.items() if q in ds.qrels}
     doc_ids = list(ds.corpus)
     texts = {d: ds.corpus[d].full_text for d in doc_ids}
     negs = mine_negatives(ds.queries, ds.qrels, doc_ids, [texts[d] for d in doc_ids], depth=cfg.mine_depth,

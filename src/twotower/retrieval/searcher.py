@@ -95,6 +95,20 @@ def encode_new_docs(
     return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
 
 
+def spec_for_model(spec: IndexSpec, model: str | None) -> IndexSpec:
+    """``spec`` with a BM25 part when the model was fitted to hybrid or RRF retrieval (``twotower fit``): its
+    searches need one."""
+    from dataclasses import replace
+
+    from twotower.retrieval.defaults import read_defaults
+
+    fitted = read_defaults(model)
+    if spec.bm25 or fitted is None or not fitted.needs_bm25:
+        return spec
+    log.info("the model was fitted to %s retrieval: building the BM25 part too", fitted.mode)
+    return replace(spec, bm25=True)
+
+
 def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int, num_docs: int,
                 multivector: int | None = None) -> None:
     """Everything an index build can check before encoding: the output directory, the index kind and
@@ -124,7 +138,7 @@ def build_index(
 
     cfg = cfg or EncodeConfig()
     target = resolve_device(cfg.device)
-    spec = spec or IndexSpec()
+    spec = spec_for_model(spec or IndexSpec(), model)
     data = Path(data)
     check_target(Path(out))  # before loading anything
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
@@ -195,6 +209,24 @@ class Searcher:
         self.precision = precision
         self.device = device
         self._onnx_queries: object = False  # False: not resolved yet; None: torch
+        self._defaults: object = False  # False: not read yet
+
+    @property
+    def defaults(self):
+        """The retrieval choices stored with the index's model (``twotower fit``: retrieval/defaults.py), or None."""
+        if self._defaults is False:
+            from twotower.retrieval.defaults import read_defaults
+
+            self._defaults = read_defaults(self._model_override or self.store.manifest["model"].get("path"))
+        return self._defaults
+
+    def resolve(self, mode: str | None, lam: float | None) -> tuple[str, float]:
+        """(mode, λ) to search with: the given ones, else the model's fitted ones, else dense and DEFAULT_LAMBDA."""
+        d = self.defaults
+        mode = mode or (d.mode if d else "dense")
+        if lam is None:
+            lam = d.lam if d is not None and d.lam is not None and mode == "hybrid" else DEFAULT_LAMBDA
+        return mode, lam
 
     @property
     def encoder(self):
@@ -227,14 +259,15 @@ class Searcher:
         return self.encoder.encode_queries(queries, EncodeOptions(precision=self.precision, show_progress=False))
 
     def run(
-        self, queries: dict[str, str], k: int = 10, *, mode: str = "dense", lam: float = DEFAULT_LAMBDA,
+        self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
         store: IndexStore | None = None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
         (fewer only when fewer documents score). ``hybrid`` and ``rrf`` fuse each side's
-        ``max(k, n_best)``-best."""
+        ``max(k, n_best)``-best. ``mode`` / ``lam`` left out: the model's fitted choices (:meth:`resolve`)."""
+        mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
         store = store or self.store  # one version for the whole call

@@ -92,13 +92,11 @@ class ServiceState:
                 log.warning("index refresh failed, serving version %s: %s", self.searcher.store.version, exc)
             return self.searcher.store
 
-    def search(self, queries: list[str], k: int, mode: str, lam: float | None) -> tuple[object, list[list]]:
-        from twotower.retrieval.searcher import DEFAULT_LAMBDA
-
+    def search(self, queries: list[str], k: int, mode: str | None, lam: float | None) -> tuple[object, list[list]]:
         store = self.snapshot()
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
-        kwargs = {"mode": mode, "lam": DEFAULT_LAMBDA if lam is None else lam}
+        kwargs = {"mode": mode, "lam": lam}  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
         k = min(k, len(store))
         with self.compute_lock:
             run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
@@ -207,13 +205,13 @@ def create_app(
     class SearchRequest(Strict):
         query: Query
         k: K = 10
-        mode: Mode = "dense"
+        mode: Mode | None = Field(default=None, description="default: the model's fitted mode (twotower fit), else dense")
         lam: Lambda = Field(default=None, alias="lambda", description="hybrid weight of dense (default: tuned)")
 
     class BatchSearchRequest(Strict):
         queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
         k: K = 10
-        mode: Mode = "dense"
+        mode: Mode | None = None
         lam: Lambda = Field(default=None, alias="lambda")
 
     class Hit(BaseModel):

@@ -1,0 +1,94 @@
+"""The ``twotower fit`` recipe (everything that decides its result, so a resumed run must not change it) and
+its dev split: a seeded part of the judged *train* queries, held out by query id (all of a query's
+judgements on one side), used only to score stages and make choices, never for gradients or mining."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from twotower.errors import TwoTowerError
+
+DEFAULT_LAMBDAS = tuple(round(i / 20, 2) for i in range(21))
+DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
+# the optional last stage's settings: a finished fit may add, change or drop its re-ranker on a rerun
+RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives")
+
+
+@dataclass(frozen=True)
+class FitRecipe:
+    model: str | None = None  # the starting encoder (default all-MiniLM-L6-v2)
+    split: str = "train"  # the judged queries fit learns from; the test split is never read
+    dev_fraction: float = 0.2
+    min_dev: int = 50  # at least this many dev queries (half the judged queries when there are fewer than 2×)
+    seed: int = 42
+    # stage 1: fine-tune on the training part's judged pairs
+    epochs: float = 2.0
+    lr: float = 5e-5
+    batch_size: int = 32
+    temperature: float = 0.05
+    attention_dropout: float | None = 0.0  # 0: fused attention, 1.5x faster steps on CPU
+    bucket_size: int | None = None  # None: the device's default (training/config.py)
+    # stage 2: mine negatives with the fine-tuned model (ranks a..b, the margin rule), retrain from it
+    mine: bool = True  # False: stop after fine-tuning (no mining, no retraining)
+    mined_epochs: float = 1.0
+    mined_per_query: int = 8
+    num_negatives: int = 1
+    rank_from: int = 3
+    rank_to: int = 50
+    margins: tuple[float, ...] = DEFAULT_MARGINS
+    # stage 3: the retriever (dense / hybrid λ / RRF) and the model it uses, chosen on dev
+    lambdas: tuple[float, ...] = DEFAULT_LAMBDAS
+    n_best: int = 100
+    metric: str = "ndcg@10"
+    # stage 4 (optional): a cross-encoder trained on the training part, kept only where it improves dev
+    reranker: bool = False
+    rerank_depth: int = 100
+    reranker_epochs: int = 1
+    reranker_negatives: int = 3
+
+    def validate(self) -> None:
+        checks = [
+            (not 0 < self.dev_fraction < 1, f"--dev-fraction {self.dev_fraction}: a fraction above 0 and below 1"),
+            (self.min_dev < 1, f"--min-dev {self.min_dev}: at least 1"),
+            (not self.epochs > 0, f"--epochs {self.epochs}: above 0"),
+            (not self.mined_epochs > 0, f"--mined-epochs {self.mined_epochs}: above 0"),
+            (not self.lr > 0, f"--lr {self.lr}: above 0"),
+            (self.batch_size < 2, f"--batch-size {self.batch_size}: at least 2 (in-batch negatives)"),
+            (not 1 <= self.rank_from <= self.rank_to, f"mining ranks {self.rank_from}..{self.rank_to}: need 1 <= a <= b"),
+            (self.num_negatives < 1 or self.mined_per_query < self.num_negatives,
+             f"--num-negatives {self.num_negatives}: at least 1 and at most the mined {self.mined_per_query}"),
+            (not self.margins or any(not 0 <= m < 1 for m in self.margins), f"margins {self.margins}: each 0 to below 1"),
+            (not self.lambdas or any(not 0 <= x <= 1 for x in self.lambdas), f"lambdas {self.lambdas}: each 0 to 1"),
+            (self.rerank_depth < 1, f"--rerank-depth {self.rerank_depth}: at least 1"),
+            (self.n_best < 10, f"n_best {self.n_best}: at least 10"),
+        ]
+        for bad, message in checks:
+            if bad:
+                raise TwoTowerError(message)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("margins", "lambdas"):
+            out[key] = list(out[key])
+        return out
+
+    def rerank_settings(self) -> dict:
+        return {k: getattr(self, k) for k in RERANK_KEYS if k != "reranker"}
+
+
+def dev_size(n_queries: int, fraction: float, minimum: int) -> int:
+    """How many of ``n_queries`` judged queries the dev part gets: ``fraction`` of them, at least ``minimum``,
+    at most half (so that training keeps at least as many); 0 when there are fewer than 2."""
+    if n_queries < 2:
+        return 0
+    return min(n_queries // 2, max(minimum, round(n_queries * fraction)))
+
+
+def split_queries(query_ids, fraction: float, minimum: int, seed: int) -> tuple[list[str], list[str]]:
+    """``(dev, train)`` query ids: a seeded shuffle of the sorted ids, the first :func:`dev_size` to dev.
+    By id, so a query's judgements all land on one side; the same ids and seed always give the same split."""
+    ids = sorted(set(query_ids))
+    random.Random(seed).shuffle(ids)
+    cut = dev_size(len(ids), fraction, minimum)
+    return sorted(ids[:cut]), sorted(ids[cut:])

@@ -1,0 +1,363 @@
+"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (re-rank), each stage
+resumable (stages.py), every choice made on the dev part of the judged train queries (recipe.py), the result a
+model directory whose twotower.json carries the chosen retrieval (retrieval/defaults.py), and ``fit.json``.
+
+The test split is never read: only ``qrels/<recipe.split>.tsv``, the corpus and the queries are.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from twotower.data.beir import BeirDataset
+from twotower.data.pairs import load_pairs, pairs_from_beir, save_pairs
+from twotower.errors import TwoTowerError
+from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json
+from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+from twotower.retrieval.dense import exact_search
+from twotower.training.fit import select
+from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
+from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
+from twotower.training.fit.stages import StageLog
+
+log = logging.getLogger(__name__)
+
+STAGES = ("split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank")
+ZERO_SHOT_LAMBDA = 0.5  # retrieval.searcher.DEFAULT_LAMBDA (kept in step by tests/test_fit.py)
+
+
+@dataclass
+class FitOptions:
+    """How to run (not what to compute: a resumed run may change these)."""
+
+    precision: str = "auto"
+    device: str = "auto"
+    show_progress: bool = True
+    batch_size: int | None = None  # encoding batch (None: the device's default)
+
+
+@dataclass
+class FitResult:
+    out: Path
+    model: Path
+    report: dict
+    computed: list[str] = field(default_factory=list)  # stages run by this call (the rest were resumed)
+    message: str | None = None  # a note for the user (e.g. no training labels)
+
+
+class _Fit:
+    def __init__(self, data: Path, out: Path, recipe: FitRecipe, opts: FitOptions) -> None:
+        self.data, self.out, self.recipe, self.opts = data, out, recipe, opts
+        self.stages = StageLog(out)
+        self._ds: BeirDataset | None = None
+        self._bm25_dev: dict | None = None
+
+    # ------------------------------------------------------------------ shared pieces
+    @property
+    def ds(self) -> BeirDataset:
+        if self._ds is None:
+            self._ds = BeirDataset.load(self.data, self.recipe.split)  # the train split only, never test
+            self._doc_ids = list(self._ds.corpus)
+        return self._ds
+
+    @property
+    def doc_ids(self) -> list[str]:
+        self.ds  # noqa: B018 (loads the data set once)
+        return self._doc_ids
+
+    def doc_text(self, doc_id: str) -> str:
+        return self.ds.corpus[doc_id].full_text
+
+    def split(self) -> dict:
+        return self.stages.done("split")
+
+    def dev_qrels(self) -> dict:
+        dev = set(self.split()["dev"])
+        return {q: r for q, r in self.ds.qrels.items() if q in dev}
+
+    def load_model(self, path):
+        from twotower.encoders.device import resolve_device
+        from twotower.encoders.towers import DualEncoder
+
+        return DualEncoder.load(path, device=resolve_device(self.opts.device))
+
+    def encode_opts(self):
+        from twotower.encoders.towers import EncodeOptions
+
+        return EncodeOptions(batch_size=self.opts.batch_size, precision=self.opts.precision,
+                             show_progress=self.opts.show_progress)
+
+    def doc_vectors(self, stage: str, model) -> np.ndarray:
+        """The corpus encoded by ``model``, once: kept in ``stages/<stage>/doc_vectors.npy``."""
+        path = self.stages.dir(stage) / "doc_vectors.npy"
+        ids_path = path.with_name("doc_ids.json")
+        if path.is_file() and ids_path.is_file() and json.loads(ids_path.read_text()) == self.doc_ids:
+            return np.load(path)
+        vecs = model.encode_documents([self.doc_text(d) for d in self.doc_ids], self.encode_opts())
+        buf = io.BytesIO()
+        np.save(buf, vecs)
+        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_json(ids_path, self.doc_ids)
+        return vecs
+
+    def dense_dev(self, stage: str, model) -> dict:
+        """``model``'s dev run (n_best deep), saved beside its vectors for later stages."""
+        dev = self.split()["dev"]
+        docs = self.doc_vectors(stage, model)
+        q = model.encode_queries([self.ds.queries[x] for x in dev], self.encode_opts())
+        run = select.dense_run(q, docs, dev, self.doc_ids, self.recipe.n_best)
+        atomic_write_json(self.stages.dir(stage) / "dev_run.json", run)
+        return run
+
+    def dev_run(self, stage: str) -> dict:
+        return json.loads((self.out / "stages" / stage / "dev_run.json").read_text())
+
+    def bm25_dev(self) -> dict:
+        if self._bm25_dev is None:
+            path = self.out / "stages" / "zeroshot" / "bm25_dev_run.json"
+            self._bm25_dev = json.loads(path.read_text())
+        return self._bm25_dev
+
+    def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int) -> Path:
+        from twotower.training.checkpoints import complete_checkpoints
+        from twotower.training.config import StageConfig, TrainConfig
+        from twotower.training.trainer import Trainer
+
+        r = self.recipe
+        run_dir = self.stages.dir(stage) / "run"
+        resume = bool(complete_checkpoints(run_dir / "checkpoints"))
+        if not resume and run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished attempt without a checkpoint: nothing to keep
+        cfg = TrainConfig(
+            out=str(run_dir), model=model, precision=self.opts.precision, device=self.opts.device,
+            attention_dropout=r.attention_dropout, seed=r.seed, show_progress=self.opts.show_progress,
+            checkpoint_every=25, stages=[StageConfig(
+                name=stage, pairs=str(pairs), epochs=epochs, batch_size=r.batch_size, lr=r.lr,
+                temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives)],
+        )
+        trainer = Trainer(cfg)
+        trainer.train(resume=resume)
+        rates = [h["examples_per_s"] for h in trainer.history if "examples_per_s" in h]
+        self.last_rate = round(rates[-1], 2) if rates else None
+        return run_dir / "model"
+
+    # ------------------------------------------------------------------ stages
+    def stage_split(self) -> dict:
+        r = self.recipe
+        dev, train = split_queries(self.ds.qrels, r.dev_fraction, r.min_dev, r.seed)
+        keep = set(train)
+        pairs = [p for p in pairs_from_beir(self.ds) if p.qid in keep]
+        if not pairs:
+            raise TwoTowerError(f"{self.data}/qrels/{r.split}.tsv: no relevant judgement left for training after "
+                                f"holding out {len(dev)} dev queries (add judgements, or lower --dev-fraction)")
+        save_pairs(pairs, self.stages.dir("split") / "train_pairs.jsonl")
+        return {"dev": dev, "train": train, "dev_queries": len(dev), "train_queries": len(train),
+                "train_pairs": len(pairs), "seed": r.seed}
+
+    def stage_zeroshot(self) -> dict:
+        from twotower.retrieval.bm25 import BM25
+
+        model = self.load_model(self.recipe.model)
+        dense = self.dense_dev("zeroshot", model)
+        dev = self.split()["dev"]
+        bm = BM25().index(self.doc_ids, [self.doc_text(d) for d in self.doc_ids], show_progress=self.opts.show_progress)
+        scores, idx = bm.search([self.ds.queries[q] for q in dev], self.recipe.n_best, show_progress=False)
+        sparse = {q: {self.doc_ids[j]: float(s) for s, j in zip(rs, ri)} for q, rs, ri in zip(dev, scores, idx)}
+        atomic_write_json(self.stages.dir("zeroshot") / "bm25_dev_run.json", sparse)
+        qrels = self.dev_qrels()
+        return {"dev_dense": select.score(qrels, dense), "dev_bm25": select.score(qrels, sparse)}
+
+    def stage_finetune(self) -> dict:
+        pairs = self.out / "stages" / "split" / "train_pairs.jsonl"
+        path = self.train("finetune", self.recipe.model, pairs, self.recipe.epochs, 0)
+        dense = self.dense_dev("finetune", self.load_model(path))
+        return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
+                "dev_dense": select.score(self.dev_qrels(), dense)}
+
+    def _rankings(self, model, qids: list[str], docs: np.ndarray) -> tuple[dict, np.ndarray]:
+        q = model.encode_queries([self.ds.queries[x] for x in qids], self.encode_opts())
+        scores, idx = exact_search(q, docs, self.recipe.rank_to)
+        rankings = {x: [(self.doc_ids[j], float(s)) for s, j in zip(rs, ri)] for x, rs, ri in zip(qids, scores, idx)}
+        return rankings, q
+
+    def stage_margin(self) -> dict:
+        r = self.recipe
+        model = self.load_model(self.out / self.stages.done("finetune")["model"])
+        docs = self.doc_vectors("finetune", model)
+        dev = self.split()["dev"]
+        rankings, q = self._rankings(model, dev, docs)
+        row = {d: i for i, d in enumerate(self.doc_ids)}
+        positives = {x: {d: float(q[i] @ docs[row[d]]) for d, rel in self.ds.qrels[x].items() if rel > 0}
+                     for i, x in enumerate(dev)}
+        measured = measure_margins(rankings, positives, r.margins, (r.rank_from, r.rank_to))
+        margin, why = choose_margin(measured)
+        return {"margin": margin, "why": why, "measured": measured}
+
+    def stage_mine(self) -> dict:
+        r = self.recipe
+        model = self.load_model(self.out / self.stages.done("finetune")["model"])
+        docs = self.doc_vectors("finetune", model)
+        train = self.split()["train"]  # never a dev query
+        rankings, q = self._rankings(model, train, docs)
+        row, qrow = {d: i for i, d in enumerate(self.doc_ids)}, {x: i for i, x in enumerate(train)}
+        pairs = load_pairs(self.out / "stages" / "split" / "train_pairs.jsonl")
+        pos_scores = {(p.qid, p.pid): float(q[qrow[p.qid]] @ docs[row[p.pid]]) for p in pairs}
+        mined, stats = mine_negatives(
+            pairs, rankings, pos_scores, self.ds.qrels, self.doc_text, margin=self.stages.done("margin")["margin"],
+            rank_range=(r.rank_from, r.rank_to), per_query=r.mined_per_query, seed=r.seed,
+            at_least=r.num_negatives, corpus_ids=self.doc_ids)
+        save_pairs(mined, self.stages.dir("mine") / "mined_pairs.jsonl")
+        return stats
+
+    def stage_retrain(self) -> dict:
+        start = str(self.out / self.stages.done("finetune")["model"])
+        pairs = self.out / "stages" / "mine" / "mined_pairs.jsonl"
+        path = self.train("retrain", start, pairs, self.recipe.mined_epochs, self.recipe.num_negatives)
+        dense = self.dense_dev("retrain", self.load_model(path))
+        return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
+                "dev_dense": select.score(self.dev_qrels(), dense)}
+
+    def model_stages(self) -> list[str]:
+        return [s for s in ("zeroshot", "finetune", "retrain") if self.stages.done(s) is not None]
+
+    def stage_select(self) -> dict:
+        r = self.recipe
+        runs = {s: self.dev_run(s) for s in self.model_stages()}
+        best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
+                                             n_best=r.n_best, metric=r.metric)
+        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"],
+                                                          rerank_depth=r.rerank_depth))
+        return {"chosen": best, "candidates": rows}
+
+    def write_model(self, stage: str, defaults: RetrievalDefaults) -> None:
+        target = self.out / "model"
+        with atomic_directory(target) as tmp:
+            if stage == "zeroshot":
+                self.load_model(self.recipe.model).save(tmp / "m")
+            else:
+                shutil.copytree(self.out / self.stages.done(stage)["model"], tmp / "m")
+            for item in (tmp / "m").iterdir():
+                item.rename(tmp / item.name)
+            (tmp / "m").rmdir()
+            write_defaults(tmp, defaults)
+
+    def stage_rerank(self) -> dict:
+        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, train_reranker
+
+        r = self.recipe
+        chosen = self.stages.done("select")["chosen"]
+        qrels = self.dev_qrels()
+        base = select.fused(chosen["mode"], self.dev_run(chosen["model"]), self.bm25_dev(), chosen["lambda"], r.n_best)
+        ce_dir = self.stages.dir("rerank") / "reranker"
+        t0 = time.perf_counter()
+        if not (ce_dir / "config.json").is_file():
+            cfg = RerankerTrainConfig(epochs=r.reranker_epochs, negatives=r.reranker_negatives, seed=r.seed,
+                                      precision=self.opts.precision, device=self.opts.device,
+                                      show_progress=self.opts.show_progress)
+            train_reranker(self.data, ce_dir, base=r.model, split=r.split, cfg=cfg, query_ids=set(self.split()["train"]))
+        train_s = time.perf_counter() - t0
+        ce = Reranker(ce_dir, batch_size=self.opts.batch_size or 32, precision=self.opts.precision,
+                      device=self.opts.device)
+        t0 = time.perf_counter()
+        reranked = ce.rerank(base, self.ds.queries, self.doc_text, top_n=r.rerank_depth,
+                             show_progress=self.opts.show_progress)
+        per_query_ms = 1000 * (time.perf_counter() - t0) / max(1, len(base))
+        before, after = select.score(qrels, base), select.score(qrels, reranked)
+        kept = after[r.metric] > before[r.metric]
+        if kept:
+            defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker",
+                                         rerank_depth=r.rerank_depth)
+            shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
+            write_defaults(self.out / "model", defaults)
+        return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
+                "train_s": round(train_s, 1),
+                "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
+
+    def drop_reranker(self) -> None:
+        """Leave out a re-ranker an earlier run with ``--reranker`` put into the model."""
+        from twotower.retrieval.defaults import read_defaults
+
+        fitted = read_defaults(self.out / "model")
+        if fitted is not None and fitted.rerank:
+            write_defaults(self.out / "model", replace(fitted, rerank=None))
+            shutil.rmtree(self.out / "model" / fitted.rerank, ignore_errors=True)
+
+    # ------------------------------------------------------------------ driver
+    def wanted(self) -> list[str]:
+        r = self.recipe
+        skip = set() if r.mine else {"margin", "mine", "retrain"}
+        if not r.reranker:
+            skip.add("rerank")
+        return [s for s in STAGES if s not in skip]
+
+    def run(self) -> dict:
+        report = {}
+        for name in self.wanted():
+            result = self.stages.done(name)
+            if name == "rerank" and result is not None and result.get("settings") != self.recipe.rerank_settings():
+                shutil.rmtree(self.out / "stages" / "rerank")  # other re-ranker settings than last time: redo it
+                result = None
+            if result is None:
+                log.info("fit: stage %s", name)
+                started = time.perf_counter()
+                result = self.stages.finish(name, getattr(self, f"stage_{name}")(), started)
+            report[name] = {k: v for k, v in result.items() if k not in ("dev", "train")}  # ids: in stages/split
+        return report
+
+
+def _has_labels(data: Path, split: str) -> bool:
+    path = data / "qrels" / f"{split}.tsv"
+    if not path.is_file():
+        return False
+    from twotower.data.beir import load_qrels
+
+    return len(load_qrels(path)) >= 2
+
+
+def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
+            opts: FitOptions | None = None) -> FitResult:
+    """Fit a retriever to ``data`` (a BEIR directory) into ``out``: ``out/model`` and ``out/fit.json``.
+    Rerunning with the same ``out`` and recipe resumes after the last finished stage."""
+    from twotower.encoders.device import resolve_device
+
+    recipe, opts = recipe or FitRecipe(), opts or FitOptions()
+    recipe.validate()
+    resolve_device(opts.device)  # a bad --device stops before any work
+    data, out = Path(data), Path(out)
+    if not (data / "corpus.jsonl").is_file():
+        raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
+    fit = _Fit(data, out, recipe, opts)
+    resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS)
+    t0 = time.perf_counter()
+    message = None
+    if _has_labels(data, recipe.split):
+        stages = fit.run()
+        if not recipe.reranker:
+            fit.drop_reranker()
+        chosen = stages["select"]["chosen"]
+        kept_ce = stages.get("rerank", {}).get("kept", False)
+        choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
+                   "rerank": "reranker" if kept_ce else None, "dev": chosen["dev"]}
+    else:
+        message = (f"{data}/qrels/{recipe.split}.tsv: no training labels (fewer than 2 judged queries): nothing to "
+                   f"fine-tune or tune on; the model is the zero-shot one with hybrid retrieval at the default "
+                   f"λ {ZERO_SHOT_LAMBDA}")
+        stages = {}
+        if not (out / "model" / "twotower.json").is_file():
+            fit.write_model("zeroshot", RetrievalDefaults(mode="hybrid", lam=ZERO_SHOT_LAMBDA,
+                                                          rerank_depth=recipe.rerank_depth))
+        choices = {"model": "zeroshot", "mode": "hybrid", "lambda": ZERO_SHOT_LAMBDA, "rerank": None, "dev": None,
+                   "note": message}
+    report = {"data": str(data.resolve()), "recipe": recipe.to_json(), "stages": stages, "choices": choices,
+              "resumed": resumed, "computed_now": fit.stages.computed,
+              "wall_s_this_call": round(time.perf_counter() - t0, 1)}
+    atomic_write_json(out / "fit.json", report)
+    return FitResult(out=out, model=out / "model", report=report, computed=fit.stages.computed, message=message)

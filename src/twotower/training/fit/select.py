@@ -1,0 +1,59 @@
+"""Scoring on dev and choosing the retriever: every candidate model's dense run, BM25's, and their fusions
+(linear λ over a grid, RRF), each scored on the dev qrels; the best is kept (ties: the simpler mode, then λ
+nearest 0.5, then the earlier model). Pure functions over runs, so one encoding of the corpus per model serves
+every λ."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from twotower.evaluation.metrics import evaluate
+from twotower.retrieval.dense import exact_search, to_run
+from twotower.retrieval.hybrid import interpolate, rrf
+
+Run = dict[str, dict[str, float]]
+MODE_ORDER = {"dense": 0, "hybrid": 1, "rrf": 2}
+
+
+def dense_run(q_vecs: np.ndarray, doc_vecs: np.ndarray, qids: Sequence[str], doc_ids: Sequence[str],
+              depth: int) -> Run:
+    scores, idx = exact_search(q_vecs, doc_vecs, depth)
+    return to_run(qids, doc_ids, scores, idx)
+
+
+def fused(mode: str, dense: Run, sparse: Run, lam: float | None, n_best: int) -> Run:
+    """The run a retrieval choice gives (as eval's and the Searcher's fusions: same functions, same depths)."""
+    if mode == "dense":
+        return dense
+    if mode == "hybrid":
+        return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best)
+    if mode == "rrf":
+        return rrf([dense, sparse], n_best=n_best, top_k=n_best)
+    raise ValueError(f"unknown mode {mode}")
+
+
+def score(qrels, run: Run, metrics=("ndcg@10", "recall@100")) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in evaluate(qrels, run, metrics).items()}
+
+
+def choose_retriever(
+    dense_runs: Mapping[str, Run], sparse: Run, qrels, *, lambdas: Sequence[float], n_best: int, metric: str,
+) -> tuple[dict, list[dict]]:
+    """(best row, all rows): one row per (model, mode, λ) with its dev ``metric`` and recall@100."""
+    rows = []
+    for order, (name, dense) in enumerate(dense_runs.items()):
+        options = [("dense", None)] + [("hybrid", float(x)) for x in lambdas] + [("rrf", None)]
+        for mode, lam in options:
+            found = score(qrels, fused(mode, dense, sparse, lam, n_best), (metric, "recall@100"))
+            rows.append({"model": name, "mode": mode, "lambda": lam, "dev": found, "_order": order})
+
+    def key(row):
+        lam_gap = abs(row["lambda"] - 0.5) if row["lambda"] is not None else 0.0
+        return (-round(row["dev"][metric], 10), MODE_ORDER[row["mode"]], lam_gap, row["_order"])
+
+    best = min(rows, key=key)
+    for row in rows:
+        row.pop("_order")
+    return best, rows

@@ -1,0 +1,72 @@
+"""CLI command ``twotower fit``: the best retriever for one data set (twotower.training.fit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from twotower.console import DEVICE_HELP
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit")(fit_cmd)
+
+
+def fit_cmd(
+    data: Path = typer.Option(..., "--data", help="BEIR directory: corpus.jsonl, queries.jsonl, qrels/train.tsv "
+                              "(qrels/test.tsv is never read)."),
+    out: Path = typer.Option(..., "--out", help="Fit directory: model/ (the result), fit.json (recipe, every "
+                             "stage's dev scores, the choices), stages/ (resumable work). Rerun to resume."),
+    model: Optional[str] = typer.Option(None, "--model", help="Starting encoder, a name or directory "
+                                        "(default all-MiniLM-L6-v2)."),
+    split: str = typer.Option("train", help="qrels split to learn from (a seeded dev part of it is held out)."),
+    dev_fraction: float = typer.Option(0.2, "--dev-fraction", help="Share of judged queries held out as dev."),
+    min_dev: int = typer.Option(50, "--min-dev", min=1, help="At least this many dev queries (at most half)."),
+    epochs: float = typer.Option(2.0, help="Fine-tuning epochs."),
+    lr: float = typer.Option(5e-5, help="Peak learning rate (both training rounds)."),
+    batch_size: int = typer.Option(32, "--batch-size", min=2),
+    mine: bool = typer.Option(True, "--mine/--no-mine", help="Mine negatives with the fine-tuned model and retrain."),
+    mined_epochs: float = typer.Option(1.0, "--mined-epochs", help="Epochs of the retraining on mined negatives."),
+    margins: Optional[str] = typer.Option(
+        None, "--margins", help="Comma-separated relative margins the false-negative guard chooses from on dev "
+        "(default 0,0.02,0.05,0.1,0.15,0.2,0.3; '0': skip only candidates scoring above the positive)."),
+    reranker: bool = typer.Option(False, "--reranker/--no-reranker",
+                                  help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
+    rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    seed: int = typer.Option(42),
+    precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Fine-tune, mine, retrain and tune the hybrid on held-out train queries: the best retriever for DATA.
+    The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it."""
+    from twotower.console import console, warn
+    from twotower.console import fail as _fail
+    from twotower.errors import TwoTowerError
+    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+
+    try:
+        grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
+    except ValueError:
+        _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
+    recipe = FitRecipe(**({"margins": grid} if grid else {}), model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, epochs=epochs,
+                       lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
+                       rerank_depth=rerank_depth)
+    opts = FitOptions(precision=precision, device=device, show_progress=progress)
+    try:
+        if out.exists() and not out.is_dir():
+            raise TwoTowerError(f"--out {out}: exists and is not a directory")
+        result = run_fit(data, out, recipe, opts)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)
+    if result.message:
+        warn(result.message)
+    c = result.report["choices"]
+    resumed = [s for s in result.report["stages"] if s not in result.computed]
+    if resumed:
+        console.print(f"resumed: {', '.join(resumed)} were already done")
+    how = c["mode"] + (f" λ {c['lambda']}" if c["mode"] == "hybrid" else "") + (", re-ranked" if c["rerank"] else "")
+    dev = f" (dev {c['dev']})" if c.get("dev") else ""
+    console.print(f"model saved to {result.model}: {c['model']} encoder, {how}{dev}; details in {out / 'fit.json'}")

@@ -1,0 +1,320 @@
+"""twotower fit: the dev split (no leakage), the margin rule, choices travelling with the model, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write_beir
+from twotower.data.pairs import TrainExample, load_pairs
+from twotower.errors import TwoTowerError
+from twotower.training.fit import FitOptions, FitRecipe, run_fit
+from twotower.training.fit.margin import choose_margin, inside_margin, measure_margins, mine_negatives
+from twotower.training.fit.recipe import dev_size, split_queries
+
+WORDS = "cat dog tea rust python cell sun moon river stone tree bird fish apple music train".split()
+
+
+def _data(root: Path, *, test_split: bool = True) -> Path:
+    corpus = [{"_id": f"d{i}", "title": w, "text": f"{w} is about {w} and {WORDS[(i + 3) % len(WORDS)]}"}
+              for i, w in enumerate(WORDS)]
+    queries = [{"_id": f"q{i}", "text": f"what is {w}"} for i, w in enumerate(WORDS)]
+    qrels = [(f"q{i}", f"d{i}", 1) for i in range(len(WORDS))] + [("q0", "d1", 1), ("q2", "d3", 1)]
+    data = write_beir(root, corpus, queries, qrels, split="train")
+    if test_split:  # must never be read: garbage that would fail to parse
+        (data / "qrels" / "test.tsv").write_text("this is not a qrels file\n")
+    return data
+
+
+def _recipe(model: Path, **kw) -> FitRecipe:
+    base = dict(model=str(model), min_dev=4, batch_size=4, epochs=1, mined_epochs=1, rank_from=1, rank_to=8,
+                mined_per_query=2)
+    return FitRecipe(**{**base, **kw})
+
+
+QUIET = FitOptions(show_progress=False, precision="fp32")
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_bert_dir, tmp_path_factory):
+    """One full fit (with the re-ranker) on tiny data, recording every qrels file read."""
+    import twotower.data.beir as beir
+
+    root = tmp_path_factory.mktemp("fit")
+    data = _data(root / "data")
+    read: list[str] = []
+    original = beir.load_qrels
+
+    def spy(path):
+        read.append(Path(path).name)
+        return original(path)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(beir, "load_qrels", spy)
+    try:
+        result = run_fit(data, root / "out", _recipe(tiny_bert_dir, reranker=True), QUIET)
+    finally:
+        mp.undo()
+    return data, result, read
+
+
+# ---------------------------------------------------------------- the dev split
+
+
+def test_split_is_seeded_by_query_and_sized():
+    ids = [f"q{i}" for i in range(100)]
+    dev, train = split_queries(ids, 0.2, 10, seed=7)
+    assert (dev, train) == split_queries(list(reversed(ids)), 0.2, 10, seed=7)  # order of input does not matter
+    assert set(dev).isdisjoint(train) and set(dev) | set(train) == set(ids)
+    assert len(dev) == 20
+    assert split_queries(ids, 0.2, 10, seed=8)[0] != dev
+    assert dev_size(100, 0.2, 50) == 50  # the minimum
+    assert dev_size(60, 0.2, 50) == 30  # at most half
+    assert dev_size(1, 0.2, 50) == 0
+
+
+def test_fit_never_reads_test_and_dev_stays_out_of_training(fitted):
+    data, result, read = fitted
+    assert read and set(read) == {"train.tsv"}  # qrels/test.tsv (garbage here) was never opened
+    out = result.out
+    split = json.loads((out / "stages" / "split" / "done.json").read_text())
+    dev, train = set(split["dev"]), set(split["train"])
+    assert dev and train and dev.isdisjoint(train) and len(dev) == 4
+    trained = {p.qid for p in load_pairs(out / "stages" / "split" / "train_pairs.jsonl")}
+    mined = load_pairs(out / "stages" / "mine" / "mined_pairs.jsonl")
+    assert trained <= train and {p.qid for p in mined} <= train  # neither gradients nor mining see a dev query
+    # a dev query's judgements all stay on the dev side (q0 and q2 have two each)
+    for ex in mined:
+        assert ex.pid not in ex.negative_ids
+    # what the trainers actually read: their saved configs point at these pairs files
+    for stage, pairs in (("finetune", "split/train_pairs.jsonl"), ("retrain", "mine/mined_pairs.jsonl")):
+        cfg = json.loads((out / "stages" / stage / "run" / "train_config.json").read_text())
+        assert cfg["stages"][0]["pairs"] == str(out / "stages" / pairs)
+
+
+def test_fit_report_and_model(fitted):
+    _, result, _ = fitted
+    report = json.loads((result.out / "fit.json").read_text())
+    assert set(report["stages"]) == {"split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank"}
+    for stage in ("zeroshot", "finetune", "retrain"):
+        assert "ndcg@10" in report["stages"][stage]["dev_dense"]
+    chosen = report["stages"]["select"]["chosen"]
+    config = json.loads((result.model / "twotower.json").read_text())
+    assert config["retrieval"]["mode"] == chosen["mode"] == report["choices"]["mode"]
+    assert config["retrieval"].get("lambda") == chosen["lambda"]
+    # the chosen row is the best dev score among all candidates
+    best = max(r["dev"]["ndcg@10"] for r in report["stages"]["select"]["candidates"])
+    assert chosen["dev"]["ndcg@10"] == best
+    rerank = report["stages"]["rerank"]
+    assert rerank["kept"] == (rerank["dev_after"]["ndcg@10"] > rerank["dev_before"]["ndcg@10"])
+    assert (result.model / "reranker").is_dir() == rerank["kept"]
+
+
+# ---------------------------------------------------------------- the margin rule
+
+
+def test_margin_rule_by_hand():
+    assert inside_margin(0.81, 0.8, 0.0)  # above the positive: always skipped
+    assert not inside_margin(0.79, 0.8, 0.0)
+    assert inside_margin(0.79, 0.8, 0.05)  # 0.79 ≥ 0.8 − 0.04
+    assert not inside_margin(0.75, 0.8, 0.05)  # 0.75 < 0.76
+    assert inside_margin(-0.21, -0.2, 0.1)  # negative scores: 0.1·|−0.2| below −0.2 is −0.22
+    assert not inside_margin(-0.23, -0.2, 0.1)
+
+
+def test_measure_and_choose_margin_by_hand():
+    # query a: positives p1 (0.9), p2 (0.85, rank 2); negatives n1 0.88, n2 0.6. Ranks 1..3 mined.
+    rankings = {"a": [("p1", 0.9), ("n1", 0.88), ("p2", 0.85), ("n2", 0.6)]}
+    positives = {"a": {"p1": 0.9, "p2": 0.85}}
+    m = measure_margins(rankings, positives, [0.0, 0.1], (1, 3))
+    # anchor p1 (0.9): window p1 (itself), n1 (neg), p2 (fn) ; anchor p2 (0.85): p1 (fn), n1 (neg), p2 (itself)
+    assert m["pairs"] == 2 and m["candidates"] == 2
+    # margin 0: fn caught: p2≥0.9? no; p1≥0.85? yes → 1/2; negs: 0.88≥0.9 no; 0.88≥0.85 yes → 1/2
+    assert m["by_margin"][0.0] == {"false_negatives_skipped": 0.5, "negatives_skipped": 0.5}
+    # margin 0.1: thresholds 0.81 (anchor p1) and 0.765 (anchor p2): both fn and both negs inside
+    assert m["by_margin"][0.1] == {"false_negatives_skipped": 1.0, "negatives_skipped": 1.0}
+    assert choose_margin(m)[0] == 0.0  # J equal (0): the smaller margin
+    m = measure_margins({"a": [("p1", 0.9), ("p2", 0.86), ("n1", 0.7)]}, {"a": {"p1": 0.9, "p2": 0.86}},
+                        [0.0, 0.05, 0.2], (1, 3))
+    # margin 0.05: p2 0.86 ≥ 0.855 caught, p1 caught; n1 0.7 < 0.855, < 0.817 → J = 1 (0: J = 0.5; 0.2: n1 ≥ 0.72? no, ≥ 0.688 yes → 0.5)
+    assert choose_margin(m)[0] == 0.05
+    assert choose_margin(measure_margins({"a": [("p1", 0.9), ("n1", 0.5)]}, {"a": {"p1": 0.9}}, [0.1], (1, 2)))[0] == 0.0
+
+
+def test_mining_skips_judged_and_inside_margin():
+    ex = TrainExample(query="q", positive="P", qid="a", pid="p")
+    ranking = {"a": [("x", 0.95), ("p", 0.9), ("y", 0.86), ("j", 0.8), ("z", 0.5), ("w", 0.4)]}
+    out, stats = mine_negatives([ex], ranking, {("a", "p"): 0.9}, {"a": {"p": 1, "j": 1}}, lambda d: d.upper(),
+                                margin=0.05, rank_range=(1, 6), per_query=10, seed=0)
+    assert sorted(out[0].negative_ids) == ["w", "z"]  # x above, y within 0.855, p and j judged
+    assert stats["skipped_by_margin"] == 2 and stats["skipped_judged"] == 2
+    assert sorted(out[0].negatives) == ["W", "Z"]
+
+
+# ---------------------------------------------------------------- choices travel with the model
+
+
+@pytest.fixture(scope="module")
+def fitted_to_03(tiny_bert_dir, tmp_path_factory):
+    """A model directory carrying hybrid λ 0.3 (as fit writes it), and a BEIR test split."""
+    from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+
+    root = tmp_path_factory.mktemp("travel")
+    data = _data(root / "data", test_split=False)
+    (data / "qrels" / "test.tsv").write_text((data / "qrels" / "train.tsv").read_text())
+    model = root / "model"
+    DualEncoder.load(str(tiny_bert_dir)).save(model)
+    write_defaults(model, RetrievalDefaults(mode="hybrid", lam=0.3))
+    return data, model
+
+
+def test_eval_uses_the_fitted_lambda(fitted_to_03, tiny_bert_dir):
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.hybrid import interpolate
+
+    data, model = fitted_to_03
+    base = dict(data=data, split="test", top_k=10, show_progress=False, precision="fp32")
+    got = run_eval(EvalConfig(model=str(model), **base))
+    assert got.retriever == "hybrid" and got.hybrid_lambda == 0.3
+    dense = run_eval(EvalConfig(model=str(tiny_bert_dir), retriever="dense", top_k=100, **{
+        k: v for k, v in base.items() if k != "top_k"})).run
+    sparse = run_eval(EvalConfig(retriever="bm25", top_k=100, **{k: v for k, v in base.items() if k != "top_k"})).run
+    ref = interpolate(dense, sparse, 0.3, n_best=100, top_k=10)
+    assert got.run.keys() == ref.keys()
+    for q in ref:
+        assert got.run[q] == pytest.approx(ref[q])
+    half = interpolate(dense, sparse, 0.5, n_best=100, top_k=10)
+    assert any(got.run[q] != pytest.approx(half[q]) for q in ref)  # 0.3 is not the default's result
+    # explicit choices override the model's
+    explicit = run_eval(EvalConfig(model=str(model), retriever="dense", **base))
+    assert explicit.retriever == "dense" and explicit.hybrid_lambda is None
+    lam = run_eval(EvalConfig(model=str(model), hybrid_lambda=0.5, **base))
+    for q in half:
+        assert lam.run[q] == pytest.approx(half[q])
+
+
+def test_index_and_search_use_the_fitted_mode(fitted_to_03, tmp_path):
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+
+    data, model = fitted_to_03
+    store = build_index(data, tmp_path / "index", model=str(model), cfg=EncodeConfig(show_progress=False))
+    assert store.manifest["bm25"]  # built without --bm25: the fitted hybrid needs it
+    searcher = Searcher(tmp_path / "index")
+    queries = {"q1": "what is dog", "q2": "green tea"}
+    assert searcher.resolve(None, None) == ("hybrid", 0.3)
+    default = searcher.run(queries, 5)
+    assert default == searcher.run(queries, 5, mode="hybrid", lam=0.3)
+    assert default != searcher.run(queries, 5, mode="hybrid", lam=0.9)
+    assert searcher.run(queries, 5, mode="dense") == Searcher(tmp_path / "index").run(queries, 5, mode="dense")
+
+
+def test_serve_uses_the_fitted_mode(fitted_to_03, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.serve.app import create_app
+
+    data, model = fitted_to_03
+    build_index(data, tmp_path / "index", model=str(model), cfg=EncodeConfig(show_progress=False))
+    client = TestClient(create_app(tmp_path / "index", query_runtime="torch"))
+    got = client.post("/search", json={"query": "what is dog", "k": 5}).json()
+    want = Searcher(tmp_path / "index").run({"q": "what is dog"}, 5, mode="hybrid", lam=0.3)["q"]
+    assert [h["id"] for h in got["hits"]] == sorted(want, key=lambda d: -want[d])
+    dense = client.post("/search", json={"query": "what is dog", "k": 5, "mode": "dense"}).json()
+    assert [h["score"] for h in dense["hits"]] != [h["score"] for h in got["hits"]]
+
+
+# ---------------------------------------------------------------- resume, no labels, CLI
+
+
+def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_path, monkeypatch):
+    from twotower.training.fit import run as fit_run
+
+    data = _data(tmp_path / "data")
+    out = tmp_path / "out"
+    recipe = _recipe(tiny_bert_dir)
+
+    def boom(self):
+        raise RuntimeError("killed during mining")
+
+    with monkeypatch.context() as m:
+        m.setattr(fit_run._Fit, "stage_mine", boom)
+        with pytest.raises(RuntimeError):
+            run_fit(data, out, recipe, QUIET)
+    done = {s: (out / "stages" / s / "done.json").stat().st_mtime_ns for s in ("split", "zeroshot", "finetune", "margin")}
+    assert not (out / "stages" / "mine" / "done.json").exists()
+    vectors = (out / "stages" / "finetune" / "doc_vectors.npy").stat().st_mtime_ns
+    calls = []
+    original = fit_run._Fit.train
+
+    def counting(self, stage, *a, **kw):
+        calls.append(stage)
+        return original(self, stage, *a, **kw)
+
+    monkeypatch.setattr(fit_run._Fit, "train", counting)
+    result = run_fit(data, out, recipe, QUIET)
+    assert result.computed == ["mine", "retrain", "select"]
+    assert calls == ["retrain"]  # fine-tuning was not redone
+    assert {s: (out / "stages" / s / "done.json").stat().st_mtime_ns for s in done} == done
+    assert (out / "stages" / "finetune" / "doc_vectors.npy").stat().st_mtime_ns == vectors
+    assert run_fit(data, out, recipe, QUIET).computed == []  # all done: nothing recomputed
+    # a re-ranker can be added to a finished fit (only its stage runs) and dropped again
+    with_ce = run_fit(data, out, _recipe(tiny_bert_dir, reranker=True), QUIET)
+    assert with_ce.computed == ["rerank"]
+    from twotower.retrieval.defaults import RetrievalDefaults, read_defaults, write_defaults
+
+    fitted = read_defaults(out / "model")  # as if it had improved dev: kept in the model
+    (out / "model" / "reranker").mkdir(exist_ok=True)
+    write_defaults(out / "model", RetrievalDefaults(mode=fitted.mode, lam=fitted.lam, rerank="reranker"))
+    assert run_fit(data, out, recipe, QUIET).computed == []
+    assert read_defaults(out / "model").rerank is None and not (out / "model" / "reranker").exists()
+    assert run_fit(data, out, _recipe(tiny_bert_dir, reranker=True, rerank_depth=5), QUIET).computed == ["rerank"]
+    with pytest.raises(TwoTowerError, match="different recipe.*lr"):
+        run_fit(data, out, _recipe(tiny_bert_dir, lr=1e-4), QUIET)
+
+
+def test_no_train_labels_gives_zero_shot_hybrid(tiny_bert_dir, tmp_path):
+    from twotower.retrieval.defaults import read_defaults
+    from twotower.retrieval.searcher import DEFAULT_LAMBDA
+    from twotower.training.fit.run import ZERO_SHOT_LAMBDA
+
+    assert ZERO_SHOT_LAMBDA == DEFAULT_LAMBDA
+    data = write_beir(tmp_path / "data", [{"_id": "d1", "text": "cats purr"}], [{"_id": "q1", "text": "cat"}],
+                      [("q1", "d1", 1)], split="test")
+    result = run_fit(data, tmp_path / "out", _recipe(tiny_bert_dir), QUIET)
+    assert result.message and "no training labels" in result.message and "hybrid" in result.message
+    fitted = read_defaults(result.model)
+    assert (fitted.mode, fitted.lam) == ("hybrid", DEFAULT_LAMBDA)
+    assert json.loads((tmp_path / "out" / "fit.json").read_text())["choices"]["note"] == result.message
+
+
+def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+
+    data = _data(tmp_path / "data", test_split=False)
+    (data / "qrels" / "test.tsv").write_text((data / "qrels" / "train.tsv").read_text())
+    runner = CliRunner()
+    out = tmp_path / "fit"
+    args = ["fit", "--data", str(data), "--out", str(out), "--model", str(tiny_bert_dir), "--min-dev", "4",
+            "--batch-size", "4", "--epochs", "1", "--no-mine", "--no-progress", "--precision", "fp32"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "model saved to" in res.output
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0 and "already done" in res.output
+    mode = json.loads((out / "model" / "twotower.json").read_text())["retrieval"]["mode"]
+    res = runner.invoke(app, ["eval", "--data", str(data), "--model", str(out / "model"), "--no-progress",
+                              "--out", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "r.json").read_text())["retriever"] == mode
+    bad = runner.invoke(app, ["fit", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")])
+    assert bad.exit_code == 2 and "corpus.jsonl" in bad.output
+    bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o3"), "--margins", "0,x"])
+    assert bad.exit_code == 2 and "--margins" in bad.output
+    bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o4"), "--margins", "1.5"])
+    assert bad.exit_code == 2 and "margins" in bad.output and not (tmp_path / "o4").exists()
