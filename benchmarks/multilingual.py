@@ -103,7 +103,8 @@ def vectors(model_name: str, doc_ids, doc_texts, qids, q_texts, precision: str, 
     resolved = resolve_precision(precision, torch.device("cpu"))
     key = {"model": model_name, "precision": resolved, "twotower": twotower.__version__,
            "doc_ids": doc_ids, "query_ids": qids}
-    folder = CACHE / f"{model_name}-{resolved}" if len(qids) == 13090 else CACHE / f"{model_name}-{resolved}-{len(qids)}q"
+    full = len(doc_ids) == 13014 and len(qids) == 13090
+    folder = CACHE / (f"{model_name}-{resolved}" if full else f"{model_name}-{resolved}-{len(doc_ids)}d-{len(qids)}q")
     if (folder / "meta.json").is_file():
         meta = json.loads((folder / "meta.json").read_text())
         if all(meta.get(k) == v for k, v in key.items()) and (folder / "docs.npy").is_file():
@@ -170,6 +171,9 @@ def main() -> None:
     ap.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--lam", type=float, default=None, help="hybrid λ (default: eval's DEFAULT_LAMBDA, 0.5)")
+    ap.add_argument("--minilm-sets", default="en,to-en",
+                    help="sets all-MiniLM-L6-v2 runs on, comma-separated, or 'all' (its sentences of the other sets "
+                         "are encoded only then)")
     args = ap.parse_args()
 
     from twotower.errors import TwoTowerError
@@ -186,19 +190,28 @@ def main() -> None:
         sys.exit(f"error: {exc}")
     print(f"pool: {len(doc_ids)} sentences, {len(qids)} questions (sets verified as slices of it)", flush=True)
 
-    vecs, enc = {}, {}
-    for name in (E5, MINILM):
-        d, q, meta = vectors(name, doc_ids, doc_texts, qids, q_texts, args.precision, args.batch_size)
-        vecs[name] = (d, q)
-        enc[name] = {k: meta[k] for k in ("precision", "load_s", "doc_s", "query_s", "prompts", "load_average")}
-        enc[name].update(sentences_per_s=len(doc_ids) / meta["doc_s"], questions_per_s=len(qids) / meta["query_s"])
-
-    d_pos = {d: i for i, d in enumerate(doc_ids)}
-    q_pos = {q: i for i, q in enumerate(qids)}
     sets = {lang: ([d for d in doc_ids if d.startswith(f"{lang}-")], "lang", lang) for lang in LANGS}
     sets["pool"] = (doc_ids, "multi", None)
     sets["to-en"] = ([d for d in doc_ids if d.startswith("en-")], "multi", None)
-    systems = ("bm25", E5, "hybrid", MINILM)
+    minilm_sets = list(sets) if args.minilm_sets == "all" else args.minilm_sets.split(",")
+    if unknown := [x for x in minilm_sets if x not in sets]:
+        sys.exit(f"error: --minilm-sets: unknown set(s) {', '.join(unknown)}; use {', '.join(sets)} or 'all'")
+    model_sets = {E5: list(sets), MINILM: minilm_sets}
+
+    vecs, enc = {}, {}
+    d_pos = {d: i for i, d in enumerate(doc_ids)}
+    q_pos = {q: i for i, q in enumerate(qids)}
+    for name in (E5, MINILM):  # each model encodes the sentences of its sets (all of them for e5) and every question
+        needed = {d for s in model_sets[name] for d in sets[s][0]}
+        sub = [d for d in doc_ids if d in needed]
+        d, q, meta = vectors(name, sub, [doc_texts[d_pos[x]] for x in sub], qids, q_texts, args.precision,
+                             args.batch_size)
+        full = np.zeros((len(doc_ids), d.shape[1]), dtype=d.dtype)  # rows of sentences not encoded stay unused
+        full[[d_pos[x] for x in sub]] = d
+        vecs[name] = (full, q)
+        enc[name] = {k: meta[k] for k in ("precision", "load_s", "doc_s", "query_s", "prompts", "load_average")}
+        enc[name].update(sentences=len(sub), sentences_per_s=len(sub) / meta["doc_s"],
+                         questions=len(qids), questions_per_s=len(qids) / meta["query_s"])
 
     rows, by_lang, timing = [], {"pool": {}, "to-en": {}}, defaultdict(float)
     for set_name, (s_docs, analyzer, only) in sets.items():
@@ -209,6 +222,7 @@ def main() -> None:
         timing["bm25_index_s"] += time.perf_counter() - t0
         d_idx = np.array([d_pos[d] for d in s_docs])
         blocks = [only] if only else list(LANGS)  # pool / to-en: one block of queries per query language
+        systems = ("bm25", E5, "hybrid", *([MINILM] if set_name in minilm_sets else []))
         values = {s: {m: {} for m in (*METRICS, "map_full")} for s in systems}
         for qlang in blocks:
             b_qids = [q for q in qids if q.startswith(f"{qlang}-") and q in qrels[set_name]]
@@ -220,7 +234,7 @@ def main() -> None:
             timing["bm25_search_s"] += time.perf_counter() - t0
             s_pos = {d: k for k, d in enumerate(s_docs)}
             rel_idx = [[s_pos[d] for d, r in rel[q].items() if r > 0 and d in s_pos] for q in b_qids]
-            for name in (E5, MINILM):
+            for name in (E5, MINILM) if MINILM in systems else (E5,):
                 dv, qv = vecs[name][0][d_idx], vecs[name][1][b_idx]
                 t0 = time.perf_counter()
                 s, i = exact_search(qv, dv, DEPTH)
@@ -257,7 +271,8 @@ def main() -> None:
 
     extra = {"by_query_language": by_lang, "encoding": enc, "timings_s": {**dict(timing),
              "total_s": time.perf_counter() - t_start}, "hybrid_lambda": lam, "depth": DEPTH,
-             "done_when": _done_when(rows, by_lang), "limit": args.limit}
+             "done_when": _done_when(rows, by_lang), "limit": args.limit,
+             "minilm_sets": minilm_sets}
     name = "multilingual_smoke" if args.limit else "multilingual"
     rows_out = [{k: v for k, v in r.items() if v is not None} for r in rows]
     path = write_results(name, rows_out, notes=_notes(extra, len(doc_ids), len(qids)), extra=extra)
@@ -291,7 +306,7 @@ def _done_when(rows, by_lang) -> dict:
 
 def _table(by_lang: dict, metric: str, systems) -> list[str]:
     lines = ["| system | " + " | ".join(LANGS) + " |", "|---|" + "---|" * len(LANGS)]
-    for s in systems:
+    for s in (s for s in systems if s in by_lang):
         lines.append(f"| {s} | " + " | ".join(f"{by_lang[s][lang][metric]:.4f}" if lang in by_lang[s] else ""
                                                for lang in LANGS) + " |")
     return lines
@@ -312,7 +327,7 @@ def _notes(extra: dict, n_docs: int, n_q: int) -> str:
         "`twotower eval --retriever hybrid`. `map`: pytrec_eval `map_cut.1000` (a relevant sentence below rank "
         "1000 adds 0); `map_full`: average precision over the full ranking of all candidates (LAReQA's "
         "definition), computed directly from the scores, for the dense rows. all-MiniLM-L6-v2 is English-only: "
-        "the reference.",
+        f"the reference, run on {', '.join(extra['minilm_sets'])}.",
         "",
         f"Done when: best multilingual retriever on `pool`: {dw['pool_best_multilingual']}, mAP "
         f"{dw['pool_best_map']:.4f} vs LAReQA's best baseline {LAREQA_BEST} -> "
@@ -352,13 +367,22 @@ def _plot(rows, by_lang, path: Path) -> None:
               ("pool by query language, mAP", lambda s, lang: by_lang["pool"][s][lang]["map"]))
     for ax, (title, value) in zip(axes, panels):
         for k, s in enumerate(systems):
-            ax.bar(x + (k - 1.5) * width, [value(s, lang) for lang in LANGS], width, label=s)
+            heights = []
+            for lang in LANGS:  # all-MiniLM-L6-v2 has bars only where it ran (--minilm-sets)
+                try:
+                    heights.append(value(s, lang))
+                except KeyError:
+                    heights.append(np.nan)
+            if not np.all(np.isnan(heights)):
+                ax.bar(x + (k - 1.5) * width, heights, width, label=s)
         ax.set_xticks(x, LANGS)
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, 1.25)
+        ax.set_yticks(np.arange(0, 1.01, 0.2))
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
     axes[2].axhline(LAREQA_BEST, color="k", ls="--", lw=1, label=f"LAReQA best (mAP {LAREQA_BEST})")
-    axes[2].legend(fontsize=8, loc="upper right")
+    for ax in axes:
+        ax.legend(fontsize=8, loc="upper center", ncol=3)
     fig.suptitle("XQuAD-R: BM25 (language analyzers / multi), multilingual-e5-small, hybrid λ 0.5, all-MiniLM-L6-v2")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
