@@ -223,7 +223,7 @@ def main() -> None:
         d_idx = np.array([d_pos[d] for d in s_docs])
         blocks = [only] if only else list(LANGS)  # pool / to-en: one block of queries per query language
         systems = ("bm25", E5, "hybrid", *([MINILM] if set_name in minilm_sets else []))
-        values = {s: {m: {} for m in (*METRICS, "map_full")} for s in systems}
+        values = {s: {m: {} for m in (*METRICS, "map_full", "same_language@10")} for s in systems}
         for qlang in blocks:
             b_qids = [q for q in qids if q.startswith(f"{qlang}-") and q in qrels[set_name]]
             b_idx = np.array([q_pos[q] for q in b_qids])
@@ -252,6 +252,11 @@ def main() -> None:
                 pq = _per_query({q: rel[q] for q in b_qids}, run)
                 for m in METRICS:
                     values[name][m].update(pq[m])
+                if set_name == "pool":  # language bias: share of the top 10 in the question's own language
+                    values[name]["same_language@10"].update(
+                        (q, float(np.mean([d.startswith(f"{qlang}-") for d, _ in
+                                           sorted(docs.items(), key=lambda kv: -kv[1])[:10]])))
+                        for q, docs in run.items())
             timing["metrics_s"] += time.perf_counter() - t0
             if not only:
                 for name in systems:
@@ -264,6 +269,8 @@ def main() -> None:
             row = {"system": f"{name} {set_name}", **{_key(k): v for k, v in _mean(values[name], judged).items()}}
             row["map_full"] = (float(np.mean([values[name]["map_full"][q] for q in judged]))
                                if name in (E5, MINILM) else None)
+            if set_name == "pool":
+                row["same_language@10"] = float(np.mean([values[name]["same_language@10"][q] for q in judged]))
             row.update(queries=len(judged), docs=len(s_docs), bm25_language=language if name in ("bm25", "hybrid") else "")
             rows.append(row)
         print(f"{set_name}: " + ", ".join(f"{r['system'].split()[0]} ndcg@10 {r['ndcg@10']:.4f} map {r['map']:.4f}"
@@ -326,7 +333,9 @@ def _notes(extra: dict, n_docs: int, n_q: int) -> str:
         f"(eval's default, untuned: XQuAD-R has no training split), both sides' top {DEPTH} fused, as "
         "`twotower eval --retriever hybrid`. `map`: pytrec_eval `map_cut.1000` (a relevant sentence below rank "
         "1000 adds 0); `map_full`: average precision over the full ranking of all candidates (LAReQA's "
-        "definition), computed directly from the scores, for the dense rows. all-MiniLM-L6-v2 is English-only: "
+        "definition), computed directly from the scores, for the dense rows. `same_language@10` (`pool`): the "
+        "share of the top 10 in the question's own language (1 of the 11 answers is; of all sentences, 1/11). "
+        "all-MiniLM-L6-v2 is English-only: "
         f"the reference, run on {', '.join(extra['minilm_sets'])}.",
         "",
         f"Done when: best multilingual retriever on `pool`: {dw['pool_best_multilingual']}, mAP "
