@@ -1,0 +1,149 @@
+"""Tests written for the bugs that survived the mutation check (``benchmarks/mutation_check.py``): each one
+states the behaviour a planted mutant broke without any test noticing, checked against a value worked out by
+hand or an independent computation. The mutant each test kills is named in its docstring."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import copy_without_dropout
+from twotower.data.pairs import TrainExample, save_pairs
+from twotower.training.losses import InBatchSoftmaxLoss
+
+
+# ---------------------------------------------------------------------------------------------- training/losses.py
+def test_from_scores_masks_the_back_term_with_the_transposed_mask():
+    """loss-back-mask-untransposed: mask[i, j] (document j is also relevant to query i) removes query i from
+    positive j's document→query denominator, i.e. entry (j, i) of the back scores. An asymmetric mask tells
+    the transpose from the mask itself."""
+    tau = 0.5
+    s = torch.tensor([[0.9, 0.7, 0.1], [0.2, 0.8, 0.4], [0.6, 0.3, 0.5]])
+    mask = torch.zeros(3, 3, dtype=torch.bool)
+    mask[0, 1] = True  # document 1 is relevant to query 0 too (but document 0 not to query 1)
+
+    def lse(values):
+        return math.log(sum(math.exp(v / tau) for v in values))
+
+    forward = [lse([s[i, j].item() for j in range(3) if not mask[i, j]]) - s[i, i].item() / tau for i in range(3)]
+    # positive i against query j is s[j, i]; query j leaves positive i's denominator where mask[j, i]
+    backward = [lse([s[j, i].item() for j in range(3) if not mask[j, i]]) - s[i, i].item() / tau for i in range(3)]
+    expected = (sum(forward) / 3 + sum(backward) / 3) / 2
+    loss = InBatchSoftmaxLoss(temperature=tau).from_scores(s.clone(), s.T.clone(), false_negative_mask=mask)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    wrong = [lse([s[j, i].item() for j in range(3) if not mask[i, j]]) - s[i, i].item() / tau for i in range(3)]
+    assert abs((sum(forward) / 3 + sum(wrong) / 3) / 2 - expected) > 1e-3  # the test can tell
+
+
+# --------------------------------------------------------------------------------------------- training/trainer.py
+ROWS = [("which feline purrs", "Cats are small domesticated felines that purr."),
+        ("memory safe systems language", "Rust is a systems programming language focused on memory safety."),
+        ("how is green tea made", "Green tea is brewed from the leaves of Camellia sinensis."),
+        ("powerhouse of the cell", "The mitochondria is the powerhouse of the cell.")]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_bert_dir) -> Path:
+    return copy_without_dropout(tiny_bert_dir, tmp_path_factory.mktemp("mutants") / "model")
+
+
+def _train(tmp_path: Path, model_dir: Path, **stage) -> tuple[list[dict], object]:
+    from twotower.training.trainer import StageConfig, TrainConfig, Trainer
+
+    pairs = tmp_path / "pairs.jsonl"
+    save_pairs([TrainExample(q, p, qid=f"q{i}", pid=f"d{i}") for i, (q, p) in enumerate(ROWS)], pairs)
+    st = StageConfig(pairs=str(pairs), batch_size=len(ROWS), **stage)
+    trainer = Trainer(TrainConfig(out=str(tmp_path / "run"), model=str(model_dir), dim=16, precision="fp32",
+                                  show_progress=False, checkpoint_every=1000, stages=[st]))
+    return trainer, st
+
+
+def test_one_directional_stage_logs_the_query_to_document_loss(model_dir, tmp_path):
+    """trainer-no-bidirectional: a stage with ``bidirectional = false`` trains on the query→document term alone;
+    its first logged loss is that term of the untrained model, not the average of both directions."""
+    import torch.nn.functional as F
+
+    trainer, _ = _train(tmp_path, model_dir, steps=1, lr=1e-4, temperature=0.05, bidirectional=False, warmup=0.0)
+    m = trainer.model
+    with torch.no_grad():
+        qb = m.query_tower.tokenize([q for q, _ in ROWS], max_length=m.query_max_length)
+        db = m.doc_tower.tokenize([p for _, p in ROWS], max_length=m.doc_max_length)
+        q = m.forward_queries(qb["input_ids"], qb["attention_mask"])
+        d = m.forward_documents(db["input_ids"], db["attention_mask"])
+        one_way = F.cross_entropy(q @ d.T / 0.05, torch.arange(len(ROWS))).item()
+        both = (one_way + F.cross_entropy(d @ q.T / 0.05, torch.arange(len(ROWS))).item()) / 2
+    assert abs(one_way - both) > 1e-3  # the test can tell the two apart
+    trainer.train()
+    log = json.loads((tmp_path / "run" / "train_log.json").read_text())
+    assert log[0]["loss"] == pytest.approx(one_way, rel=1e-5)
+
+
+def test_warmup_then_linear_decay_of_the_learning_rate(model_dir, tmp_path):
+    """no-warmup: 4 steps with warmup 0.5 rise linearly over 2 steps to the stage's lr, then decay to 0
+    (the lr logged after each step's scheduler step: lr/2, lr, lr/2, 0)."""
+    trainer, _ = _train(tmp_path, model_dir, steps=4, lr=1e-3, warmup=0.5)
+    trainer.train()
+    log = json.loads((tmp_path / "run" / "train_log.json").read_text())
+    assert [r["lr"] for r in log] == pytest.approx([5e-4, 1e-3, 5e-4, 0.0])
+
+
+def test_weight_decay_on_matrices_only():
+    """decay-groups-swapped: AdamW's weight decay applies to weight matrices, never to biases or norms."""
+    from twotower.training.trainer import StageConfig, make_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    optimizer = make_optimizer(model, StageConfig(weight_decay=0.1))
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert decayed == {id(model[0].weight)}
+    assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in model.parameters()}
+
+
+# --------------------------------------------------------------------------------------------- retrieval/hybrid.py
+def test_unnormalised_fusion_gives_a_missing_document_the_systems_minimum():
+    """hybrid-floor-zero: without min-max normalisation a document one system did not return scores that
+    system's lowest score for the query (not 0, which would be far below raw BM25 scores)."""
+    from twotower.retrieval.hybrid import interpolate
+
+    dense = {"q": {"a": 0.9, "b": 0.5}}
+    sparse = {"q": {"b": 10.0, "c": 6.0}}
+    fused = interpolate(dense, sparse, 0.5, normalize=False)["q"]
+    assert fused == {"a": pytest.approx(0.5 * 0.9 + 0.5 * 6.0), "b": pytest.approx(0.5 * 0.5 + 0.5 * 10.0),
+                     "c": pytest.approx(0.5 * 0.5 + 0.5 * 6.0)}
+
+
+def test_tune_lambda_ties_go_to_the_lambda_closest_to_one_half():
+    """tune-lambda-ties: when every λ scores the same (identical runs), the one nearest 0.5 wins, wherever it
+    stands in the grid."""
+    from twotower.retrieval.hybrid import tune_lambda
+
+    run = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    best, table = tune_lambda(run, run, {"q1": {"b": 1}}, grid=[0.0, 0.2, 0.6, 0.9, 1.0])
+    assert len(set(table.values())) == 1 and best == 0.6
+
+
+# ------------------------------------------------------------------------------------------- evaluation/metrics.py
+def test_mrr_cut_breaks_score_ties_as_trec_eval():
+    """metrics-top-n-ties: cutting a run to its top k breaks score ties the way trec_eval ranks them (doc id
+    descending), so MRR@1 of a tied run equals pytrec_eval's reciprocal rank of the uncut run."""
+    import pytrec_eval
+
+    from twotower.evaluation.metrics import evaluate
+
+    qrels = {"q": {"b": 1}}
+    run = {"q": {"a": 1.0, "b": 1.0, "c": 0.5}}  # a and b tie; trec_eval puts b first
+    reference = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
+    assert reference == 1.0
+    assert evaluate(qrels, run, ("mrr@1",))["mrr@1"] == reference
+
+
+def test_queries_without_judgements_do_not_count_in_the_mean():
+    """metrics-mean-over-all-qrels: a qrels entry with no judged documents is not a query of the mean."""
+    from twotower.evaluation.metrics import evaluate
+
+    qrels = {"q1": {"a": 1}, "q2": {}}
+    run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 1.0}}
+    assert evaluate(qrels, run, ("ndcg@10", "p@1")) == {"ndcg@10": 1.0, "p@1": 1.0}
