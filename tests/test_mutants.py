@@ -102,6 +102,77 @@ def test_weight_decay_on_matrices_only():
     assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in model.parameters()}
 
 
+
+
+def test_checkpoints_beyond_keep_are_deleted_oldest_first(tmp_path):
+    """ckpt-keep-off-by-one: after each save exactly ``keep`` complete checkpoints stay, the newest."""
+    from twotower.training.checkpoints import complete_checkpoints, save_checkpoint
+    from twotower.training.trainer import TrainConfig
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    folder = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4):
+        save_checkpoint(folder, stage=0, step=step, global_step=step, model=model, optimizer=optimizer,
+                        scheduler=scheduler, objective_state={}, history=[], config=TrainConfig(out=str(tmp_path)),
+                        keep=2)
+        assert [p.name for p in complete_checkpoints(folder)] == [f"step-{s:08d}" for s in range(max(1, step - 1), step + 1)]
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000003", "step-00000004"]
+
+
+# ------------------------------------------------------------------------------------ training/mining.py, multivector.py
+def test_mined_negatives_come_from_ranks_a_to_b_one_based(tmp_path):
+    """mining-rank-off-by-one: ranks a..b are 1-based and inclusive: (2, 3) is the 2nd and 3rd document."""
+    from conftest import TINY_CORPUS, TINY_QUERIES, write_beir
+    from twotower.data.beir import BeirDataset
+    from twotower.training.mining import add_hard_negatives
+
+    ds = BeirDataset.load(write_beir(tmp_path / "beir", TINY_CORPUS, TINY_QUERIES, [("q1", "d1", 1)], split="train"),
+                          "train")
+    ranked = {"q1": ["d2", "d3", "d4", "d5", "d6"]}
+    [mined] = add_hard_negatives([TrainExample("which feline purrs", "Cats", qid="q1", pid="d1")], ds, ranked,
+                                 num_negatives=5, rank_range=(2, 3))
+    assert sorted(mined.negative_ids) == ["d3", "d4"]
+    assert sorted(mined.negatives) == sorted(ds.corpus[d].full_text for d in ("d3", "d4"))
+
+
+def test_multivector_step_embeds_documents_with_the_document_tower(model_dir, tmp_path):
+    """mv-query-tower: with separate towers (ade, each its own projection) the ME-BERT loss of a step uses the
+    document tower's token vectors; the query tower's give a loss far outside the tolerance."""
+    import torch.nn.functional as F
+
+    from twotower.retrieval.multivector import document_token_vectors, maxsim
+    from twotower.training.trainer import StageConfig, TrainConfig, Trainer
+
+    pairs = tmp_path / "pairs.jsonl"
+    save_pairs([TrainExample(q, p, qid=f"q{i}", pid=f"d{i}") for i, (q, p) in enumerate(ROWS)], pairs)
+    stage = StageConfig(pairs=str(pairs), batch_size=len(ROWS), steps=1, lr=1e-4, warmup=0.0, temperature=0.05)
+    trainer = Trainer(TrainConfig(out=str(tmp_path / "run"), model=str(model_dir), towers="ade", dim=16,
+                                  multivector=2, precision="fp32", show_progress=False, stages=[stage]))
+    m = trainer.model
+    assert m.query_tower is not m.doc_tower
+    with torch.no_grad():  # ade towers start as copies of one checkpoint: make them differ, as training would
+        generator = torch.Generator().manual_seed(0)
+        for p in m.query_tower.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+
+    def loss_with(tower):
+        qb = m.query_tower.tokenize([q for q, _ in ROWS], max_length=m.query_max_length)
+        db = tower.tokenize([p for _, p in ROWS], max_length=m.doc_max_length)
+        s = maxsim(m.forward_queries(qb["input_ids"], qb["attention_mask"]),
+                   *document_token_vectors(tower, db["input_ids"], db["attention_mask"], 2)) / 0.05
+        labels = torch.arange(len(ROWS))
+        return ((F.cross_entropy(s, labels) + F.cross_entropy(s.T, labels)) / 2).item()
+
+    with torch.no_grad():
+        expected, wrong = loss_with(m.doc_tower), loss_with(m.query_tower)
+    assert abs(expected - wrong) > 1e-2
+    trainer.train()
+    log = json.loads((tmp_path / "run" / "train_log.json").read_text())
+    assert log[0]["loss"] == pytest.approx(expected, rel=1e-5)
+
+
 # --------------------------------------------------------------------------------------------- retrieval/hybrid.py
 def test_unnormalised_fusion_gives_a_missing_document_the_systems_minimum():
     """hybrid-floor-zero: without min-max normalisation a document one system did not return scores that
