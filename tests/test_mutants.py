@@ -119,6 +119,38 @@ def test_checkpoints_beyond_keep_are_deleted_oldest_first(tmp_path):
                         keep=2)
         assert [p.name for p in complete_checkpoints(folder)] == [f"step-{s:08d}" for s in range(max(1, step - 1), step + 1)]
     assert sorted(p.name for p in folder.iterdir()) == ["step-00000003", "step-00000004"]
+    # ckpt-incomplete-accepted: a newer folder missing any checkpoint file is not a checkpoint to resume from
+    (folder / "step-00000005").mkdir()
+    (folder / "step-00000005" / "state.json").write_text("{}")
+    assert [p.name for p in complete_checkpoints(folder)] == ["step-00000003", "step-00000004"]
+
+
+
+def test_config_refuses_duplicate_stage_names_and_batches_of_one(tmp_path):
+    """config-dup-stage-names, config-batch-1: two stages named alike would share stages/<name>/; a batch of
+    one has no in-batch negatives."""
+    from twotower.errors import TwoTowerError
+    from twotower.training.trainer import StageConfig, TrainConfig
+
+    with pytest.raises(TwoTowerError, match="stage names must differ"):
+        TrainConfig(out=str(tmp_path), stages=[StageConfig(name="a"), StageConfig(name="a")]).validate()
+    with pytest.raises(TwoTowerError, match="batch size 1"):
+        TrainConfig(out=str(tmp_path), stages=[StageConfig(batch_size=1)]).validate()
+    TrainConfig(out=str(tmp_path), stages=[StageConfig(name="a", batch_size=2), StageConfig(name="b")]).validate()
+
+
+def test_resume_with_another_seed_is_refused(tmp_path):
+    """config-resume-seed: the seed decides the data order, so a checkpoint made with another is not resumed."""
+    from dataclasses import asdict
+
+    from twotower.errors import TwoTowerError
+    from twotower.training.checkpoints import check_resumable
+    from twotower.training.trainer import TrainConfig
+
+    saved = asdict(TrainConfig(out=str(tmp_path), seed=1))
+    check_resumable(saved, TrainConfig(out=str(tmp_path), seed=1, show_progress=False), tmp_path)
+    with pytest.raises(TwoTowerError, match="seed: 1 -> 2"):
+        check_resumable(saved, TrainConfig(out=str(tmp_path), seed=2), tmp_path)
 
 
 # ------------------------------------------------------------------------------------ training/mining.py, multivector.py
