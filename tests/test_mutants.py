@@ -250,3 +250,63 @@ def test_queries_without_judgements_do_not_count_in_the_mean():
     qrels = {"q1": {"a": 1}, "q2": {}}
     run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 1.0}}
     assert evaluate(qrels, run, ("ndcg@10", "p@1")) == {"ndcg@10": 1.0, "p@1": 1.0}
+
+
+# ----------------------------------------------------------------------------------------- retrieval/multivector.py
+def test_random_projection_preserves_squared_norms_on_average():
+    """projection-scale: Johnson–Lindenstrauss scaling by 1/√k keeps E‖xR‖² = ‖x‖² (entries of variance 1/k),
+    so projected inner products stay on the scale of the originals."""
+    import numpy as np
+
+    from twotower.retrieval.multivector import random_projection
+
+    r = random_projection(256, 16, seed=3)
+    assert r.shape == (256, 16) and r.dtype == np.float32
+    assert np.var(r) * 16 == pytest.approx(1.0, abs=0.1)
+    x = np.random.default_rng(0).standard_normal((2000, 256)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    assert np.mean(np.sum((x @ r) ** 2, axis=1)) == pytest.approx(1.0, abs=0.1)
+    np.testing.assert_array_equal(random_projection(256, 16, seed=3), r)  # a seed gives one projection
+
+
+# ----------------------------------------------------------------------- retrieval/searcher.py, evaluation/pipeline.py
+from test_hybrid import DEEP_QUERIES, _assert_top_k_of, _expected, deep_beir, deep_index, full_scores  # noqa: E402,F401
+
+
+def test_searcher_hybrid_weights_dense_by_lambda(deep_index, full_scores):
+    """searcher-swapped-runs: λ weighs the dense side (at the default λ = 0.5 a swap cannot show)."""
+    from twotower.retrieval.searcher import Searcher
+
+    run = Searcher(deep_index, precision="fp32").run(DEEP_QUERIES, 10, mode="hybrid", lam=0.8)
+    _assert_top_k_of(run, _expected(full_scores, "hybrid", depth=100, lam=0.8), 10)
+
+
+def test_eval_hybrid_uses_the_given_lambda(deep_beir, tiny_bert_dir, full_scores):
+    """pipeline-lambda-ignored: ``eval --retriever hybrid --lambda 0.8`` fuses with λ = 0.8."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    res = run_eval(EvalConfig(data=deep_beir, retriever="hybrid", model=str(tiny_bert_dir), precision="fp32",
+                              top_k=10, hybrid_lambda=0.8, show_progress=False))
+    _assert_top_k_of(res.run, _expected(full_scores, "hybrid", depth=100, lam=0.8), 10)
+
+
+def test_eval_bm25_uses_the_given_k1_and_b(deep_beir):
+    """pipeline-bm25-b-ignored: ``eval --k1 --b`` reach BM25 (the run is BM25 with those parameters, not the
+    defaults')."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.bm25 import BM25, BM25Params
+
+    ids = [f"d{i}" for i in range(150)]
+    from test_hybrid import _deep_doc
+
+    texts = [_deep_doc(i) for i in range(150)]
+
+    def direct(params):
+        s, idx = BM25(params).index(ids, texts, show_progress=False).search(list(DEEP_QUERIES.values()), 5,
+                                                                           show_progress=False)
+        return {q: {ids[j]: pytest.approx(float(v), rel=1e-6) for v, j in zip(s[i], idx[i])}
+                for i, q in enumerate(DEEP_QUERIES)}
+
+    res = run_eval(EvalConfig(data=deep_beir, retriever="bm25", k1=0.9, b=0.2, top_k=5, show_progress=False))
+    assert res.run == direct(BM25Params(k1=0.9, b=0.2))
+    assert res.run != direct(BM25Params())
