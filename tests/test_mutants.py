@@ -310,3 +310,43 @@ def test_eval_bm25_uses_the_given_k1_and_b(deep_beir):
     res = run_eval(EvalConfig(data=deep_beir, retriever="bm25", k1=0.9, b=0.2, top_k=5, show_progress=False))
     assert res.run == direct(BM25Params(k1=0.9, b=0.2))
     assert res.run != direct(BM25Params())
+
+
+# ------------------------------------------------------------------------------------------- retrieval/store.py
+def test_multivector_search_takes_k_times_m_entries_by_default(tmp_path):
+    """store-mv-candidates: the FAISS candidates default to k·m entries, so a document whose m vectors are the
+    best k entries does not crowd the others out (k entries alone would give one document)."""
+    import numpy as np
+
+    from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
+
+    e = np.eye(4, dtype=np.float32)
+    a = np.stack([e[0], 0.99 * e[0] + 0.1 * e[1], 0.98 * e[0] + 0.2 * e[1]])  # scores 1, .99, .98 for query e0
+    vecs = np.concatenate([a, [0.5 * e[0] + e[2]], [0.1 * e[0] + e[3]]]).astype(np.float32)
+    offsets = np.array([0, 3, 4, 5])
+    store = IndexStore.build(tmp_path / "mv", NewDocs(["a", "b", "c"], ["", "", ""], ["", "", ""], vecs, offsets),
+                             model={"name": "t"}, spec=IndexSpec(kind="flat"), multivector=3, show_progress=False)
+    scores, rows = store.search(e[:1], 2)
+    assert [store.doc_ids[r] for r in rows[0]] == ["a", "b"]
+    assert scores[0] == pytest.approx([1.0, 0.5])
+
+
+def test_missing_hits_score_minus_infinity(tmp_path):
+    """store-pad-scores: asking for more documents than the index holds pads with row −1 and score −inf (not
+    FAISS's placeholder −3.4e38), whether FAISS or the padding supplies the missing hits."""
+    import numpy as np
+
+    from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
+
+    e = np.eye(4, dtype=np.float32)
+    store = IndexStore.build(tmp_path / "idx", NewDocs(["a", "b", "c"], ["", "", ""], ["", "", ""], e[:3]),
+                             model={"name": "t"}, spec=IndexSpec(kind="hnsw", hnsw_m=4), show_progress=False)
+    scores, rows = store.search(e[:1], 5)
+    assert rows[0].tolist() == [0, 1, 2, -1, -1] or rows[0].tolist() == [0, 2, 1, -1, -1]
+    assert scores[0, 0] == pytest.approx(1.0) and np.isneginf(scores[0, 3:]).all()
+    vectors = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    ivf = IndexStore.build(tmp_path / "ivf", NewDocs([f"d{i}" for i in range(40)], [""] * 40, [""] * 40, vectors),
+                           model={"name": "t"}, spec=IndexSpec(kind="ivf", nlist=4), show_progress=False)
+    scores, rows = ivf.search(e[:1], 40, nprobe=1)  # one list of four probed: FAISS itself returns missing hits
+    missing = rows[0] == -1
+    assert 0 < missing.sum() < 40 and np.isneginf(scores[0][missing]).all() and np.isfinite(scores[0][~missing]).all()
