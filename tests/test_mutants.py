@@ -350,3 +350,41 @@ def test_missing_hits_score_minus_infinity(tmp_path):
     scores, rows = ivf.search(e[:1], 40, nprobe=1)  # one list of four probed: FAISS itself returns missing hits
     missing = rows[0] == -1
     assert 0 < missing.sum() < 40 and np.isneginf(scores[0][missing]).all() and np.isfinite(scores[0][~missing]).all()
+
+
+# ------------------------------------------------------------------------------------------- retrieval/index/kinds.py
+def test_only_flat_factories_count_as_exact():
+    """is-exact-substring: an IVF index with flat lists ("IVF100,Flat") still searches only nprobe lists, so
+    eval --index must warn that it is approximate; only a plain (ID-mapped) Flat index is exact."""
+    from twotower.retrieval.index.kinds import IndexSpec, is_exact
+
+    assert is_exact("Flat") and is_exact("IDMap, Flat") and is_exact(IndexSpec(kind="flat").factory(8, 100))
+    for factory in ("IVF100,Flat", "IVF16,PQ8", "HNSW32", IndexSpec(kind="ivf").factory(8, 10_000)):
+        assert not is_exact(factory), factory
+
+
+# ------------------------------------------------------------------------------------------- evaluation/runs.py
+def test_run_files_keep_float32_scores_exactly(tmp_path):
+    """runs-score-precision: scores written to a run file read back as the same float32 values, so close
+    scores stay apart (no ties invented by rounding)."""
+    import numpy as np
+
+    from twotower.evaluation.runs import read_run, write_run
+
+    scores = np.array([0.123456789, 0.123456701, 0.98765432, 1e-7, -3.3333333], dtype=np.float32)
+    run = {"q": {f"d{i}": float(s) for i, s in enumerate(scores)}}
+    write_run(run, tmp_path / "run.trec")
+    back = read_run(tmp_path / "run.trec")["q"]
+    assert np.array_equal(np.array([back[f"d{i}"] for i in range(5)], dtype=np.float32), scores)
+
+
+def test_run_lines_need_exactly_six_columns(tmp_path):
+    """runs-columns-lenient: a line with a seventh column (e.g. a doc id with a space) is an error naming the
+    line, not silently read with shifted fields."""
+    from twotower.errors import DataError
+    from twotower.evaluation.runs import read_run
+
+    path = tmp_path / "bad.trec"
+    path.write_text("q1 Q0 a 1 3.0 t\nq1 Q0 doc b 2 2.0 t\n")
+    with pytest.raises(DataError, match="line 2.*expected 6 columns"):
+        read_run(path)
