@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,10 @@ def write(results: list[dict], command: str, history: dict) -> None:
     for label, past in history.items():
         lines += ["", f"Earlier ({label}): " + ", ".join(
             f"{pkg} {v['killed']}/{v['mutants']}" for pkg, v in past.items())]
+    if history:
+        lines += ["", "This command re-ran only the mutants it names (column 'before': their earlier outcome); the "
+                  "others keep their outcome from the earlier run (tests were only added since, so a mutant "
+                  "killed then is killed now)."]
     lines += ["", "| id | file | bug | outcome | before | seconds | tests |", "|---|---|---|---|---|---|---|"]
     for r in results:
         outcome = r["outcome"] + (" (equivalent)" if r.get("equivalent") else "")
@@ -108,6 +113,19 @@ def write(results: list[dict], command: str, history: dict) -> None:
     (RESULTS / "mutation_check.md").write_text("\n".join(lines) + "\n")
 
 
+def _with_notes(rows) -> list[dict]:
+    """Rows in MUTANTS order with the equivalence reasons and notes of mutants.py (the current ones)."""
+    order = {m["id"]: i for i, m in enumerate(MUTANTS)}
+    ordered = sorted((r for r in rows if r["id"] in order), key=lambda r: order[r["id"]])
+    for r in ordered:
+        spec = MUTANTS[order[r["id"]]]
+        for key in ("equivalent", "note"):
+            r.pop(key, None)
+            if spec.get(key):
+                r[key] = spec[key]
+    return ordered
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ids", help="comma-separated mutant ids to run (default: all)")
@@ -115,7 +133,14 @@ def main() -> None:
     ap.add_argument("--label", default="previous run", help="name of the earlier score kept in the history (--merge)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per mutant (default 300)")
     ap.add_argument("--list", action="store_true", help="check and list the mutants, run nothing")
+    ap.add_argument("--report", action="store_true",
+                    help="rewrite the .md (and notes in the .json) from the results file, run nothing")
     args = ap.parse_args()
+    if args.report:
+        old = json.loads((RESULTS / "mutation_check.json").read_text())
+        rows = _with_notes(old["mutants"])
+        write(rows, old["command"], old.get("history", {}))
+        return
 
     src = ROOT / "src"
     check_mutants(src)
@@ -165,16 +190,9 @@ def main() -> None:
             print(f"[{n}/{len(chosen)}] {m['id']:32s} {outcome:9s} {seconds:6.1f}s  {summary}", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    order = {m["id"]: i for i, m in enumerate(MUTANTS)}
-    ordered = sorted((r for r in results.values() if r["id"] in order), key=lambda r: order[r["id"]])
-    for r in ordered:  # the equivalence reason and survivor notes come from mutants.py, the current ones
-        spec = MUTANTS[order[r["id"]]]
-        for key in ("equivalent", "note"):
-            r.pop(key, None)
-            if spec.get(key):
-                r[key] = spec[key]
-    command = "PYTHONPATH=$PWD/src python benchmarks/mutation_check.py" + "".join(
-        f" {a}" for a in sys.argv[1:])
+    ordered = _with_notes(results.values())
+    command = "PYTHONPATH=$PWD/src python benchmarks/mutation_check.py" + (
+        " " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "")
     write(ordered, command, history)
     print(json.dumps(score(ordered), indent=1))
 
