@@ -145,6 +145,8 @@ def main() -> None:
     src = ROOT / "src"
     check_mutants(src)
     chosen = MUTANTS
+    if args.ids and not args.merge and not args.list:
+        raise SystemExit("--ids runs some mutants only: add --merge, or the results file would lose the others")
     if args.ids:
         wanted = args.ids.split(",")
         unknown = set(wanted) - {m["id"] for m in MUTANTS}
