@@ -83,7 +83,8 @@ def eval_cmd(
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.evaluation.runs import write_run
-    from twotower.io import atomic_write_json, check_output_files
+    from twotower.data.beir import beir_files
+    from twotower.io import atomic_write_json, check_not_inputs, check_output_files
 
     cfg = EvalConfig(
         data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
@@ -96,6 +97,7 @@ def eval_cmd(
     cfg.language = language
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
+        check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)

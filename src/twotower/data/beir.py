@@ -172,6 +172,13 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
+def beir_files(root: str | Path) -> list[Path]:
+    """The files a BEIR directory's readers take as input: corpus, queries and every qrels split."""
+    root = Path(root)
+    qrels = sorted((root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+    return [root / "corpus.jsonl", root / "queries.jsonl", *qrels]
+
+
 @dataclass
 class BeirDataset:
     """A loaded BEIR split: corpus, the queries judged in the split, and its qrels."""

@@ -1,0 +1,92 @@
+"""A second round of bad input (issue #24): each case must stop with exit code 2 and a one-line message naming
+the option, file or field, with no traceback, and must leave the files it was given as they were."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from twotower.cli import app
+
+runner = CliRunner()
+
+
+def _cli(*argv):
+    return runner.invoke(app, [str(a) for a in argv])
+
+
+def _refused(res, *fragments: str) -> None:
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output
+    text = " ".join(res.output.split())
+    for fragment in fragments:
+        assert fragment in text, res.output
+
+
+# ---- eval: numbers out of range, options the retriever would ignore --------------------------------------
+
+EVAL_CASES = [
+    (["--metrics", "ndcg@0"], "the cutoff k must be at least 1"),  # pytrec_eval aborted the process (exit 134)
+    (["--metrics", "recall@-3"], "the cutoff k must be at least 1"),
+    (["--metrics", ",,"], "--metrics names no metric"),
+    (["--metrics", ""], "--metrics names no metric"),
+    (["--k1", "-1"], "--k1"),
+    (["--k1", "nan"], "--k1"),
+    (["--k1", "inf"], "--k1"),
+    (["--b", "2"], "--b"),
+    (["--b", "-0.1"], "--b"),
+    (["--b", "nan"], "--b"),
+    (["--retriever", "dense", "--lambda", "0.5"], "--lambda"),
+    (["--retriever", "bm25", "--lambda", "0.5"], "--lambda"),
+    (["--retriever", "dense", "--k1", "1.2"], "--k1 set BM25"),
+    (["--retriever", "bm25", "--multivector", "4"], "--multivector"),
+]
+
+
+@pytest.mark.parametrize("extra,message", EVAL_CASES, ids=[" ".join(c[0]) or "empty" for c in EVAL_CASES])
+def test_eval_refuses_bad_numbers_and_ignored_options(tiny_beir, monkeypatch, extra, message):
+    import twotower.data.beir as beir
+
+    def no_loading(*a, **k):
+        raise AssertionError("the data set was loaded before the options were checked")
+
+    monkeypatch.setattr(beir.BeirDataset, "load", no_loading)
+    _refused(_cli("eval", "--data", tiny_beir, "--no-progress", "--device", "cpu", *extra), message)
+
+
+def test_bm25_params_reject_out_of_range_values():
+    from twotower.retrieval.bm25 import BM25Params
+
+    for bad in ({"k1": -0.5}, {"k1": float("nan")}, {"b": 1.5}, {"b": float("inf")}):
+        with pytest.raises(ValueError):
+            BM25Params(**bad)
+    BM25Params(k1=0.0, b=0.0)
+    BM25Params(k1=3.0, b=1.0)
+
+
+# ---- outputs naming an input file: the input was overwritten with results ---------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "--data", "{d}", "--out", "{d}/corpus.jsonl", "--no-progress"],
+    ["eval", "--data", "{d}", "--run", "{d}/queries.jsonl", "--no-progress"],
+    ["eval", "--data", "{d}", "--out", "{d}/qrels/test.tsv", "--no-progress"],
+    ["mine", "--data", "{d}", "--split", "test", "--out", "{d}/qrels/test.tsv", "--no-progress"],
+])
+def test_an_output_never_overwrites_an_input(tiny_beir, argv):
+    before = {p: p.read_bytes() for p in tiny_beir.rglob("*") if p.is_file()}
+    res = _cli(*[a.format(d=tiny_beir) for a in argv])
+    _refused(res, "is an input of this command", "give another file")
+    assert {p: p.read_bytes() for p in tiny_beir.rglob("*") if p.is_file()} == before
+
+
+def test_report_page_never_overwrites_an_analysis(tmp_path):
+    folder = tmp_path / "analysis"
+    folder.mkdir()
+    fidelity = folder / "latency.json"
+    fidelity.write_text(json.dumps({"rows": []}))
+    res = _cli("analyze", "report", "--out", folder, "--page", fidelity)
+    _refused(res, "--page", "is an input of this command")
+    assert json.loads(fidelity.read_text()) == {"rows": []}
