@@ -90,3 +90,64 @@ def test_report_page_never_overwrites_an_analysis(tmp_path):
     res = _cli("analyze", "report", "--out", folder, "--page", fidelity)
     _refused(res, "--page", "is an input of this command")
     assert json.loads(fidelity.read_text()) == {"rows": []}
+
+
+# ---- training settings: infinities, stage tables, stage names, --config paths -----------------------------
+
+@pytest.mark.parametrize("field,value", [("epochs", float("inf")), ("temperature", float("inf")),
+                                         ("lr", float("inf")), ("weight_decay", float("inf"))])
+def test_stage_refuses_infinite_numbers(field, value):
+    from twotower.errors import TwoTowerError
+    from twotower.training.config import StageConfig
+
+    with pytest.raises(TwoTowerError, match=field.replace("_", " ") if field != "lr" else "learning rate"):
+        StageConfig(data="x", **{field: value}).validate()
+
+
+@pytest.mark.parametrize("name", ["../../victim", "a/b", "", ".", ".hidden", "/abs"])
+def test_stage_name_cannot_leave_the_run_folder(name):
+    from twotower.errors import TwoTowerError
+    from twotower.training.config import StageConfig
+
+    with pytest.raises(TwoTowerError, match="names the folder"):
+        StageConfig(name=name, data="x").validate()
+    StageConfig(name="stage-2.b_c", data="x").validate()
+
+
+@pytest.mark.parametrize("toml", ["stage = 5\n", 'stage = ["x"]\n', '[stage]\ndata = "d"\n'])
+def test_stage_must_be_an_array_of_tables(tmp_path, toml):
+    path = tmp_path / "s.toml"
+    path.write_text(toml)
+    _refused(_cli("train", "--config", path, "--out", tmp_path / "run"), "'stage' must be an array of tables")
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_config_that_is_no_file(tmp_path, kind):
+    path = tmp_path / "s.toml"
+    if kind == "directory":
+        path.mkdir()
+    _refused(_cli("train", "--config", path, "--out", tmp_path / "run"), f"--config {path}")
+
+
+def test_epochs_inf_on_the_cli(tiny_beir, tmp_path):
+    _refused(_cli("train", "--data", tiny_beir, "--split", "test", "--out", tmp_path / "r", "--epochs", "inf"),
+             "epochs inf")
+
+
+@pytest.mark.parametrize("command", ["train", "pretrain"])
+def test_resume_without_checkpoint_keeps_a_finished_model(tiny_beir, tmp_path, tiny_bert_dir, command):
+    """--resume on a folder with a finished model and no checkpoint started from scratch and replaced it."""
+    out = tmp_path / "run"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "weights").write_text("trained")
+    data = ["--data", tiny_beir, "--split", "test"] if command == "train" else ["--corpus", tiny_beir]
+    res = _cli(command, *data, "--out", out, "--resume", "--model", tiny_bert_dir, "--steps", "1",
+               "--batch-size", "2", "--device", "cpu", "--no-progress")
+    _refused(res, "nothing to continue", "choose another --out")
+    assert (out / "model" / "weights").read_text() == "trained"
+
+
+def test_error_text_in_brackets_is_printed(tmp_path):
+    """rich read '[nan, 0.5]' in an error as markup and printed nothing of it."""
+    res = _cli("pretrain", "--corpus", tmp_path, "--out", tmp_path / "r", "--crop-min", "nan")
+    _refused(res, "got [nan, 0.5]")

@@ -244,6 +244,10 @@ class Trainer:
         start = None
         if resume:
             start = newest_loadable(self.checkpoint_dir, self.device)
+            if start is None and (self.out / "model").exists():
+                raise TwoTowerError(f"{self.out}: --resume found no checkpoint in {self.checkpoint_dir} but a finished "
+                                    f"model in {self.out / 'model'}: there is nothing to continue, and starting again "
+                                    "would replace it; choose another --out")
             if start is None:
                 log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
             else:
