@@ -151,3 +151,60 @@ def test_error_text_in_brackets_is_printed(tmp_path):
     """rich read '[nan, 0.5]' in an error as markup and printed nothing of it."""
     res = _cli("pretrain", "--corpus", tmp_path, "--out", tmp_path / "r", "--crop-min", "nan")
     _refused(res, "got [nan, 0.5]")
+
+
+# ---- re-rankers: a plain encoder is no cross-encoder; train-reranker's numbers, split and --out -----------
+
+def test_a_plain_encoder_is_refused_as_reranker(tiny_bert_dir):
+    """Loaded as a cross-encoder, a BertModel gets a random scoring head: every score ~0.5, a silent shuffle."""
+    from twotower.errors import ModelError
+    from twotower.retrieval.rerank import Reranker
+
+    with pytest.raises(ModelError, match="not a cross-encoder: its config.json names BertModel"):
+        Reranker(tiny_bert_dir, device="cpu")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--lr", "0"], "--lr 0.0"), (["--lr", "nan"], "--lr nan"), (["--lr", "inf"], "--lr inf"),
+    (["--split", "test"], "--split test"),
+])
+def test_train_reranker_refuses(tiny_beir, tmp_path, tiny_bert_dir, extra, message):
+    res = _cli("train-reranker", "--data", tiny_beir, "--out", tmp_path / "ce", "--base", tiny_bert_dir,
+               "--device", "cpu", "--no-progress", *extra)
+    _refused(res, message)
+    assert not (tmp_path / "ce").exists()
+
+
+def test_train_reranker_never_replaces_another_folder(tiny_beir, tmp_path, tiny_bert_dir):
+    """--out naming a training run's folder replaced the whole folder (model, logs) with the cross-encoder."""
+    import shutil
+
+    shutil.copy(tiny_beir / "qrels" / "test.tsv", tiny_beir / "qrels" / "train.tsv")
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "train_log.json").write_text("[]")
+    res = _cli("train-reranker", "--data", tiny_beir, "--out", run, "--base", tiny_bert_dir, "--device", "cpu",
+               "--no-progress")
+    _refused(res, f"--out {run} is a folder holding other files, not a cross-encoder")
+    assert sorted(p.name for p in run.iterdir()) == ["model", "train_log.json"]
+
+
+# ---- table and serve --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", ['{"nope": 1}', "[1, 2]", '{"retriever": "bm25", "metrics": "x"}',
+                                     '{"retriever": "bm25", "metrics": {"ndcg@10": "high"}}', '"text"'])
+def test_table_of_a_json_that_is_no_result(tmp_path, content):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    _refused(_cli("table", path), f"{path}: not a result of 'twotower eval --out'")
+
+
+def test_table_of_a_real_result(tiny_beir, tmp_path):
+    out = tmp_path / "r.json"
+    assert _cli("eval", "--data", tiny_beir, "--out", out, "--no-progress").exit_code == 0
+    res = _cli("table", out, out)
+    assert res.exit_code == 0 and res.output.count("bm25") == 2, res.output
+
+
+def test_serve_unknown_log_level(tmp_path):
+    _refused(_cli("serve", "--index", tmp_path, "--log-level", "loud"), "--log-level loud: choose one of")

@@ -117,9 +117,16 @@ def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files 
     rows = []
     for path in results:
         try:
-            rows.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
+            row = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             _fail(TwoTowerError(f"{path}: cannot read results JSON ({exc})"))
+        metrics = row.get("metrics") if isinstance(row, dict) else None
+        if (not isinstance(metrics, dict) or not isinstance(row.get("retriever"), str)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values())
+                or not isinstance(row.get("timings", {}), dict)):
+            _fail(TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a "
+                                "'metrics' object of numbers)"))
+        rows.append({**row, "timings": row.get("timings", {})})
     console.print(metrics_table(rows))
 
 

@@ -193,10 +193,10 @@ def register(app: typer.Typer) -> None:
         """Train a cross-encoder re-ranker: judged positives vs BM25-mined negatives, softmax over each group."""
         from twotower.retrieval.rerank import RerankerTrainConfig, train_reranker
 
-        cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs, batch_queries=batch_queries,
-                                  lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
-                                  show_progress=progress, device=device)
         try:
+            cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs,
+                                      batch_queries=batch_queries, lr=lr, max_length=max_length, precision=precision,
+                                      seed=seed, max_queries=max_queries, show_progress=progress, device=device)
             check_output_dir(out, "--out", replaced=True)  # before any loading or training
             stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
         except (TwoTowerError, ValueError) as exc:
