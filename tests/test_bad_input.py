@@ -208,3 +208,85 @@ def test_table_of_a_real_result(tiny_beir, tmp_path):
 
 def test_serve_unknown_log_level(tmp_path):
     _refused(_cli("serve", "--index", tmp_path, "--log-level", "loud"), "--log-level loud: choose one of")
+
+
+# ---- search, fidelity, index build, pretrain, mine: options that would be ignored or make no sense --------
+
+@pytest.mark.parametrize("argv,message", [
+    (["search", "--index", "{t}", ""], "QUERY is empty"),
+    (["search", "--index", "{t}", "   "], "QUERY is empty"),
+    (["search", "--index", "{t}", "cats", "--lambda", "0.3"], "--mode dense does not use it"),
+    (["search", "--index", "{t}", "cats", "--mode", "rrf", "--lambda", "0.3"], "--mode rrf does not use it"),
+    (["analyze", "fidelity", "--data", "{t}", "--out", "{t}/a", "--doc-lengths", "16,0"], "--doc-lengths: 0 is not a length"),
+    (["analyze", "fidelity", "--data", "{t}", "--out", "{t}/a", "--doc-lengths", "-5"], "--doc-lengths: -5 is not a length"),
+    (["pretrain", "--corpus", "{t}", "--out", "{t}/r", "--delete", "1.0"], "must add up to less than 1"),
+    (["pretrain", "--corpus", "{t}", "--out", "{t}/r", "--delete", "0.5", "--replace", "0.5"], "must add up to less than 1"),
+])
+def test_refused_before_any_work(tmp_path, argv, message):
+    """Each is refused before an index, model or corpus is read (the folder given holds nothing)."""
+    _refused(_cli(*[a.format(t=tmp_path) for a in argv]), message)
+
+
+def test_serve_refuses_a_blank_query(tiny_beir, tiny_bert_dir, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    index = tmp_path / "idx"
+    assert _cli("index", "build", "--data", tiny_beir, "--out", index, "--model", tiny_bert_dir, "--device", "cpu",
+                "--no-progress").exit_code == 0
+    client = TestClient(create_app(index, device="cpu", query_runtime="torch"))
+    assert client.post("/search", json={"query": " \n ", "k": 3}).status_code == 422
+    assert client.post("/search/batch", json={"queries": ["cats", "  "], "k": 3}).status_code == 422
+    assert client.post("/search", json={"query": " cats ", "k": 3}).status_code == 200
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--kind", "flat", "--nlist", "2"], "--nlist applies to --kind ivf | ivfpq, not 'flat'"),
+    (["--kind", "hnsw", "--nlist", "2"], "--nlist applies to --kind ivf | ivfpq, not 'hnsw'"),
+    (["--kind", "ivf", "--nlist", "2", "--pq-m", "4"], "--pq-m applies to --kind ivfpq, not 'ivf'"),
+])
+def test_index_build_refuses_options_its_kind_ignores(tiny_beir, tiny_bert_dir, tmp_path, extra, message):
+    res = _cli("index", "build", "--data", tiny_beir, "--out", tmp_path / "idx", "--model", tiny_bert_dir,
+               "--device", "cpu", "--no-progress", *extra)
+    _refused(res, message)
+    assert not (tmp_path / "idx" / "CURRENT").exists()
+
+
+def test_mine_refuses_a_model_bm25_would_ignore(tiny_beir, tiny_bert_dir, tmp_path):
+    res = _cli("mine", "--data", tiny_beir, "--split", "test", "--out", tmp_path / "m.jsonl", "--model", tiny_bert_dir)
+    _refused(res, "is not used by --retriever bm25")
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+# ---- data files: a directory or device in place of a file, conflicting qrels rows --------------------------
+
+@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl"])
+def test_a_directory_in_place_of_a_data_file(tiny_beir, name):
+    (tiny_beir / name).unlink()
+    (tiny_beir / name).mkdir()
+    _refused(_cli("eval", "--data", tiny_beir, "--no-progress"), f"{name}: is a directory, not a file")
+
+
+def test_a_device_in_place_of_a_corpus(tmp_path):
+    from twotower.data.beir import load_corpus
+    from twotower.errors import DataError
+
+    with pytest.raises(DataError, match="is not a regular file"):
+        load_corpus("/dev/null")
+
+
+def test_qrels_judging_one_pair_twice_with_different_scores(tiny_beir):
+    """The last row silently won: a relevant document could turn irrelevant without a word."""
+    from twotower.data.beir import load_qrels
+    from twotower.errors import DataError
+
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    with qrels.open("a") as f:
+        f.write("q1\td1\t1\n")  # the same judgement again: fine
+    assert load_qrels(qrels)["q1"] == {"d1": 1}
+    with qrels.open("a") as f:
+        f.write("q1\td1\t0\n")
+    with pytest.raises(DataError, match=r"line 6, field 'score': query 'q1' judges document 'd1' twice, with scores 1 "
+                                        r"and 0"):
+        load_qrels(qrels)

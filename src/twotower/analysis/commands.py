@@ -93,13 +93,15 @@ def fidelity_cmd(
             if allow_full and part.lower() in ("full", "none"):
                 values.append(None)
                 continue
+            from twotower.errors import TwoTowerError
+
             try:
                 values.append(int(part))
             except ValueError:
-                from twotower.errors import TwoTowerError
-
                 raise TwoTowerError(f"{name}: '{part}' is not an integer"
                                     + (" or 'full'" if allow_full else "")) from None
+            if values[-1] < 1:
+                raise TwoTowerError(f"{name}: {values[-1]} is not a length; give whole numbers of at least 1")
         return tuple(values)
 
     def go() -> None:

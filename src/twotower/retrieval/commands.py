@@ -145,6 +145,12 @@ def register(app: typer.Typer) -> None:
         from twotower.retrieval.searcher import DEFAULT_LAMBDA, Searcher
 
         try:
+            if not query.strip():
+                raise TwoTowerError("QUERY is empty: give the text to search for, e.g. twotower search --index DIR "
+                                    "'how is green tea made'")
+            if lam is not None and mode != "hybrid":
+                raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
+                                    "it: drop --lambda or pass --mode hybrid")
             searcher = Searcher(index, device=device)
             depth = max(k, rerank_depth) if rerank else k
             hits = searcher.search(query, depth, mode=mode, lam=DEFAULT_LAMBDA if lam is None else lam,
