@@ -290,3 +290,32 @@ def test_qrels_judging_one_pair_twice_with_different_scores(tiny_beir):
     with pytest.raises(DataError, match=r"line 6, field 'score': query 'q1' judges document 'd1' twice, with scores 1 "
                                         r"and 0"):
         load_qrels(qrels)
+
+
+# ---- lengths past the model's position embeddings ---------------------------------------------------------
+
+def test_max_length_past_the_positions(tiny_bert_dir, tmp_path):
+    """--doc-max-length 1000 on a 128-position model indexed past its position embeddings: a RuntimeError
+    traceback on the first long document; the default length (the tokenizer's 512) did the same."""
+    import json as _json
+
+    from conftest import TINY_QRELS, TINY_QUERIES, write_beir
+
+    long_doc = {"_id": "long", "title": "", "text": "cats purr " * 400}
+    data = write_beir(tmp_path / "d", [{"_id": "d1", "title": "Cats", "text": "Cats purr."},
+                                       {"_id": "d4", "title": "Rust", "text": "Rust is safe."},
+                                       {"_id": "d5", "title": "Tea", "text": "Tea is brewed."}, long_doc],
+                      TINY_QUERIES, TINY_QRELS)
+    res = _cli("eval", "--data", data, "--model", tiny_bert_dir, "--doc-max-length", "1000", "--device", "cpu",
+               "--no-progress")
+    _refused(res, "a max length of 1000 tokens is more than the 128 positions this model has")
+    out = tmp_path / "r.json"
+    res = _cli("eval", "--data", data, "--model", tiny_bert_dir, "--device", "cpu", "--no-progress", "--out", out)
+    assert res.exit_code == 0, res.output  # the default length is cut to the model's 128 positions
+    assert set(_json.loads(out.read_text())["metrics"]) >= {"ndcg@10"}
+
+
+def test_latency_query_length_past_the_positions(tiny_bert_dir, tmp_path):
+    res = _cli("analyze", "latency", "--model", tiny_bert_dir, "--query-length", "1000", "--runs", "1",
+               "--warmup", "0", "--n-docs", "2", "--device", "cpu", "--out", tmp_path / "a", "--no-progress")
+    _refused(res, "--query-length 1000 is more than the 128 positions")

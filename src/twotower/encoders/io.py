@@ -91,6 +91,18 @@ def write_prompts(directory: str | Path, prompts: dict[str, str]) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+def max_positions(backbone) -> int | None:
+    """The longest input, in tokens, that ``backbone``'s learned position embeddings cover (None: no such limit,
+    e.g. T5's relative positions)."""
+    config = getattr(backbone, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    if not isinstance(value, int) or value < 1:
+        return None
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        value -= 2  # their positions start after the padding index
+    return value
+
+
 def load_tower(
     model: str | Path | None,
     *,
@@ -103,6 +115,13 @@ def load_tower(
     layout = read_layout(resolved)
     tokenizer, backbone = load_backbone(layout.transformer_dir)
     default_len = layout.max_length or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+    positions = max_positions(backbone)
+    if positions is not None:
+        default_len = min(default_len, positions)  # a longer input would index past the position embeddings
+        if max_length is not None and max_length > positions:
+            raise ModelError(f"{resolved}: a max length of {max_length} tokens is more than the {positions} positions "
+                             f"this model has (--max-length, --query-max-length, --doc-max-length): give "
+                             f"{positions} or less")
     projection = _load_projection(layout.dense_dir, layout.layer_norm_dir) if layout.dense_dir else None
     if normalize is None:
         normalize = layout.normalize if layout.normalize is not None else True
