@@ -294,9 +294,10 @@ def test_qrels_judging_one_pair_twice_with_different_scores(tiny_beir):
 
 # ---- lengths past the model's position embeddings ---------------------------------------------------------
 
-def test_max_length_past_the_positions(tiny_bert_dir, tmp_path):
+def test_max_length_past_the_positions(tiny_bert_dir, tmp_path, caplog):
     """--doc-max-length 1000 on a 128-position model indexed past its position embeddings: a RuntimeError
-    traceback on the first long document; the default length (the tokenizer's 512) did the same."""
+    traceback on the first long document; the default length (the tokenizer's 512) did the same. Now the
+    length is cut to the model's 128 positions, with a warning: the same run as --doc-max-length 128."""
     import json as _json
 
     from conftest import TINY_QRELS, TINY_QUERIES, write_beir
@@ -306,16 +307,32 @@ def test_max_length_past_the_positions(tiny_bert_dir, tmp_path):
                                        {"_id": "d4", "title": "Rust", "text": "Rust is safe."},
                                        {"_id": "d5", "title": "Tea", "text": "Tea is brewed."}, long_doc],
                       TINY_QUERIES, TINY_QRELS)
-    res = _cli("eval", "--data", data, "--model", tiny_bert_dir, "--doc-max-length", "1000", "--device", "cpu",
-               "--no-progress")
-    _refused(res, "a max length of 1000 tokens is more than the 128 positions this model has")
-    out = tmp_path / "r.json"
-    res = _cli("eval", "--data", data, "--model", tiny_bert_dir, "--device", "cpu", "--no-progress", "--out", out)
-    assert res.exit_code == 0, res.output  # the default length is cut to the model's 128 positions
-    assert set(_json.loads(out.read_text())["metrics"]) >= {"ndcg@10"}
+    runs = {}
+    for length in ("1000", "128", None):
+        out = tmp_path / f"r{length}.trec"
+        extra = ["--doc-max-length", length, "--query-max-length", length] if length else []
+        with caplog.at_level("WARNING"):
+            res = _cli("eval", "--data", data, "--model", tiny_bert_dir, "--device", "cpu", "--precision", "fp32",
+                       "--no-progress", "--run", out, *extra)
+        assert res.exit_code == 0, res.output
+        runs[length] = out.read_text()
+    assert "a max length of 1000 tokens" in caplog.text and "is cut to 128" in caplog.text
+    assert runs["1000"] == runs["128"] == runs[None]
 
 
 def test_latency_query_length_past_the_positions(tiny_bert_dir, tmp_path):
     res = _cli("analyze", "latency", "--model", tiny_bert_dir, "--query-length", "1000", "--runs", "1",
                "--warmup", "0", "--n-docs", "2", "--device", "cpu", "--out", tmp_path / "a", "--no-progress")
     _refused(res, "--query-length 1000 is more than the 128 positions")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["pretrain", "--corpus", "{t}", "--out", "{t}/r", "--momentum", "0.5"], "--negatives inbatch does not use"),
+    (["pretrain", "--corpus", "{t}", "--out", "{t}/r", "--queue-size", "8"], "--negatives inbatch does not use"),
+    (["pretrain", "--corpus", "{t}", "--out", "{t}/r", "--ict-keep", "0.5"], "--ict-keep applies to --augment ict"),
+    (["eval", "--data", "{t}", "--rerank-depth", "5"], "--rerank-depth sets how many documents --rerank re-ranks"),
+    (["search", "--index", "{t}", "cats", "--rerank-depth", "5"], "--rerank-depth sets how many hits --rerank"),
+])
+def test_options_of_another_mode_are_refused(tmp_path, argv, message):
+    """Each was silently ignored: the run went on without what the user asked for."""
+    _refused(_cli(*[a.format(t=tmp_path) for a in argv]), message)

@@ -74,7 +74,8 @@ def eval_cmd(
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
     rerank: Optional[str] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the top 100."),
-    rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
+                                               help="Documents per query re-ranked (default 100); needs --rerank."),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
@@ -92,8 +93,10 @@ def eval_cmd(
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
         metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
     )
+    if rerank_depth is not None and rerank is None:
+        _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
-        index, rerank, rerank_depth, hybrid_lambda, multivector, compile_)
+        index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
     cfg.language = language
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run

@@ -135,7 +135,8 @@ def register(app: typer.Typer) -> None:
         ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
         nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
         rerank: Optional[Path] = typer.Option(None, "--rerank", help="Cross-encoder directory: re-rank the hits."),
-        rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+        rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
+                                                   help="Hits re-ranked (default 100); needs --rerank."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     ) -> None:
@@ -148,6 +149,9 @@ def register(app: typer.Typer) -> None:
             if not query.strip():
                 raise TwoTowerError("QUERY is empty: give the text to search for, e.g. twotower search --index DIR "
                                     "'how is green tea made'")
+            if rerank_depth is not None and rerank is None:
+                raise TwoTowerError("--rerank-depth sets how many hits --rerank re-ranks: pass --rerank DIR or drop it")
+            rerank_depth = 100 if rerank_depth is None else rerank_depth
             if lam is not None and mode != "hybrid":
                 raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
                                     "it: drop --lambda or pass --mode hybrid")
