@@ -46,13 +46,13 @@ class StageConfig:
              "gives both data (a BEIR directory) and pairs (a JSONL file): give one"),
             (self.steps is not None and self.steps < 1, f"steps {self.steps}: must be at least 1"),
             (self.steps is None and (self.epochs is None or not 0 < self.epochs < float("inf")),
-             f"epochs {self.epochs}: must be a finite number above 0 (or give steps)"),
+             f"epochs {self.epochs}: must be above 0 and finite (or give steps)"),
             (self.batch_size < 2, f"batch size {self.batch_size}: the in-batch softmax needs at least 2"),
-            (not 0 < self.lr < float("inf"), f"learning rate {self.lr}: must be a finite number above 0"),
+            (not 0 < self.lr < float("inf"), f"learning rate {self.lr}: must be above 0 and finite"),
             (not 0 <= self.weight_decay < float("inf"), f"weight decay {self.weight_decay}: must be 0 or more"),
             (not 0 <= self.warmup <= 1, f"warmup {self.warmup}: a fraction of the steps, 0 to 1"),
             (not 0 < self.temperature < float("inf"),
-             f"temperature {self.temperature}: must be a finite number above 0 (scores are divided by it; GTR uses "
+             f"temperature {self.temperature}: must be above 0 and finite (scores are divided by it; GTR uses "
              "0.01)"),
             (not _SIMPLE_NAME.fullmatch(self.name),
              f"name: letters, digits, '.', '_' or '-', starting with a letter or digit (it names the folder "
