@@ -336,3 +336,16 @@ def test_latency_query_length_past_the_positions(tiny_bert_dir, tmp_path):
 def test_options_of_another_mode_are_refused(tmp_path, argv, message):
     """Each was silently ignored: the run went on without what the user asked for."""
     _refused(_cli(*[a.format(t=tmp_path) for a in argv]), message)
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume"]])
+def test_train_into_an_index_directory(tiny_beir, tiny_bert_dir, tmp_path, resume):
+    """A run's model/, train_log.json and train_config.json were written among the index's files."""
+    index = tmp_path / "idx"
+    assert _cli("index", "build", "--data", tiny_beir, "--out", index, "--model", tiny_bert_dir, "--device", "cpu",
+                "--no-progress").exit_code == 0
+    before = sorted(p.name for p in index.iterdir())
+    res = _cli("train", "--data", tiny_beir, "--split", "test", "--out", index, "--model", tiny_bert_dir, "--steps", "1",
+               "--batch-size", "2", "--device", "cpu", "--no-progress", *resume)
+    _refused(res, f"--out {index} is an index directory")
+    assert sorted(p.name for p in index.iterdir()) == before

@@ -242,6 +242,9 @@ class Trainer:
 
         cfg = self.config
         start = None
+        if (self.out / "CURRENT").is_file() and (self.out / "versions").is_dir():
+            raise TwoTowerError(f"--out {self.out} is an index directory (twotower index build): a training run there "
+                                "would mix its files into the index; choose another --out")
         if resume:
             start = newest_loadable(self.checkpoint_dir, self.device)
             if start is None and (self.out / "model").exists():
