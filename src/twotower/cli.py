@@ -77,7 +77,8 @@ def eval_cmd(
     rerank: Optional[str] = typer.Option(
         None, "--rerank", help="Cross-encoder directory: re-rank the top 100 (default: a fitted model's own re-ranker "
         "when --retriever is not given; 'none': no re-ranking)."),
-    rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
+                                               help="Documents per query re-ranked (default 100); needs --rerank."),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
@@ -86,7 +87,8 @@ def eval_cmd(
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.evaluation.runs import write_run
-    from twotower.io import atomic_write_json, check_output_files
+    from twotower.data.beir import beir_files
+    from twotower.io import atomic_write_json, check_not_inputs, check_output_files
 
     cfg = EvalConfig(
         data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
@@ -94,11 +96,14 @@ def eval_cmd(
         pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
         metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
     )
+    if rerank_depth is not None and rerank is None:
+        _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
-        index, rerank, rerank_depth, hybrid_lambda, multivector, compile_)
+        index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
     cfg.language = language
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
+        check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))
         result = run_eval(cfg)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
@@ -118,9 +123,16 @@ def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files 
     rows = []
     for path in results:
         try:
-            rows.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
+            row = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             _fail(TwoTowerError(f"{path}: cannot read results JSON ({exc})"))
+        metrics = row.get("metrics") if isinstance(row, dict) else None
+        if (not isinstance(metrics, dict) or not isinstance(row.get("retriever"), str)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values())
+                or not isinstance(row.get("timings", {}), dict)):
+            _fail(TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a "
+                                "'metrics' object of numbers)"))
+        rows.append({**row, "timings": row.get("timings", {})})
     console.print(metrics_table(rows))
 
 

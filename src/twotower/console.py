@@ -10,6 +10,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Tables are wide: don't squeeze them to 80 columns when output goes to a file or pipe.
 console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -26,9 +27,9 @@ LANGUAGE_HELP = ("BM25 text analysis: an ISO 639-1 code (en ar de el es hi ru tr
 
 def fail(exc: Exception | str) -> NoReturn:
     """Print ``error: <message>`` to stderr and exit with status 2 (no traceback)."""
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
 def warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)

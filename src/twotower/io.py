@@ -152,6 +152,16 @@ def check_output_files(*outputs: tuple[str, str | Path | None]) -> None:
         seen[key] = option
 
 
+def check_not_inputs(outputs, inputs) -> None:
+    """Refuse an output option ``(option, path)`` that names one of the command's existing ``inputs`` (files it
+    reads): writing results there would destroy the data the command was given."""
+    existing = {Path(p).resolve(): Path(p) for p in inputs if p is not None and Path(p).is_file()}
+    for option, path in outputs:
+        if path is not None and Path(path).resolve() in existing:
+            raise TwoTowerError(f"{option} {path} is an input of this command ({existing[Path(path).resolve()]}): "
+                                f"writing there would destroy it; give another file")
+
+
 def check_output_dir(path: str | Path | None, option: str, *, replaced: bool = False) -> None:
     """Check, before any work, that ``option`` can name an output folder at ``path``: nothing there
     (its parent can be created), or a directory that takes new files. A symbolic link to a directory

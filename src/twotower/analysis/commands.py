@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from twotower.console import BATCH_HELP, DEVICE_HELP
-from twotower.io import check_output_dir, check_output_file
+from twotower.io import check_not_inputs, check_output_dir, check_output_file
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
@@ -93,13 +93,15 @@ def fidelity_cmd(
             if allow_full and part.lower() in ("full", "none"):
                 values.append(None)
                 continue
+            from twotower.errors import TwoTowerError
+
             try:
                 values.append(int(part))
             except ValueError:
-                from twotower.errors import TwoTowerError
-
                 raise TwoTowerError(f"{name}: '{part}' is not an integer"
                                     + (" or 'full'" if allow_full else "")) from None
+            if values[-1] < 1:
+                raise TwoTowerError(f"{name}: {values[-1]} is not a length; give whole numbers of at least 1")
         return tuple(values)
 
     def go() -> None:
@@ -196,6 +198,8 @@ def report_cmd(
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
     _run(lambda: check_output_file(page or folder / "report.md", "--page" if page else "--out"))
+    if page is not None and folder.is_dir():  # the analyses' own JSON and plots are the page's inputs
+        _run(lambda: check_not_inputs((("--page", page),), [*folder.glob("*.json"), *folder.glob("*.png")]))
     from twotower.analysis.report import build_report
     from twotower.console import console
 

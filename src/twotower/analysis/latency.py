@@ -68,6 +68,7 @@ def run_latency(cfg: LatencyConfig) -> dict:
 
     from twotower.encoders.device import describe, resolve_device
     from twotower.encoders.inference import encode_texts, resolve_precision
+    from twotower.encoders.io import max_positions
     from twotower.encoders.towers import DualEncoder
 
     if cfg.runs < 1 or cfg.query_length < 2:
@@ -89,6 +90,10 @@ def run_latency(cfg: LatencyConfig) -> dict:
         model = DualEncoder.load(name, device=device)
         label = Path(str(name)).name if name else "all-MiniLM-L6-v2"
         tower = model.query_tower
+        positions = max_positions(tower.backbone)
+        if positions is not None and cfg.query_length > positions:
+            raise TwoTowerError(f"--query-length {cfg.query_length} is more than the {positions} positions of model "
+                                f"{label}: give {positions} or less")
         device = next(tower.parameters()).device
         query = text_of_length(tower.tokenizer, cfg.query_length)
         n_tok = len(tower.tokenizer(query, truncation=True, max_length=cfg.query_length)["input_ids"])

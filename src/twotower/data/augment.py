@@ -62,8 +62,9 @@ class ViewConfig:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} is a probability: it must lie in [0, 1], got {value}")
-        if self.delete + self.replace + self.mask > 1:
-            raise ValueError("delete + replace + mask probabilities add up to more than 1")
+        if self.delete + self.replace + self.mask >= 1:  # at 1 no original token is left: the two views are unrelated
+            raise ValueError(f"delete + replace + mask probabilities ({self.delete} + {self.replace} + {self.mask}) must "
+                             "add up to less than 1: at 1 no token of the text is kept (Contriever: --delete 0.1)")
         if self.chunk_tokens < 2 or not 1 <= self.min_tokens <= self.chunk_tokens:
             raise ValueError(f"need chunk_tokens ≥ 2 and 1 ≤ min_tokens ≤ chunk_tokens, got {self.chunk_tokens}, "
                              f"{self.min_tokens}")

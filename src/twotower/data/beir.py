@@ -33,6 +33,9 @@ class Document:
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, decoded line) and name the line of any non-UTF-8 bytes."""
     if not path.is_file():
+        if path.exists():
+            raise DataError(path, "is a directory, not a file" if path.is_dir() else "is not a regular file",
+                            hint="give the path of a UTF-8 text file")
         raise DataError(path, "file not found", hint="check the data directory")
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -168,8 +171,19 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
             raise DataError(
                 path, f"score must be an integer, got '{score_text}'", line=number, field="score"
             ) from None
-        qrels.setdefault(qid, {})[did] = score
+        seen = qrels.setdefault(qid, {})
+        if did in seen and seen[did] != score:  # which one holds? the last silently won
+            raise DataError(path, f"query '{qid}' judges document '{did}' twice, with scores {seen[did]} and {score}",
+                            line=number, field="score", hint="keep one row per (query-id, corpus-id) pair")
+        seen[did] = score
     return qrels
+
+
+def beir_files(root: str | Path) -> list[Path]:
+    """The files a BEIR directory's readers take as input: corpus, queries and every qrels split."""
+    root = Path(root)
+    qrels = sorted((root / "qrels").glob("*.tsv")) if (root / "qrels").is_dir() else []
+    return [root / "corpus.jsonl", root / "queries.jsonl", *qrels]
 
 
 @dataclass

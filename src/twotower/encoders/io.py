@@ -10,6 +10,7 @@ separate towers ``query/`` and ``document/`` are. This module knows the files on
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -19,6 +20,8 @@ from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, read_l
 from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
+
+log = logging.getLogger(__name__)
 
 CONFIG_NAME = "twotower.json"
 FORMAT_VERSION = 1
@@ -91,6 +94,28 @@ def write_prompts(directory: str | Path, prompts: dict[str, str]) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+def max_positions(backbone) -> int | None:
+    """The longest input, in tokens, that ``backbone``'s learned position embeddings cover (None: no such limit,
+    e.g. T5's relative positions)."""
+    config = getattr(backbone, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    if not isinstance(value, int) or value < 1:
+        return None
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        value -= 2  # their positions start after the padding index
+    return value
+
+
+def clamp_length(length: int | None, positions: int | None, model) -> int | None:
+    """``length`` cut to the model's ``positions`` (a longer input indexes past its position embeddings: a
+    RuntimeError on the first long text), saying so once."""
+    if length is not None and positions is not None and length > positions:
+        log.warning("%s has %d positions: a max length of %d tokens (--max-length, --query-max-length, "
+                    "--doc-max-length or the index's) is cut to %d", model, positions, length, positions)
+        return positions
+    return length
+
+
 def load_tower(
     model: str | Path | None,
     *,
@@ -103,6 +128,10 @@ def load_tower(
     layout = read_layout(resolved)
     tokenizer, backbone = load_backbone(layout.transformer_dir)
     default_len = layout.max_length or min(512, getattr(tokenizer, "model_max_length", 512) or 512)
+    positions = max_positions(backbone)
+    if positions is not None:
+        default_len = min(default_len, positions)  # a longer input would index past the position embeddings
+        max_length = clamp_length(max_length, positions, resolved)
     projection = _load_projection(layout.dense_dir, layout.layer_norm_dir) if layout.dense_dir else None
     if normalize is None:
         normalize = layout.normalize if layout.normalize is not None else True

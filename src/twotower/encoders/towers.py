@@ -85,8 +85,12 @@ class DualEncoder(nn.Module):
         self.doc_tower = doc_tower
         self.kind = kind
         self.name = name
-        self.query_max_length = query_max_length or query_tower.max_length
-        self.doc_max_length = doc_max_length or doc_tower.max_length
+        from twotower.encoders.io import clamp_length, max_positions
+
+        self.query_max_length = clamp_length(query_max_length or query_tower.max_length,
+                                             max_positions(query_tower.backbone), name)
+        self.doc_max_length = clamp_length(doc_max_length or doc_tower.max_length, max_positions(doc_tower.backbone),
+                                           name)
         # ME-BERT m the model was trained with (twotower train --multivector); saved in twotower.json
         self.multivector = multivector
 

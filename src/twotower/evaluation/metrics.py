@@ -30,12 +30,28 @@ def top_n(run: Run, n: int) -> Run:
     }
 
 
+_NAMES = ("ndcg", "recall", "p", "map", "mrr", "acc")
+
+
 def _parse(metric: str) -> tuple[str, int]:
     try:
-        name, cut = metric.lower().split("@")
-        return name, int(cut)
+        name, cut_text = metric.lower().split("@")
+        cut = int(cut_text)
     except ValueError:
         raise ValueError(f"metric '{metric}' must look like name@k, e.g. ndcg@10") from None
+    if name not in _NAMES:
+        raise ValueError(f"unknown metric '{metric}': use ndcg, recall, p, map, mrr or acc with @k")
+    if cut < 1:  # pytrec_eval aborts the whole process on a cutoff below 1
+        raise ValueError(f"metric '{metric}': the cutoff k must be at least 1, e.g. {name}@10")
+    return name, cut
+
+
+def check_metrics(metrics) -> None:
+    """Raise ValueError, before any work, for an empty list or a metric that :func:`per_query` cannot compute."""
+    if not metrics:
+        raise ValueError("--metrics names no metric: give e.g. ndcg@10,recall@100")
+    for metric in metrics:
+        _parse(metric)
 
 
 def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identical_ids: bool = True) -> dict[str, dict[str, float]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from twotower.data.beir import BeirDataset
 from twotower.encoders.device import describe, resolve_device
 from twotower.errors import TwoTowerError
-from twotower.evaluation.metrics import DEFAULT_METRICS, evaluate
+from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, evaluate
 from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
 
@@ -260,11 +260,33 @@ def _index_model(index: Path | None) -> str | None:
         return None  # check_index_for_eval reports what is wrong with the index
 
 
+def check_eval_options(cfg: EvalConfig) -> None:
+    """Refuse, before any loading, numbers out of range and options the chosen retriever would silently ignore."""
+    from twotower.retrieval.bm25 import BM25Params
+
+    check_metrics(cfg.metrics)
+    BM25Params(k1=1.5 if cfg.k1 is None else cfg.k1, b=0.75 if cfg.b is None else cfg.b)
+    if cfg.hybrid_lambda is not None and cfg.retriever != "hybrid":
+        raise TwoTowerError(f"--lambda weighs dense against BM25 in --retriever hybrid; --retriever {cfg.retriever} "
+                            "does not use it: drop --lambda or pass --retriever hybrid")
+    given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
+    if given and cfg.index is not None:
+        raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "
+                            "with; drop them, or evaluate without --index")
+    if given and cfg.retriever not in ("bm25", "hybrid"):
+        raise TwoTowerError(f"{'/'.join(given)} set BM25, which --retriever {cfg.retriever} does not use: drop them "
+                            "or pass --retriever bm25 | hybrid")
+    if cfg.multivector is not None and (cfg.retriever != "multivector" or cfg.index is not None):
+        raise TwoTowerError("--multivector sets ME-BERT's m for --retriever multivector without --index (an index keeps "
+                            "its own m): drop --multivector or pass --retriever multivector")
+
+
 def run_eval(cfg: EvalConfig) -> EvalResult:
     from twotower.retrieval.searcher import DEFAULT_LAMBDA
 
     cfg = apply_model_defaults(cfg, cfg.model or _index_model(cfg.index))
     cfg = replace(cfg, retriever=resolve_retriever(cfg.retriever, cfg.model))
+    check_eval_options(cfg)
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
     uses_model = cfg.retriever != "bm25" or cfg.index is not None or cfg.rerank is not None
     from twotower.retrieval.analyzers import check_language

@@ -140,7 +140,8 @@ def register(app: typer.Typer) -> None:
         rerank: Optional[Path] = typer.Option(
             None, "--rerank", help="Cross-encoder directory: re-rank the hits (default: the fitted model's re-ranker "
             "when --mode is not given; 'none': no re-ranking)."),
-        rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+        rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
+                                                   help="Hits re-ranked (default 100); needs --rerank."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     ) -> None:
@@ -150,6 +151,15 @@ def register(app: typer.Typer) -> None:
         from twotower.retrieval.searcher import Searcher
 
         try:
+            if not query.strip():
+                raise TwoTowerError("QUERY is empty: give the text to search for, e.g. twotower search --index DIR "
+                                    "'how is green tea made'")
+            if rerank_depth is not None and rerank is None:
+                raise TwoTowerError("--rerank-depth sets how many hits --rerank re-ranks: pass --rerank DIR or drop it")
+            rerank_depth = 100 if rerank_depth is None else rerank_depth
+            if lam is not None and mode not in (None, "hybrid"):  # mode None: the fitted model's, checked below
+                raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
+                                    "it: drop --lambda or pass --mode hybrid")
             searcher = Searcher(index, device=device)
             fitted = searcher.defaults
             if rerank is None and mode is None and fitted is not None and fitted.rerank:
@@ -157,7 +167,11 @@ def register(app: typer.Typer) -> None:
                 rerank_depth = fitted.rerank_depth
             if rerank is not None and str(rerank) == "none":
                 rerank = None
-            mode, lam = searcher.resolve(mode, lam)
+            asked_lam = lam
+            mode, lam = searcher.resolve(mode, lam)  # a fitted model's own mode and λ unless given
+            if asked_lam is not None and mode != "hybrid":
+                raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
+                                    "it: drop --lambda or pass --mode hybrid")
             depth = max(k, rerank_depth) if rerank else k
             hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe)
             if rerank:
@@ -204,10 +218,10 @@ def register(app: typer.Typer) -> None:
         """Train a cross-encoder re-ranker: judged positives vs BM25-mined negatives, softmax over each group."""
         from twotower.retrieval.rerank import RerankerTrainConfig, train_reranker
 
-        cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs, batch_queries=batch_queries,
-                                  lr=lr, max_length=max_length, precision=precision, seed=seed, max_queries=max_queries,
-                                  show_progress=progress, device=device)
         try:
+            cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs,
+                                      batch_queries=batch_queries, lr=lr, max_length=max_length, precision=precision,
+                                      seed=seed, max_queries=max_queries, show_progress=progress, device=device)
             check_output_dir(out, "--out", replaced=True)  # before any loading or training
             stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
         except (TwoTowerError, ValueError) as exc:

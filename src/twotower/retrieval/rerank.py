@@ -12,6 +12,7 @@ softmax cross-entropy over the group (the "localized contrastive estimation" los
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -31,6 +32,19 @@ log = logging.getLogger(__name__)
 Run = dict[str, dict[str, float]]
 
 
+def _check_has_head(path: Path) -> None:
+    """Refuse a plain encoder (its config names e.g. BertModel): loaded as a cross-encoder it would get a randomly
+    initialised scoring head and re-rank at random without a word."""
+    try:
+        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # no readable config: the loader below names the problem
+    if architectures and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise ModelError(f"{path}: not a cross-encoder: its config.json names {', '.join(map(str, architectures))}, "
+                         "which has no scoring head (a re-ranker would score at random); pass a model trained with "
+                         "'twotower train-reranker' or another *ForSequenceClassification model")
+
+
 class Reranker:
     """A cross-encoder scoring (query, document) pairs."""
 
@@ -44,6 +58,7 @@ class Reranker:
         path = Path(model_dir)
         if not path.is_dir():
             raise ModelError(f"{path}: cross-encoder directory not found")
+        _check_has_head(path)
         try:
             self.model = CrossEncoder(str(path), max_length=max_length, device=device, local_files_only=True)
         except (OSError, ValueError) as exc:
@@ -107,6 +122,12 @@ class RerankerTrainConfig:
     max_queries: int | None = None
     show_progress: bool = True
 
+    def __post_init__(self) -> None:
+        if not 0 < self.lr < float("inf"):
+            raise ModelError(f"--lr {self.lr}: the learning rate must be a finite number above 0 (default 3e-5)")
+        if not 0 <= self.warmup <= 1:
+            raise ModelError(f"warmup {self.warmup}: a fraction of the steps, 0 to 1")
+
 
 def mine_negatives(
     queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], doc_ids: list[str], doc_texts: list[str],
@@ -136,6 +157,19 @@ def train_reranker(
     from twotower.encoders.inference import autocast_context, resolve_precision
 
     cfg = cfg or RerankerTrainConfig()
+    if split == "test":
+        raise ModelError("--split test: a re-ranker trained on the test judgements would be evaluated on what it "
+                         "learned; train on another split (train, dev)")
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            _check_has_head(out)
+            is_cross_encoder = (out / "config.json").is_file()
+        except ModelError:
+            is_cross_encoder = False
+        if not is_cross_encoder:
+            raise ModelError(f"--out {out} is a folder holding other files, not a cross-encoder: training would replace "
+                             "it whole; give a new folder (or a previous re-ranker's, to replace it)")
     target = resolve_device(cfg.device)
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)

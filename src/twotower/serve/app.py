@@ -193,7 +193,7 @@ def create_app(
         raise TwoTowerError("keyed reads (open_reads=False) need an API key (--api-key-file)")
     state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
 
-    Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars)]
+    Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars, pattern=r"\S")]  # not blank
     K = Annotated[int, Field(ge=1, le=limits.max_k)]
     Mode = Literal["dense", "bm25", "hybrid", "rrf"]
     Lambda = Annotated[float | None, Field(default=None, ge=0.0, le=1.0)]

@@ -48,6 +48,8 @@ def serve_cmd(
     except ImportError as exc:
         _fail(TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
                             f"pip install 'twotower[serve]'"))
+    if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+        _fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
     try:
         key = read_api_key(api_key_file) if api_key_file else None
         limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
@@ -61,4 +63,4 @@ def serve_cmd(
                   f" — writes {'need the API key' if key else 'disabled (no --api-key-file)'}; queries encoded by "
                   f"{'ONNX Runtime' if searcher.onnx_queries is not None else 'torch on ' + describe(searcher.encoder.device)}")
     # one process: writes are serialized in it and every read sees one whole index version
-    uvicorn.run(api, host=host, port=port, log_level=log_level, workers=1)
+    uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), workers=1)

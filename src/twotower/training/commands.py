@@ -112,11 +112,13 @@ def mine_cmd(
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.io import check_output_file
+    from twotower.data.beir import beir_files
+    from twotower.io import check_not_inputs, check_output_file
     from twotower.training.pipeline import mine_pairs
 
     try:
         check_output_file(out, "--out")  # before any loading
+        check_not_inputs((("--out", out),), beir_files(data))
         n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
                        rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device,
                        language=language)

@@ -4,12 +4,14 @@ checked as a whole before any model is loaded (:meth:`TrainConfig.validate`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.errors import TwoTowerError
 
 OPTIMIZERS = ("adamw", "adafactor")
+_SIMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -43,14 +45,18 @@ class StageConfig:
             (self.data is not None and self.pairs is not None,
              "gives both data (a BEIR directory) and pairs (a JSONL file): give one"),
             (self.steps is not None and self.steps < 1, f"steps {self.steps}: must be at least 1"),
-            (self.steps is None and (self.epochs is None or not self.epochs > 0),
-             f"epochs {self.epochs}: must be above 0 (or give steps)"),
+            (self.steps is None and (self.epochs is None or not 0 < self.epochs < float("inf")),
+             f"epochs {self.epochs}: must be above 0 and finite (or give steps)"),
             (self.batch_size < 2, f"batch size {self.batch_size}: the in-batch softmax needs at least 2"),
-            (not self.lr > 0, f"learning rate {self.lr}: must be above 0"),
-            (not 0 <= self.weight_decay, f"weight decay {self.weight_decay}: must be 0 or more"),
+            (not 0 < self.lr < float("inf"), f"learning rate {self.lr}: must be above 0 and finite"),
+            (not 0 <= self.weight_decay < float("inf"), f"weight decay {self.weight_decay}: must be 0 or more"),
             (not 0 <= self.warmup <= 1, f"warmup {self.warmup}: a fraction of the steps, 0 to 1"),
-            (not self.temperature > 0,
-             f"temperature {self.temperature}: must be above 0 (scores are divided by it; GTR uses 0.01)"),
+            (not 0 < self.temperature < float("inf"),
+             f"temperature {self.temperature}: must be above 0 and finite (scores are divided by it; GTR uses "
+             "0.01)"),
+            (not _SIMPLE_NAME.fullmatch(self.name),
+             "name: letters, digits, '.', '_' or '-', starting with a letter or digit (it names the folder "
+             "stages/<name>/ of the run)"),
             (self.hard_negatives < 0, f"hard_negatives {self.hard_negatives}: must be 0 or more"),
             (self.optimizer not in OPTIMIZERS, f"optimizer '{self.optimizer}': choose one of {', '.join(OPTIMIZERS)}"),
             (self.cache_chunk is not None and self.cache_chunk < 1, f"cache_chunk {self.cache_chunk}: at least 1"),
@@ -123,13 +129,21 @@ class TrainConfig:
         import tomllib
 
         path = Path(path)
+        if not path.is_file():
+            raise TwoTowerError(f"--config {path}: {'is not a file' if path.exists() else 'file not found'} "
+                                "(give a TOML file with [[stage]] tables)")
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise TwoTowerError(f"{path}: invalid TOML ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TwoTowerError(f"--config {path}: cannot read it ({exc})") from None
         stages_raw = raw.pop("stage", None) or raw.pop("stages", None)
         if not stages_raw:
             raise TwoTowerError(f"{path}: no [[stage]] tables: a run needs at least one stage")
+        if not isinstance(stages_raw, list) or not all(isinstance(st, dict) for st in stages_raw):
+            raise TwoTowerError(f"{path}: 'stage' must be an array of tables, one [[stage]] (two brackets) per "
+                                "stage, each with its own keys")
         known = {f for f in cls.__dataclass_fields__ if f != "stages"}
         unknown = set(raw) - known
         if unknown:

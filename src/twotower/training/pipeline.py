@@ -26,6 +26,9 @@ def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=
     from twotower.retrieval.analyzers import check_language
 
     check_language(language)
+    if retriever == "bm25" and model is not None:
+        raise TwoTowerError(f"--model {model} is not used by --retriever bm25 (BM25 has no model): pass --retriever "
+                            "model to mine with it, or drop --model")
     target = resolve_device(device)  # a bad --device or --language stops before the data is read
     ds = BeirDataset.load(data, split)
     pairs = pairs_from_beir(ds)  # no pairs is an error: find out before retrieving

@@ -23,12 +23,14 @@ def pretrain_cmd(
     chunk_tokens: int = typer.Option(256, "--chunk-tokens", min=2, help="Tokens per corpus chunk."),
     ratio_min: float = typer.Option(0.05, "--crop-min", help="Shortest crop, as a fraction of the chunk."),
     ratio_max: float = typer.Option(0.5, "--crop-max", help="Longest crop, as a fraction of the chunk."),
-    ict_keep: float = typer.Option(0.1, "--ict-keep", help="ICT: probability of keeping the sentence in the key."),
+    ict_keep: Optional[float] = typer.Option(
+        None, "--ict-keep", help="ICT: probability of keeping the sentence in the key (default 0.1)."),
     delete: float = typer.Option(0.1, "--delete", help="Token deletion probability (each view)."),
     replace: float = typer.Option(0.0, "--replace", help="Token replacement probability (each view)."),
     negatives: str = typer.Option("inbatch", help="inbatch | moco"),
-    queue_size: int = typer.Option(131072, "--queue-size", min=1, help="MoCo: keys kept as negatives."),
-    momentum: float = typer.Option(0.9995, "--momentum", help="MoCo: key encoder momentum m."),
+    queue_size: Optional[int] = typer.Option(None, "--queue-size", min=1,
+                                             help="MoCo: keys kept as negatives (default 131072)."),
+    momentum: Optional[float] = typer.Option(None, "--momentum", help="MoCo: key encoder momentum m (default 0.9995)."),
     temperature: float = typer.Option(0.05, help="Softmax temperature."),
     steps: Optional[int] = typer.Option(None, help="Steps (default: one pass over the chunks)."),
     batch_size: int = typer.Option(64, "--batch-size", min=2),
@@ -61,10 +63,16 @@ def pretrain_cmd(
     maybe_init_distributed()
     try:
         check_output_dir(out, "--out")  # before any loading
+        moco_given = [name for name, v in (("--queue-size", queue_size), ("--momentum", momentum)) if v is not None]
+        if moco_given and negatives != "moco":
+            raise TwoTowerError(f"{'/'.join(moco_given)} set the MoCo queue and key encoder, which --negatives "
+                                f"{negatives} does not use: drop them or pass --negatives moco")
+        if ict_keep is not None and augment != "ict":
+            raise TwoTowerError(f"--ict-keep applies to --augment ict, not {augment}: drop it or pass --augment ict")
         views = ViewConfig(augment=augment, chunk_tokens=chunk_tokens, ratio_min=ratio_min, ratio_max=ratio_max,
-                           ict_keep=ict_keep, delete=delete, replace=replace)
-        pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, queue_size=queue_size,
-                             momentum=momentum, limit_docs=limit_docs)
+                           delete=delete, replace=replace, **({} if ict_keep is None else {"ict_keep": ict_keep}))
+        moco = {k: v for k, v in (("queue_size", queue_size), ("momentum", momentum)) if v is not None}
+        pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, limit_docs=limit_docs, **moco)
         stage = StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
                             lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk,
                             bucket_size=bucket_size)

@@ -244,8 +244,15 @@ class Trainer:
 
         cfg = self.config
         start = None
+        if (self.out / "CURRENT").is_file() and (self.out / "versions").is_dir():
+            raise TwoTowerError(f"--out {self.out} is an index directory (twotower index build): a training run there "
+                                "would mix its files into the index; choose another --out")
         if resume:
             start = newest_loadable(self.checkpoint_dir, self.device)
+            if start is None and (self.out / "model").exists():
+                raise TwoTowerError(f"{self.out}: --resume found no checkpoint in {self.checkpoint_dir} but a finished "
+                                    f"model in {self.out / 'model'}: there is nothing to continue, and starting again "
+                                    "would replace it; choose another --out")
             if start is None:
                 log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
             else:

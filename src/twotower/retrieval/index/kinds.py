@@ -100,6 +100,11 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
             raise IndexStoreError(f"{name} must be at least {least}, got {value}")
     if min_vectors < 1:
         raise IndexStoreError("an index needs at least one document")
+    kind = spec.kind.lower()
+    if spec.nlist is not None and kind not in ("ivf", "ivfpq"):
+        raise IndexStoreError(f"--nlist applies to --kind ivf | ivfpq, not '{spec.kind}': drop it or change --kind")
+    if spec.pq_m is not None and kind != "ivfpq":
+        raise IndexStoreError(f"--pq-m applies to --kind ivfpq, not '{spec.kind}': drop it or change --kind")
     index, factory = _make(spec, dim, min_vectors)
     ivf = _ivf(index)
     if ivf is not None and ivf.nlist > max_vectors:
