@@ -106,8 +106,20 @@ def check_resumable(saved: dict | None, config: TrainConfig, where: Path) -> Non
                             "run with the checkpoint's settings, or start a new run in another --out")
 
 
-def check_fresh_run_dir(out: Path) -> None:
-    """A run directory already holding a run is not overwritten without --resume."""
+def check_run_dir(out: Path, *, resume: bool, start: dict | None) -> None:
+    """What a run may do with ``out`` (``start``: the checkpoint a resume continues from, if any): never write into
+    an index, never overwrite a run without --resume, never restart over a finished model on --resume."""
+    from twotower.retrieval.index.versions import is_index_dir
+
+    if is_index_dir(out):
+        raise TwoTowerError(f"--out {out} is an index directory (twotower index build): a training run there "
+                            "would mix its files into the index; choose another --out")
+    if resume:
+        if start is None and (out / "model").exists():
+            raise TwoTowerError(f"{out}: --resume found no checkpoint in {out / 'checkpoints'} but a finished "
+                                f"model in {out / 'model'}: there is nothing to continue, and starting again "
+                                "would replace it; choose another --out")
+        return
     held = [name for name in ("model", "checkpoints", "train_log.json") if (out / name).exists()]
     if held:
         raise TwoTowerError(f"{out} already holds a training run ({', '.join(held)}): pass --resume to continue it, "

@@ -177,18 +177,15 @@ def _check_types(kind: type, values: dict, where: str) -> None:
 
 
 def _is_a(value, wanted) -> bool:
-    origin = typing_origin(wanted)
-    if wanted is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if wanted is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin)
-
-
-def typing_origin(hint):
+    """isinstance for a TOML value, where a bool is no number and an int is a float too."""
     import typing
 
-    return typing.get_origin(hint) or hint
+    if isinstance(value, bool) and wanted in (int, float):
+        return False
+    if wanted is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, typing.get_origin(wanted) or wanted)
+
 
 def _paths_from(toml: Path, table: dict, keys: tuple[str, ...]) -> dict:
     """``table`` with its relative paths under ``keys`` resolved against the folder of the ``toml`` file that holds

@@ -34,7 +34,7 @@ from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
 from twotower.training.buckets import embed_in_buckets
 from twotower.training.checkpoints import (
-    check_fresh_run_dir, check_resumable, complete_checkpoints, newest_loadable, save_checkpoint)
+    check_resumable, check_run_dir, complete_checkpoints, newest_loadable, save_checkpoint)
 from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig re-exported)
     DEFAULT_BUCKET_SIZE, OPTIMIZERS, StageConfig, TrainConfig)
 from twotower.training.gradcache import cached_backward
@@ -243,22 +243,12 @@ class Trainer:
         from transformers import get_linear_schedule_with_warmup
 
         cfg = self.config
-        start = None
-        if (self.out / "CURRENT").is_file() and (self.out / "versions").is_dir():
-            raise TwoTowerError(f"--out {self.out} is an index directory (twotower index build): a training run there "
-                                "would mix its files into the index; choose another --out")
-        if resume:
-            start = newest_loadable(self.checkpoint_dir, self.device)
-            if start is None and (self.out / "model").exists():
-                raise TwoTowerError(f"{self.out}: --resume found no checkpoint in {self.checkpoint_dir} but a finished "
-                                    f"model in {self.out / 'model'}: there is nothing to continue, and starting again "
-                                    "would replace it; choose another --out")
-            if start is None:
-                log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
-            else:
-                check_resumable(start.get("config"), cfg, start["path"])
-        else:
-            check_fresh_run_dir(self.out)
+        start = newest_loadable(self.checkpoint_dir, self.device) if resume else None
+        check_run_dir(self.out, resume=resume, start=start)
+        if start is not None:
+            check_resumable(start.get("config"), cfg, start["path"])
+        elif resume:
+            log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             atomic_write_json(self.out / "train_config.json", {**asdict(cfg), "device_used": describe(self.device)})
@@ -266,7 +256,7 @@ class Trainer:
         if start is not None:
             self._restore(start)
             log.info("resuming from %s", start["path"])
-        if start is None:
+        else:
             torch.manual_seed(cfg.seed)
             np.random.seed(cfg.seed)
             random.seed(cfg.seed)

@@ -28,6 +28,11 @@ REQUIRED = {
 _HINT = "restore the file or rebuild the index"
 
 
+def is_index_dir(root: Path) -> bool:
+    """Whether ``root`` holds an index (a ``CURRENT`` pointer and its ``versions/``)."""
+    return (root / "CURRENT").is_file() and (root / "versions").is_dir()
+
+
 def current_version(root: Path) -> str:
     """The name of the live version (``CURRENT``), or an error saying what ``root`` is instead."""
     if not root.is_dir():
