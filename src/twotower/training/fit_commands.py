@@ -8,6 +8,9 @@ from typing import Optional
 import typer
 
 from twotower.console import DEVICE_HELP
+from twotower.training.fit.recipe import FitRecipe
+
+_D = FitRecipe()  # the recipe's defaults are the options' defaults
 
 
 def register(app: typer.Typer) -> None:
@@ -24,11 +27,11 @@ def fit_cmd(
     split: str = typer.Option("train", help="qrels split to learn from (a seeded dev part of it is held out)."),
     dev_fraction: float = typer.Option(0.2, "--dev-fraction", help="Share of judged queries held out as dev."),
     min_dev: int = typer.Option(50, "--min-dev", min=1, help="At least this many dev queries (at most half)."),
-    epochs: float = typer.Option(2.0, help="Fine-tuning epochs."),
-    lr: float = typer.Option(5e-5, help="Peak learning rate (both training rounds)."),
+    epochs: float = typer.Option(_D.epochs, help="Fine-tuning epochs."),
+    lr: float = typer.Option(_D.lr, help="Peak learning rate (both training rounds)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
     mine: bool = typer.Option(True, "--mine/--no-mine", help="Mine negatives with the fine-tuned model and retrain."),
-    mined_epochs: float = typer.Option(1.0, "--mined-epochs", help="Epochs of the retraining on mined negatives."),
+    mined_epochs: float = typer.Option(_D.mined_epochs, "--mined-epochs", help="Epochs of the retraining on mined negatives."),
     margins: Optional[str] = typer.Option(
         None, "--margins", help="Comma-separated relative margins the false-negative guard chooses from on dev "
         "(default 0,0.02,0.05,0.1,0.15,0.2,0.3; '0': skip only candidates scoring above the positive)."),
@@ -45,7 +48,7 @@ def fit_cmd(
     from twotower.console import console, warn
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+    from twotower.training.fit import FitOptions, run_fit
 
     try:
         grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None

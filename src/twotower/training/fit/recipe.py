@@ -23,7 +23,7 @@ class FitRecipe:
     min_dev: int = 50  # at least this many dev queries (half the judged queries when there are fewer than 2×)
     seed: int = 42
     # stage 1: fine-tune on the training part's judged pairs
-    epochs: float = 2.0
+    epochs: float = 4.0  # dev NDCG@10 on SciFact: 0.758 at 2 epochs, 0.792 at 4 (README, fit)
     lr: float = 5e-5
     batch_size: int = 32
     temperature: float = 0.05
@@ -31,7 +31,7 @@ class FitRecipe:
     bucket_size: int | None = None  # None: the device's default (training/config.py)
     # stage 2: mine negatives with the fine-tuned model (ranks a..b, the margin rule), retrain from it
     mine: bool = True  # False: stop after fine-tuning (no mining, no retraining)
-    mined_epochs: float = 1.0
+    mined_epochs: float = 2.0
     mined_per_query: int = 8
     num_negatives: int = 1
     rank_from: int = 3
