@@ -8,8 +8,7 @@ import json
 import torch
 from typer.testing import CliRunner
 
-from conftest import write_beir
-from twotower.data.pairs import save_pairs, TrainExample
+from twotower.data.pairs import TrainExample, save_pairs
 from twotower.encoders.towers import DualEncoder
 from twotower.training.config import RESUME_INVARIANTS
 from twotower.training.trainer import StageConfig, TrainConfig, Trainer, make_optimizer
