@@ -73,7 +73,7 @@ DEFAULT_BUCKET_SIZE = {"cpu": 8, "cuda": 0}
 
 # Settings that must match for --resume to continue a run exactly (the rest, e.g. progress bars, may change).
 RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pooling", "query_max_length",
-                     "doc_max_length", "seed", "multivector", "attention_dropout", "stages")
+                     "doc_max_length", "seed", "multivector", "attention_dropout", "freeze_embeddings", "stages")
 
 
 @dataclass
@@ -92,6 +92,9 @@ class TrainConfig:
     # dropout on attention probabilities while training (encoders.backbone.set_attention_dropout); None: the
     # backbone's own (0.1 for BERT-family models). 0 lets attention run fused: much faster steps on CPU.
     attention_dropout: float | None = None
+    # keep every backbone's token-embedding matrix fixed (no gradient, no optimizer state): for a large
+    # vocabulary (XLM-R's 250k x 384 is 82% of multilingual-e5-small) most of the step's memory and update cost
+    freeze_embeddings: bool = False
     seed: int = 42
     checkpoint_every: int = 100
     keep_checkpoints: int = 2

@@ -105,6 +105,21 @@ def make_optimizer(model: torch.nn.Module, stage: StageConfig) -> torch.optim.Op
     raise TwoTowerError(f"unknown optimizer '{stage.optimizer}': choose one of {', '.join(OPTIMIZERS)}")
 
 
+def freeze_token_embeddings(model: DualEncoder) -> int:
+    """Stop gradients to each backbone's token-embedding matrix (``TrainConfig.freeze_embeddings``); the
+    optimizer then holds no state for it. Returns the number of parameters frozen."""
+    frozen = 0
+    for backbone in {id(t.backbone): t.backbone for t in (model.query_tower, model.doc_tower)}.values():
+        try:
+            weight = backbone.get_input_embeddings().weight
+        except (AttributeError, NotImplementedError):
+            raise TwoTowerError(f"--freeze-embeddings: the backbone {type(backbone).__name__} has no token-embedding "
+                                "matrix to freeze; train without the option") from None
+        weight.requires_grad_(False)
+        frozen += weight.numel()
+    return frozen
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, model: DualEncoder | None = None,
                  objective: Objective | None = None) -> None:
@@ -128,6 +143,8 @@ class Trainer:
 
             for backbone in {id(t.backbone): t.backbone for t in (self.model.query_tower, self.model.doc_tower)}.values():
                 set_attention_dropout(backbone, config.attention_dropout)
+        if config.freeze_embeddings:
+            freeze_token_embeddings(self.model)
         # auto: the current GPU where there is one (under torchrun: LOCAL_RANK's); a model passed in stays where
         # it is unless a device is named
         if model is None or config.device != "auto":
