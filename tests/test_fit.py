@@ -318,3 +318,50 @@ def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
     assert bad.exit_code == 2 and "--margins" in bad.output
     bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o4"), "--margins", "1.5"])
     assert bad.exit_code == 2 and "margins" in bad.output and not (tmp_path / "o4").exists()
+
+
+ZH_DOCS = ["猫喜欢在阳光下睡觉", "狗在公园里追球", "茶叶来自中国南方的山区", "河水流向东边的大海", "鸟在树上唱歌",
+           "苹果是一种红色的水果", "火车穿过长长的隧道", "月亮在夜空中很明亮"]
+
+
+def test_fit_finds_the_bm25_language_and_it_travels_with_the_model(tiny_bert_dir, tmp_path):
+    """No labels, Chinese documents: fit detects zh (written without spaces: English analysis would make each
+    sentence one token), stores it, and eval / index build use it unless told another language."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.defaults import read_defaults
+    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.store import IndexSpec
+
+    docs = [{"_id": f"d{i}", "text": t} for i, t in enumerate(ZH_DOCS)]
+    queries = [{"_id": f"q{i}", "text": t[1:5]} for i, t in enumerate(ZH_DOCS)]
+    data = write_beir(tmp_path / "data", docs, queries, [(f"q{i}", f"d{i}", 1) for i in range(len(ZH_DOCS))],
+                      split="test")
+    result = run_fit(data, tmp_path / "out", _recipe(tiny_bert_dir), QUIET)
+    assert "BM25 language zh" in result.message
+    assert read_defaults(result.model).language == "zh"
+    assert json.loads((tmp_path / "out" / "fit.json").read_text())["choices"]["language"] == "zh"
+    base = dict(data=data, split="test", top_k=8, show_progress=False, precision="fp32")
+    fitted = run_eval(EvalConfig(model=str(result.model), **base))
+    as_zh = run_eval(EvalConfig(model=str(result.model), language="zh", **base))
+    as_en = run_eval(EvalConfig(model=str(result.model), language="en", **base))
+    assert fitted.run == as_zh.run and fitted.run != as_en.run
+    assert fitted.metrics["ndcg@10"] > as_en.metrics["ndcg@10"]
+    idx = build_index(data, tmp_path / "idx", model=str(result.model), cfg=EncodeConfig(show_progress=False))
+    assert idx.manifest["bm25"]["language"] == "zh"
+    en = build_index(data, tmp_path / "idx-en", model=str(result.model), spec=IndexSpec(bm25=True),
+                     cfg=EncodeConfig(show_progress=False))
+    assert en.manifest["bm25"]["language"] == "en"  # a spec given with its language keeps it
+    # a recipe with an unknown language stops before any work
+    with pytest.raises(TwoTowerError, match="unknown BM25 language 'xx'"):
+        run_fit(data, tmp_path / "out2", _recipe(tiny_bert_dir, language="xx"), QUIET)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_a_bad_language_in_twotower_json_is_named(tmp_path):
+    from twotower.errors import ModelError
+    from twotower.retrieval.defaults import read_defaults
+
+    (tmp_path / "twotower.json").write_text(json.dumps({"retrieval": {"mode": "hybrid", "lambda": 0.5,
+                                                                       "language": "klingon"}}))
+    with pytest.raises(ModelError, match="retrieval language 'klingon'"):
+        read_defaults(tmp_path)

@@ -81,7 +81,8 @@ class EvalResult:
 def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "EvalConfig":
     """``cfg`` with the retrieval choices that ``twotower fit`` stored in the model (``retrieval.defaults``) filled
     in where the user left them out: the mode when no --retriever is given, its λ when no --lambda is given, its
-    re-ranker when neither --retriever nor --rerank is given (``--rerank none`` leaves it out).
+    re-ranker when neither --retriever nor --rerank is given (``--rerank none`` leaves it out), its BM25 language
+    when no --language is given (and no --index, whose BM25 has its own).
     ``model_dir``: where to read them (default ``cfg.model``; an index's model for ``--index``)."""
     from twotower.retrieval.defaults import read_defaults
 
@@ -97,9 +98,13 @@ def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "Ev
         lam = defaults.lam
     if rerank == NO_RERANK:
         rerank = None
-    log.info("retrieval from the model's fitted choices: %s%s%s", retriever,
-             f", λ {lam}" if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "")
-    return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth)
+    language = cfg.language
+    if language is None and cfg.index is None and defaults.language:  # an index's BM25 has its own
+        language = defaults.language
+    log.info("retrieval from the model's fitted choices: %s%s%s%s", retriever,
+             f", λ {lam}" if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "",
+             f", BM25 language {language}" if language else "")
+    return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth, language=language)
 
 
 def resolve_retriever(retriever: str | None, model: str | None) -> str:

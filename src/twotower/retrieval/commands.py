@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                              bm25=bm25 or bigrams or language is not None,
                              bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
-            spec = spec_for_model(spec, model)  # a fitted model's hybrid mode needs BM25 in the index
+            spec = spec_for_model(spec, model, language_given=language is not None)  # a fitted hybrid needs BM25
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
 

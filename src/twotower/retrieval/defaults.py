@@ -3,11 +3,13 @@ cross-encoder re-ranker, as ``twotower fit`` tuned them on held-out dev queries.
 
 They live in the model directory's ``twotower.json`` under ``"retrieval"``::
 
-    "retrieval": {"mode": "hybrid", "lambda": 0.45, "rerank": "reranker", "rerank_depth": 100, "source": "fit.json"}
+    "retrieval": {"mode": "hybrid", "lambda": 0.45, "rerank": "reranker", "rerank_depth": 100, "language": "zh"}
 
 ``rerank`` is a path relative to the model directory (the re-ranker is copied inside it, so the model
 directory moves as one piece). ``eval``, ``index build``, ``search`` and ``serve`` given such a model use these
-unless told otherwise (an explicit ``--retriever`` / ``--mode`` / ``--lambda`` / ``--rerank``).
+unless told otherwise (an explicit ``--retriever`` / ``--mode`` / ``--lambda`` / ``--rerank``). ``language``: the
+text analysis of the BM25 side (``retrieval.analyzers``; the data's language as fit found it), used by ``eval``
+and ``index build`` unless given ``--language``; absent: English, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from twotower.errors import ModelError
+from twotower.errors import ModelError, TwoTowerError
 from twotower.io import atomic_write_json
 
 MODES = ("dense", "hybrid", "rrf")
@@ -29,6 +31,7 @@ class RetrievalDefaults:
     lam: float | None = None  # hybrid λ (dense weight); None outside hybrid
     rerank: str | None = None  # re-ranker directory, relative to the model directory
     rerank_depth: int = 100
+    language: str | None = None  # BM25's analysis for hybrid / RRF (None: the commands' default, English)
 
     @property
     def needs_bm25(self) -> bool:
@@ -38,7 +41,8 @@ class RetrievalDefaults:
         return str(Path(model_dir) / self.rerank) if self.rerank else None
 
     def to_json(self) -> dict:
-        out = {"mode": self.mode, "lambda": self.lam, "rerank": self.rerank, "rerank_depth": self.rerank_depth}
+        out = {"mode": self.mode, "lambda": self.lam, "rerank": self.rerank, "rerank_depth": self.rerank_depth,
+               "language": self.language}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -57,7 +61,19 @@ def _check(raw: object, where: Path) -> RetrievalDefaults:
     depth = raw.get("rerank_depth", 100)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ModelError(f"{where}: retrieval rerank_depth {depth!r}: a whole number of at least 1")
-    return RetrievalDefaults(mode=mode, lam=None if lam is None else float(lam), rerank=rerank, rerank_depth=depth)
+    language = raw.get("language")
+    if language is not None:
+        from twotower.retrieval.analyzers import AUTO, check_language
+
+        try:
+            if not isinstance(language, str) or language == AUTO:
+                raise ValueError("not a language code")
+            check_language(language)
+        except (TwoTowerError, ValueError):
+            raise ModelError(f"{where}: retrieval language {language!r}: a BM25 language code such as en, de, zh "
+                             "(or leave it out for English)") from None
+    return RetrievalDefaults(mode=mode, lam=None if lam is None else float(lam), rerank=rerank, rerank_depth=depth,
+                             language=language)
 
 
 def read_defaults(model: str | Path | None) -> RetrievalDefaults | None:

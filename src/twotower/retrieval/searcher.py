@@ -95,15 +95,19 @@ def encode_new_docs(
     return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
 
 
-def spec_for_model(spec: IndexSpec, model: str | None) -> IndexSpec:
+def spec_for_model(spec: IndexSpec, model: str | None, *, language_given: bool = False) -> IndexSpec:
     """``spec`` with a BM25 part when the model was fitted to hybrid or RRF retrieval (``twotower fit``): its
-    searches need one."""
+    searches need one; in the fitted BM25 language unless ``language_given`` (the user's --language)."""
     from dataclasses import replace
 
     from twotower.retrieval.defaults import read_defaults
 
     fitted = read_defaults(model)
-    if spec.bm25 or fitted is None or not fitted.needs_bm25:
+    if fitted is None:
+        return spec
+    if fitted.language and not language_given and (spec.bm25 or fitted.needs_bm25):
+        spec = replace(spec, bm25_params=replace(spec.bm25_params, language=fitted.language))
+    if spec.bm25 or not fitted.needs_bm25:
         return spec
     log.info("the model was fitted to %s retrieval: building the BM25 part too", fitted.mode)
     return replace(spec, bm25=True)
@@ -138,7 +142,7 @@ def build_index(
 
     cfg = cfg or EncodeConfig()
     target = resolve_device(cfg.device)
-    spec = spec_for_model(spec or IndexSpec(), model)
+    spec = spec_for_model(spec or IndexSpec(), model, language_given=spec is not None)  # a given spec: its language
     data = Path(data)
     check_target(Path(out))  # before loading anything
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP
+from twotower.console import DEVICE_HELP, LANGUAGE_HELP
 from twotower.training.fit.recipe import FitRecipe
 
 _D = FitRecipe()  # the recipe's defaults are the options' defaults
@@ -38,6 +38,8 @@ def fit_cmd(
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    language: str = typer.Option(_D.language, "--language", help=LANGUAGE_HELP + " Stored with the model for "
+                                 "its hybrid (default auto: detected from the documents)."),
     seed: int = typer.Option(42),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -54,7 +56,7 @@ def fit_cmd(
         grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
     except ValueError:
         _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
-    recipe = FitRecipe(**({"margins": grid} if grid else {}), model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, epochs=epochs,
+    recipe = FitRecipe(**({"margins": grid} if grid else {}), model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                        lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
                        rerank_depth=rerank_depth)
     opts = FitOptions(precision=precision, device=device, show_progress=progress)

@@ -22,6 +22,7 @@ class FitRecipe:
     dev_fraction: float = 0.2
     min_dev: int = 50  # at least this many dev queries (half the judged queries when there are fewer than 2×)
     seed: int = 42
+    language: str = "auto"  # BM25's text analysis (retrieval.analyzers); auto: detected from the documents
     # stage 1: fine-tune on the training part's judged pairs
     epochs: float = 4.0  # dev NDCG@10 on SciFact: 0.758 at 2 epochs, 0.792 at 4 (README, fit)
     lr: float = 5e-5
@@ -63,6 +64,9 @@ class FitRecipe:
             (self.rerank_depth < 1, f"--rerank-depth {self.rerank_depth}: at least 1"),
             (self.n_best < 10, f"n_best {self.n_best}: at least 10"),
         ]
+        from twotower.retrieval.analyzers import check_language
+
+        check_language(self.language)  # names the codes there are
         for bad, message in checks:
             if bad:
                 raise TwoTowerError(message)

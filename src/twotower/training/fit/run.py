@@ -126,6 +126,19 @@ class _Fit:
             self._bm25_dev = json.loads(path.read_text())
         return self._bm25_dev
 
+    def bm25_language(self) -> str:
+        """The BM25 language of this fit: the recipe's, or the one detected from the documents (auto)."""
+        done = self.stages.done("zeroshot")
+        if done and done.get("bm25_language"):
+            return done["bm25_language"]
+        from twotower.retrieval.analyzers import AUTO, detect_language
+
+        if self.recipe.language != AUTO:
+            return self.recipe.language
+        from twotower.data.beir import load_corpus  # not self.ds: data without train labels has no split to load
+
+        return detect_language([doc.full_text for doc in load_corpus(self.data / "corpus.jsonl").values()])
+
     def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int) -> Path:
         from twotower.training.checkpoints import complete_checkpoints
         from twotower.training.config import StageConfig, TrainConfig
@@ -163,17 +176,19 @@ class _Fit:
                 "train_pairs": len(pairs), "seed": r.seed}
 
     def stage_zeroshot(self) -> dict:
-        from twotower.retrieval.bm25 import BM25
+        from twotower.retrieval.bm25 import BM25, BM25Params
 
         model = self.load_model(self.recipe.model)
         dense = self.dense_dev("zeroshot", model)
         dev = self.split()["dev"]
-        bm = BM25().index(self.doc_ids, [self.doc_text(d) for d in self.doc_ids], show_progress=self.opts.show_progress)
+        bm = BM25(BM25Params(language=self.recipe.language)).index(
+            self.doc_ids, [self.doc_text(d) for d in self.doc_ids], show_progress=self.opts.show_progress)
         scores, idx = bm.search([self.ds.queries[q] for q in dev], self.recipe.n_best, show_progress=False)
         sparse = {q: {self.doc_ids[j]: float(s) for s, j in zip(rs, ri)} for q, rs, ri in zip(dev, scores, idx)}
         atomic_write_json(self.stages.dir("zeroshot") / "bm25_dev_run.json", sparse)
         qrels = self.dev_qrels()
-        return {"dev_dense": select.score(qrels, dense), "dev_bm25": select.score(qrels, sparse)}
+        return {"dev_dense": select.score(qrels, dense), "dev_bm25": select.score(qrels, sparse),
+                "bm25_language": bm.params.language}  # auto: the one detected
 
     def stage_finetune(self) -> dict:
         pairs = self.out / "stages" / "split" / "train_pairs.jsonl"
@@ -234,7 +249,7 @@ class _Fit:
         best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
                                              n_best=r.n_best, metric=r.metric)
         self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"],
-                                                          rerank_depth=r.rerank_depth))
+                                                          rerank_depth=r.rerank_depth, language=self.bm25_language()))
         return {"chosen": best, "candidates": rows}
 
     def write_model(self, stage: str, defaults: RetrievalDefaults) -> None:
@@ -274,7 +289,7 @@ class _Fit:
         kept = after[r.metric] > before[r.metric]
         if kept:
             defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker",
-                                         rerank_depth=r.rerank_depth)
+                                         rerank_depth=r.rerank_depth, language=self.bm25_language())
             shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
             write_defaults(self.out / "model", defaults)
         return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
@@ -345,17 +360,18 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
         chosen = stages["select"]["chosen"]
         kept_ce = stages.get("rerank", {}).get("kept", False)
         choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
-                   "rerank": "reranker" if kept_ce else None, "dev": chosen["dev"]}
+                   "rerank": "reranker" if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
     else:
+        language = fit.bm25_language()
         message = (f"{data}/qrels/{recipe.split}.tsv: no training labels (fewer than 2 judged queries): nothing to "
                    f"fine-tune or tune on; the model is the zero-shot one with hybrid retrieval at the default "
-                   f"λ {ZERO_SHOT_LAMBDA}")
+                   f"λ {ZERO_SHOT_LAMBDA}, BM25 language {language}")
         stages = {}
         if not (out / "model" / "twotower.json").is_file():
             fit.write_model("zeroshot", RetrievalDefaults(mode="hybrid", lam=ZERO_SHOT_LAMBDA,
-                                                          rerank_depth=recipe.rerank_depth))
+                                                          rerank_depth=recipe.rerank_depth, language=language))
         choices = {"model": "zeroshot", "mode": "hybrid", "lambda": ZERO_SHOT_LAMBDA, "rerank": None, "dev": None,
-                   "note": message}
+                   "language": language, "note": message}
     report = {"data": str(data.resolve()), "recipe": recipe.to_json(), "stages": stages, "choices": choices,
               "resumed": resumed, "computed_now": fit.stages.computed,
               "wall_s_this_call": round(time.perf_counter() - t0, 1)}
