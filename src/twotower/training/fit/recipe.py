@@ -25,7 +25,7 @@ class FitRecipe:
     language: str = "auto"  # BM25's text analysis (retrieval.analyzers); auto: detected from the documents
     # stage 1: fine-tune on the training part's judged pairs
     epochs: float = 4.0  # dev NDCG@10 on SciFact: 0.758 at 2 epochs, 0.792 at 4 (README, fit)
-    lr: float = 5e-5
+    lr: float = 1e-4  # dev NDCG@10 after fine-tuning 4 epochs: 0.792 at 5e-5, 0.825 at 1e-4
     batch_size: int = 32
     temperature: float = 0.05
     attention_dropout: float | None = 0.0  # 0: fused attention, 1.5x faster steps on CPU
