@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from twotower.errors import ModelError, TwoTowerError
+from twotower.errors import ModelError
 from twotower.io import atomic_write_json
 
 MODES = ("dense", "hybrid", "rrf")
@@ -63,15 +63,11 @@ def _check(raw: object, where: Path) -> RetrievalDefaults:
         raise ModelError(f"{where}: retrieval rerank_depth {depth!r}: a whole number of at least 1")
     language = raw.get("language")
     if language is not None:
-        from twotower.retrieval.analyzers import AUTO, check_language
+        from twotower.retrieval.analyzers import LANGUAGES
 
-        try:
-            if not isinstance(language, str) or language == AUTO:
-                raise ValueError("not a language code")
-            check_language(language)
-        except (TwoTowerError, ValueError):
+        if not isinstance(language, str) or language not in LANGUAGES:  # a code, not 'auto': fit stores what it found
             raise ModelError(f"{where}: retrieval language {language!r}: a BM25 language code such as en, de, zh "
-                             "(or leave it out for English)") from None
+                             "(or leave it out for English)")
     return RetrievalDefaults(mode=mode, lam=None if lam is None else float(lam), rerank=rerank, rerank_depth=depth,
                              language=language)
 
