@@ -286,6 +286,7 @@ def test_no_train_labels_gives_zero_shot_hybrid(tiny_bert_dir, tmp_path):
                       [("q1", "d1", 1)], split="test")
     result = run_fit(data, tmp_path / "out", _recipe(tiny_bert_dir), QUIET)
     assert result.message and "no training labels" in result.message and "hybrid" in result.message
+    assert "languages are not known" in result.message  # a model directory of no registered model
     fitted = read_defaults(result.model)
     assert (fitted.mode, fitted.lam) == ("hybrid", DEFAULT_LAMBDA)
     assert json.loads((tmp_path / "out" / "fit.json").read_text())["choices"]["note"] == result.message
@@ -365,3 +366,64 @@ def test_a_bad_language_in_twotower_json_is_named(tmp_path):
                                                                        "language": "klingon"}}))
     with pytest.raises(ModelError, match="retrieval language 'klingon'"):
         read_defaults(tmp_path)
+
+
+@pytest.mark.parametrize("docs, queries, encoder, expected", [
+    ("en", "en", ("en",), "hybrid"),
+    ("zh", "zh", ("en",), "bm25"),  # XQuAD-R zh, all-MiniLM-L6-v2: hybrid 0.757 < BM25 0.817
+    ("de", "de", ("en",), "bm25"),
+    ("en", "de", ("en",), "bm25"),
+    ("multi", "multi", ("en",), "hybrid"),  # languages not told apart: no basis to drop either side
+    ("zh", "zh", ("multi",), "hybrid"),
+    ("en", "multi", ("multi",), "dense"),  # XQuAD-R to-en, multilingual-e5-small: hybrid 0.595 < dense 0.730 mAP
+    ("multi", "multi", ("multi",), "dense"),  # XQuAD-R pool: hybrid 0.187 < dense 0.299 mAP
+    ("en", "zh", ("multi",), "dense"),
+    ("zh", "zh", None, "hybrid"),  # an encoder of unknown languages
+    ("en", "zh", None, "hybrid"),
+])
+def test_label_free_rule(docs, queries, encoder, expected):
+    from twotower.training.fit.select import label_free_retriever
+
+    mode, lam, why = label_free_retriever(docs, queries, encoder, 0.5)
+    assert mode == expected and (lam == 0.5) == (mode == "hybrid") and why
+
+
+def test_model_languages_of_registered_models(tmp_path):
+    from twotower.encoders.registry import MARKER, model_languages
+
+    assert model_languages(None) == model_languages("all-MiniLM-L6-v2") == model_languages("mpnet-base") == ("en",)
+    assert model_languages("multilingual-e5-small") == ("multi",)
+    (tmp_path / MARKER).write_text(json.dumps({"name": "multilingual-e5-small"}))  # an install directory
+    assert model_languages(tmp_path) == ("multi",)
+    assert model_languages(tmp_path / "elsewhere") is None
+
+
+def test_no_labels_english_only_encoder_on_chinese_gives_bm25(tmp_path):
+    """The default encoder (English-only) without labels on Chinese data: fit stores BM25 alone in zh, and eval of
+    the fitted model gives exactly ``--retriever bm25 --language zh`` (the hybrid would mix in the encoder)."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.defaults import read_defaults
+
+    docs = [{"_id": f"d{i}", "text": t} for i, t in enumerate(ZH_DOCS)]
+    queries = [{"_id": f"q{i}", "text": t[1:5]} for i, t in enumerate(ZH_DOCS)]
+    data = write_beir(tmp_path / "data", docs, queries, [(f"q{i}", f"d{i}", 1) for i in range(len(ZH_DOCS))],
+                      split="test")
+    result = run_fit(data, tmp_path / "out", FitRecipe(), QUIET)
+    assert "BM25 alone" in result.message and "multilingual-e5-small" in result.message
+    fitted = read_defaults(result.model)
+    assert (fitted.mode, fitted.language) == ("bm25", "zh")
+    choices = json.loads((tmp_path / "out" / "fit.json").read_text())["choices"]
+    assert (choices["mode"], choices["query_language"]) == ("bm25", "zh")
+    base = dict(data=data, split="test", top_k=8, show_progress=False)
+    got = run_eval(EvalConfig(model=str(result.model), **base))
+    bm25 = run_eval(EvalConfig(retriever="bm25", language="zh", **base))
+    assert got.retriever == "bm25" and got.run == bm25.run and got.metrics == bm25.metrics
+    hybrid = run_eval(EvalConfig(model=str(result.model), retriever="hybrid", precision="fp32", **base))
+    assert hybrid.run != bm25.run  # the hybrid would have used the encoder
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+
+    build_index(data, tmp_path / "index", model=str(result.model), cfg=EncodeConfig(show_progress=False))
+    searcher = Searcher(tmp_path / "index")
+    assert searcher.resolve(None, None)[0] == "bm25" and searcher.store.manifest["bm25"]["language"] == "zh"
+    asked = {q: t for q, t in ((x["_id"], x["text"]) for x in queries)}
+    assert searcher.run(asked, 5) == searcher.run(asked, 5, mode="bm25") != searcher.run(asked, 5, mode="dense")

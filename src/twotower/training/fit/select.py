@@ -57,3 +57,29 @@ def choose_retriever(
     for row in rows:
         row.pop("_order")
     return best, rows
+
+
+def label_free_retriever(doc_language: str, query_language: str, encoder_languages: Sequence[str] | None,
+                         lam: float) -> tuple[str, float | None, str]:
+    """(mode, λ, why) for data with no training labels, from what is known without them: the languages of the
+    documents and of the queries (``analyzers.detect_language``; ``multi``: mixed or undetermined) and the ones
+    the encoder was trained on (``registry.model_languages``; None: unknown, ``multi``: many, in one space).
+    An unknown encoder, or languages that could not be told, give the hybrid at the default ``lam`` (no basis for
+    anything else).
+
+    - an encoder trained on other languages than the data's (both determined): BM25 alone — an English-only
+      encoder pulls a hybrid below BM25 on other languages (XQuAD-R zh: 0.757 vs 0.817 NDCG@10);
+    - queries in another language than the documents, or mixed, with a multilingual encoder: dense alone —
+      BM25 cannot match words across languages and drags a fusion down (XQuAD-R pool mAP: hybrid 0.187, dense 0.299);
+    - otherwise the hybrid at the default ``lam``."""
+    langs = {doc_language, query_language}
+    if encoder_languages is None:
+        return "hybrid", lam, f"hybrid retrieval at the default λ {lam} (the encoder's languages are not known)"
+    multilingual = "multi" in encoder_languages
+    if not multilingual and "multi" not in langs and not langs <= set(encoder_languages):
+        return "bm25", None, (f"the encoder was trained on {'/'.join(encoder_languages)} text only and the data is "
+                              f"{'/'.join(sorted(langs))}: BM25 alone")
+    if multilingual and (len(langs) > 1 or "multi" in langs):
+        return "dense", None, (f"queries ({query_language}) and documents ({doc_language}) are not in one language: "
+                               "BM25 cannot match words across languages, dense alone")
+    return "hybrid", lam, f"hybrid retrieval at the default λ {lam}"
