@@ -74,4 +74,5 @@ def fit_cmd(
         console.print(f"resumed: {', '.join(resumed)} were already done")
     how = c["mode"] + (f" λ {c['lambda']}" if c["mode"] == "hybrid" else "") + (", re-ranked" if c["rerank"] else "")
     dev = f" (dev {c['dev']})" if c.get("dev") else ""
-    console.print(f"model saved to {result.model}: {c['model']} encoder, {how}{dev}; details in {out / 'fit.json'}")
+    what = f"BM25 alone ({c['language']}), the encoder unused" if c["mode"] == "bm25" else f"{c['model']} encoder, {how}"
+    console.print(f"model saved to {result.model}: {what}{dev}; details in {out / 'fit.json'}")
