@@ -1,4 +1,5 @@
-"""``twotower models ...``: list the registered models and install one (``fetch``)."""
+"""``twotower models ...``: list the registered models, install one (``fetch``), remove a multilingual model's
+language directions (``align-languages``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,37 @@ def fetch_cmd(
     except (TwoTowerError, OSError) as exc:
         _fail(exc)
     print(path)
+
+
+@models_app.command("align-languages")
+def align_languages_cmd(
+    data: Path = typer.Option(..., "--data", help="A BEIR directory whose corpus.jsonl holds documents in several "
+                                                  "languages (each document's language is detected)."),
+    out: Path = typer.Option(..., "--out", help="A new (or empty) folder for the aligned model."),
+    model: Optional[str] = typer.Option(None, "--model", help="A multilingual model name or directory, e.g. "
+                                                              "multilingual-e5-small."),
+    directions: Optional[int] = typer.Option(None, "--directions", help="How many directions to remove (default: "
+                                                                        "one fewer than the languages found)."),
+    per_language: int = typer.Option(1000, "--per-language", help="Documents encoded per language (a seeded "
+                                                                  "sample) to find each language's mean."),
+    precision: str = typer.Option("auto", "--precision", help="auto | fp32 | bf16 | fp16"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Remove the language directions from a multilingual model (LIR), so that a question ranks answers in every
+    language alike: the result is a model directory that eval, index, search, serve and train use as any other."""
+    from twotower.console import console, fail as _fail
+    from twotower.encoders.language_bias import align_languages
+    from twotower.encoders.towers import EncodeOptions
+    from twotower.errors import TwoTowerError
+
+    try:
+        report = align_languages(model, data, out, per_language=per_language, directions=directions,
+                                 opts=EncodeOptions(precision=precision, show_progress=progress))
+    except (TwoTowerError, OSError, ValueError) as exc:
+        _fail(exc)
+    langs = ", ".join(f"{k} {n}" for k, n in report["languages"].items())
+    console.print(f"model saved to {out}: {report['directions']} language directions removed (documents per "
+                  f"language: {langs}); details in {out / 'language_directions.json'}")
 
 
 def register(app: typer.Typer) -> None:
