@@ -75,7 +75,8 @@ for every choice); the table is on the 300 test queries, read only after fit fin
 2 threads, precision auto (bf16 on this AMX CPU). wall_s per stage row: that stage alone (as fit.json records it;
 encodings of the corpus included); 'twotower fit' row: every stage but the optional re-ranker (the default command
 `twotower fit --data scifact --out DIR`; its wall_s is the sum of the stages'), evaluated with the retrieval stored
-in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}), as
+in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}, normalisation
+{stages['select']['chosen'].get('norm')}), as
 `twotower eval --model DIR/model --top-k 100` runs it. This call of the script (fit resumed or run): {fit_wall:.0f} s.
 Load average (1/5/15 min) before this call: {load_before}; after: {load_after} (the 2 cores are shared with other
 engineers' jobs).{cpu}
@@ -131,15 +132,16 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
             row("zero-shot hybrid λ 0.5", interpolate(zs, sparse, 0.5, n_best=100, top_k=100))]
     fitted = read_defaults(out / "model")  # what eval / search / serve will use
     chosen = stages["select"]["chosen"]
-    assert (fitted.mode, fitted.lam) == (chosen["mode"], chosen["lambda"])
+    assert (fitted.mode, fitted.lam, fitted.norm) == (chosen["mode"], chosen["lambda"],
+                                                      None if chosen.get("norm") == "minmax" else chosen.get("norm"))
     runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain")
                                if s in stages}}
     rows.append(row("fine-tuned (dense)", runs["finetune"], stages["finetune"]["wall_s"]))
     if "retrain" in runs:
         mined_wall = sum(stages[s]["wall_s"] for s in ("margin", "mine", "retrain"))
         rows.append(row("mined negatives, retrained (dense)", runs["retrain"], mined_wall))
-    final = fused(fitted.mode, runs[chosen["model"]], sparse, fitted.lam, 100)
-    name = f"{fitted.mode}" + (f" λ {fitted.lam}" if fitted.mode == "hybrid" else "")
+    final = fused(fitted.mode, runs[chosen["model"]], sparse, fitted.lam, 100, fitted.norm)
+    name = f"{fitted.mode}" + (f" λ {fitted.lam} ({fitted.norm or 'minmax'})" if fitted.mode == "hybrid" else "")
     rows.append(row(f"retriever tuned on dev ({chosen['model']} encoder, {name})", final, stages["select"]["wall_s"]))
     rows.append(row("twotower fit", final))
     notes = ""

@@ -196,6 +196,57 @@ def test_eval_uses_the_fitted_lambda(fitted_to_03, tiny_bert_dir):
         assert lam.run[q] == pytest.approx(half[q])
 
 
+def test_a_fitted_zscore_fusion_travels_with_the_model(fitted_to_03, tiny_bert_dir, tmp_path):
+    """norm "zscore" stored with the model: eval and search fuse with it (equal to interpolate(norm="zscore") on
+    the two runs, different from min-max) unless given --fusion-norm."""
+    import shutil
+
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.defaults import RetrievalDefaults, read_defaults, write_defaults
+    from twotower.retrieval.hybrid import interpolate
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+
+    data, plain = fitted_to_03
+    model = tmp_path / "model"
+    shutil.copytree(plain, model)
+    write_defaults(model, RetrievalDefaults(mode="hybrid", lam=0.3, norm="zscore"))
+    assert read_defaults(model).norm == "zscore"
+    base = dict(data=data, split="test", show_progress=False, precision="fp32")
+    got = run_eval(EvalConfig(model=str(model), top_k=10, **base))
+    assert got.to_json()["fusion_norm"] == "zscore"
+    dense = run_eval(EvalConfig(model=str(tiny_bert_dir), retriever="dense", top_k=100, **base)).run
+    sparse = run_eval(EvalConfig(retriever="bm25", top_k=100, **base)).run
+    ref = interpolate(dense, sparse, 0.3, n_best=100, top_k=10, norm="zscore")
+    for q in ref:
+        assert got.run[q] == pytest.approx(ref[q])
+    minmax = run_eval(EvalConfig(model=str(model), top_k=10, fusion_norm="minmax", **base))
+    assert any(minmax.run[q] != pytest.approx(ref[q]) for q in ref)
+    build_index(data, tmp_path / "index", model=str(model), cfg=EncodeConfig(show_progress=False))
+    searcher = Searcher(tmp_path / "index")
+    asked = {"q1": "what is dog", "q2": "green tea"}
+    assert searcher.run(asked, 5) == searcher.run(asked, 5, norm="zscore") != searcher.run(asked, 5, norm="minmax")
+    with pytest.raises(TwoTowerError, match="--fusion-norm normalises the two sides"):
+        run_eval(EvalConfig(model=str(model), retriever="dense", fusion_norm="zscore", top_k=10, **base))
+
+
+def test_select_scores_both_normalisations_and_keeps_the_best():
+    """choose_retriever's best row = the maximum over independently fused and scored candidates."""
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.hybrid import interpolate
+    from twotower.training.fit.select import choose_retriever
+
+    qrels = {"q1": {"r": 1}, "q2": {"s": 1}}
+    dense = {"q1": {"x": 1.0, "r": 0.9, "y": 0.2, "z": 0.1}, "q2": {"s": 0.5, "t": 0.45, "u": 0.44, "v": 0.0}}
+    sparse = {"q1": {"r": 3.0, "x": 2.9, "w": 0.1, "v": 0.0}, "q2": {"t": 9.0, "s": 1.0, "u": 0.9, "w": 0.8}}
+    best, rows = choose_retriever({"m": dense}, sparse, qrels, lambdas=[0.3, 0.5, 0.7], n_best=10, metric="ndcg@10")
+    assert {r["norm"] for r in rows if r["mode"] == "hybrid"} == {"minmax", "zscore"}
+    for row in rows:
+        if row["mode"] == "hybrid":
+            run = interpolate(dense, sparse, row["lambda"], n_best=10, top_k=10, norm=row["norm"])
+            assert row["dev"]["ndcg@10"] == pytest.approx(evaluate(qrels, run, ("ndcg@10",))["ndcg@10"], abs=1e-4)
+    assert best["dev"]["ndcg@10"] == max(r["dev"]["ndcg@10"] for r in rows)
+
+
 def test_index_and_search_use_the_fitted_mode(fitted_to_03, tmp_path):
     from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
 

@@ -18,6 +18,26 @@ def test_minmax_per_query():
     assert minmax({"q": {}}) == {"q": {}}
 
 
+def test_zscore_fusion_against_scipy_and_by_hand():
+    """z-score normalisation per query (scipy.stats.zscore, population sd), a missing document at that side's
+    lowest z-score; on q1 by hand: dense a 1.2247, b 0, c -1.2247; sparse c 1.2247, d 0, a -1.2247."""
+    from scipy.stats import zscore as scipy_z
+
+    from twotower.retrieval.hybrid import zscore
+
+    for q, docs in DENSE.items():
+        want = scipy_z(list(docs.values())) if len(set(docs.values())) > 1 else [0.0] * len(docs)
+        assert list(zscore({q: docs})[q].values()) == pytest.approx(list(want))
+    fused = interpolate(DENSE, SPARSE, 0.3, norm="zscore")
+    z = 1.5 ** 0.5
+    assert fused["q1"] == {"a": pytest.approx(0.3 * z - 0.7 * z), "b": pytest.approx(0.0 - 0.7 * z),
+                           "c": pytest.approx(-0.3 * z + 0.7 * z), "d": pytest.approx(-0.3 * z + 0.0)}
+    assert fused["q1"] != interpolate(DENSE, SPARSE, 0.3)["q1"]
+    assert fused["q2"] == {"x": 0.0, "y": 0.0} and fused["q3"] == {"z": 0.0}  # one document or equal scores: 0
+    with pytest.raises(ValueError, match="unknown fusion normalisation 'l2'"):
+        interpolate(DENSE, SPARSE, 0.3, norm="l2")
+
+
 def test_truncate_keeps_best():
     assert truncate(SPARSE, 2)["q1"] == {"c": 12.0, "d": 8.0}
 

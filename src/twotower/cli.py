@@ -80,6 +80,9 @@ def eval_cmd(
     rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
                                                help="Documents per query re-ranked (default 100); needs --rerank."),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
+    fusion_norm: Optional[str] = typer.Option(
+        None, "--fusion-norm", help="How --retriever hybrid normalises each side per query: minmax | zscore (default: "
+        "a fitted model's choice, else minmax)."),
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
         help="ME-BERT m (without --index; default: the m the model was trained with, else 8)."),
@@ -100,7 +103,7 @@ def eval_cmd(
         _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
         index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
-    cfg.language = language
+    cfg.language, cfg.fusion_norm = language, fusion_norm
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
         check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))

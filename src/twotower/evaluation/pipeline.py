@@ -46,6 +46,7 @@ class EvalConfig:
     multivector: int | None = None  # ME-BERT m when no --index is given (default: the model's trained m, else 8)
     compile: bool = False  # torch.compile the dense retriever's document encoding
     language: str | None = None  # BM25's text analysis (retrieval.analyzers; None: en, or the --index's own)
+    fusion_norm: str | None = None  # the hybrid's per-query normalisation (retrieval.hybrid.NORMS; None: minmax)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class EvalResult:
     run: Run = field(repr=False, default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # not yet shown (the data set logs its own when loaded)
     hybrid_lambda: float | None = None  # the λ a hybrid run used
+    fusion_norm: str | None = None  # and its normalisation
     rerank: str | None = None  # the re-ranker used, if any
 
     def to_json(self) -> dict:
@@ -74,6 +76,7 @@ class EvalResult:
             "metrics": self.metrics,
             "timings": self.timings,
             **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
+            **({"fusion_norm": self.fusion_norm} if self.fusion_norm is not None else {}),
             **({"rerank": self.rerank} if self.rerank else {}),
         }
 
@@ -96,18 +99,21 @@ def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "Ev
             rerank, depth = defaults.rerank_path(model_dir or cfg.model), defaults.rerank_depth
     if lam is None and retriever == "hybrid" and defaults.lam is not None:
         lam = defaults.lam
+    norm = cfg.fusion_norm
+    if norm is None and retriever == "hybrid" and defaults.norm is not None:
+        norm = defaults.norm
     if rerank == NO_RERANK:
         rerank = None
     language = cfg.language
     if language is None and cfg.index is None and defaults.language:  # an index's BM25 has its own
         language = defaults.language
     log.info("retrieval from the model's fitted choices: %s%s%s%s", retriever,
-             f", λ {lam}" if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "",
+             f", λ {lam}" + (f" ({norm})" if norm else "") if retriever == "hybrid" and lam is not None else "", f", re-ranked by {rerank}" if rerank else "",
              f", BM25 language {language}" if language else "")
     # fit chose BM25 alone (no labels, an encoder without the data's language): the model is not used
     model = None if retriever == "bm25" and cfg.retriever is None else cfg.model
     return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth, language=language,
-                   model=model)
+                   model=model, fusion_norm=norm)
 
 
 def resolve_retriever(retriever: str | None, model: str | None) -> str:
@@ -183,7 +189,7 @@ def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     if cfg.retriever == "rrf":
         return rrf([dense, sparse], n_best=n_best, top_k=cfg.top_k)
     lam = DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda
-    return interpolate(dense, sparse, lam, n_best=n_best, top_k=cfg.top_k)
+    return interpolate(dense, sparse, lam, n_best=n_best, top_k=cfg.top_k, norm=cfg.fusion_norm or "minmax")
 
 
 def _multivector_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
@@ -230,7 +236,7 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     mode = "dense" if cfg.retriever == "multivector" else cfg.retriever
     timings["index_s"] = 0.0
     t0 = time.perf_counter()
-    run = searcher.run(dict(ds.queries), cfg.top_k, mode=mode,
+    run = searcher.run(dict(ds.queries), cfg.top_k, mode=mode, norm=cfg.fusion_norm,
                        lam=DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda)
     timings["queries_per_s"] = len(ds.queries) / (time.perf_counter() - t0)
     return run
@@ -277,6 +283,14 @@ def check_eval_options(cfg: EvalConfig) -> None:
     if cfg.hybrid_lambda is not None and cfg.retriever != "hybrid":
         raise TwoTowerError(f"--lambda weighs dense against BM25 in --retriever hybrid; --retriever {cfg.retriever} "
                             "does not use it: drop --lambda or pass --retriever hybrid")
+    if cfg.fusion_norm is not None:
+        from twotower.retrieval.hybrid import NORMS
+
+        if cfg.fusion_norm not in NORMS:
+            raise TwoTowerError(f"--fusion-norm {cfg.fusion_norm}: choose one of {', '.join(NORMS)}")
+        if cfg.retriever != "hybrid":
+            raise TwoTowerError(f"--fusion-norm normalises the two sides of --retriever hybrid; --retriever "
+                                f"{cfg.retriever} does not use it: drop it or pass --retriever hybrid")
     given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
     if given and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "
@@ -321,6 +335,7 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         run=run,
         hybrid_lambda=(DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda)
         if cfg.retriever == "hybrid" else None,
+        fusion_norm=(cfg.fusion_norm or "minmax") if cfg.retriever == "hybrid" else None,
         rerank=cfg.rerank,
         warnings=index_check.warnings,  # the data set's own warnings were logged once by its loader
     )

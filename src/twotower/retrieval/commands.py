@@ -135,6 +135,9 @@ def register(app: typer.Typer) -> None:
         mode: Optional[str] = typer.Option(
             None, help="dense | bm25 | hybrid | rrf (default: the mode 'twotower fit' chose for the model, else dense)"),
         lam: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned value)."),
+        fusion_norm: Optional[str] = typer.Option(
+            None, "--fusion-norm", help="How --mode hybrid normalises each side per query: minmax | zscore (default: "
+            "the fitted model's, else minmax)."),
         ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
         nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
         rerank: Optional[Path] = typer.Option(
@@ -173,7 +176,11 @@ def register(app: typer.Typer) -> None:
                 raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
                                     "it: drop --lambda or pass --mode hybrid")
             depth = max(k, rerank_depth) if rerank else k
-            hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe)
+            if fusion_norm is not None and mode != "hybrid":
+                raise TwoTowerError(f"--fusion-norm normalises the two sides of --mode hybrid; --mode {mode} does not "
+                                    "use it: drop it or pass --mode hybrid")
+            hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
+                                   norm=fusion_norm)
             if rerank:
                 from twotower.retrieval.rerank import Reranker
 

@@ -3,13 +3,16 @@ cross-encoder re-ranker, as ``twotower fit`` tuned them on held-out dev queries.
 
 They live in the model directory's ``twotower.json`` under ``"retrieval"``::
 
-    "retrieval": {"mode": "hybrid", "lambda": 0.45, "rerank": "reranker", "rerank_depth": 100, "language": "zh"}
+    "retrieval": {"mode": "hybrid", "lambda": 0.45, "norm": "zscore", "rerank": "reranker", "rerank_depth": 100,
+                  "language": "zh"}
 
 ``rerank`` is a path relative to the model directory (the re-ranker is copied inside it, so the model
 directory moves as one piece). ``eval``, ``index build``, ``search`` and ``serve`` given such a model use these
 unless told otherwise (an explicit ``--retriever`` / ``--mode`` / ``--lambda`` / ``--rerank``). ``language``: the
 text analysis of the BM25 side (``retrieval.analyzers``; the data's language as fit found it), used by ``eval``
-and ``index build`` unless given ``--language``; absent: English, as before.
+and ``index build`` unless given ``--language``; absent: English, as before. ``norm``: how the hybrid
+normalises each side's scores per query (``retrieval.hybrid.NORMS``), used by ``eval``, ``search`` and ``serve``
+unless given ``--fusion-norm``; absent: min-max, as before.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class RetrievalDefaults:
     rerank: str | None = None  # re-ranker directory, relative to the model directory
     rerank_depth: int = 100
     language: str | None = None  # BM25's analysis for hybrid / RRF (None: the commands' default, English)
+    norm: str | None = None  # the hybrid's per-query score normalisation (retrieval.hybrid.NORMS; None: minmax)
 
     @property
     def needs_bm25(self) -> bool:
@@ -42,7 +46,7 @@ class RetrievalDefaults:
 
     def to_json(self) -> dict:
         out = {"mode": self.mode, "lambda": self.lam, "rerank": self.rerank, "rerank_depth": self.rerank_depth,
-               "language": self.language}
+               "language": self.language, "norm": self.norm}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -68,8 +72,14 @@ def _check(raw: object, where: Path) -> RetrievalDefaults:
         if not isinstance(language, str) or language not in LANGUAGES:  # a code, not 'auto': fit stores what it found
             raise ModelError(f"{where}: retrieval language {language!r}: a BM25 language code such as en, de, zh "
                              "(or leave it out for English)")
+    norm = raw.get("norm")
+    if norm is not None:
+        from twotower.retrieval.hybrid import NORMS
+
+        if norm not in NORMS:
+            raise ModelError(f"{where}: retrieval norm {norm!r}: one of {', '.join(NORMS)} (or leave it out: minmax)")
     return RetrievalDefaults(mode=mode, lam=None if lam is None else float(lam), rerank=rerank, rerank_depth=depth,
-                             language=language)
+                             language=language, norm=norm)
 
 
 def read_defaults(model: str | Path | None) -> RetrievalDefaults | None:

@@ -1,8 +1,9 @@
 """Sparse–dense fusion as small pure functions over runs ``{query_id: {doc_id: score}}``.
 
 - :func:`interpolate`: Luan et al.'s hybrid, score = λ·dense + (1 − λ)·sparse over the union of
-  each system's n-best, each run min-max normalised per query first (a document missing from one
-  system's n-best gets that system's minimum, i.e. 0 after normalisation).
+  each system's n-best, each run normalised per query first — min-max (the default) or z-score (``norm``;
+  Bruch et al. 2023 compare the two) — a document missing from one system's n-best gets that system's
+  minimum (0 after min-max).
 - :func:`rrf`: reciprocal rank fusion, Σ 1 / (k + rank), rank from 1 (Cormack et al.; k = 60).
 - ``top_k`` on both cuts the fused ranking; to get ``top_k`` documents, fuse runs retrieved (and pass
   ``n_best``) at least that deep: :func:`fusion_depth`.
@@ -39,6 +40,20 @@ def minmax(run: Run) -> Run:
     return out
 
 
+def zscore(run: Run) -> Run:
+    """Per-query z-scores: (s − mean) / standard deviation over the query's documents (0 when they are equal)."""
+    out: Run = {}
+    for q, docs in run.items():
+        n = len(docs)
+        mean = sum(docs.values()) / n if n else 0.0
+        sd = (sum((s - mean) ** 2 for s in docs.values()) / n) ** 0.5 if n else 0.0
+        out[q] = {d: (s - mean) / sd if sd > 0 else 0.0 for d, s in docs.items()}
+    return out
+
+
+NORMS = {"minmax": minmax, "zscore": zscore}
+
+
 def fusion_depth(top_k: int, n_best: int) -> int:
     """How deep each side of a fusion is retrieved and fused so that ``top_k`` fused documents exist:
     the tuned ``n_best``, or ``top_k`` when that is deeper."""
@@ -47,20 +62,24 @@ def fusion_depth(top_k: int, n_best: int) -> int:
 
 def interpolate(
     dense: Run, sparse: Run, lam: float, *, n_best: int | None = None, normalize: bool = True,
-    top_k: int | None = None,
+    top_k: int | None = None, norm: str = "minmax",
 ) -> Run:
-    """λ·dense + (1 − λ)·sparse over the union of both n-bests (per query; queries of either run),
-    each query's fused ranking cut to its ``top_k`` best (all when None)."""
+    """λ·dense + (1 − λ)·sparse over the union of both n-bests (per query; queries of either run), each run
+    normalised per query by ``norm`` (:data:`NORMS`) unless ``normalize`` is False, each query's fused ranking cut
+    to its ``top_k`` best (all when None)."""
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must be in [0, 1], got {lam}")
+    if norm not in NORMS:
+        raise ValueError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
     d_run, s_run = truncate(dense, n_best), truncate(sparse, n_best)
     if normalize:
-        d_run, s_run = minmax(d_run), minmax(s_run)
+        d_run, s_run = NORMS[norm](d_run), NORMS[norm](s_run)
+    floor_is_zero = normalize and norm == "minmax"
     fused: Run = {}
     for q in dict.fromkeys([*d_run, *s_run]):
         d, s = d_run.get(q, {}), s_run.get(q, {})
-        d_floor = min(d.values(), default=0.0) if not normalize else 0.0
-        s_floor = min(s.values(), default=0.0) if not normalize else 0.0
+        d_floor = min(d.values(), default=0.0) if not floor_is_zero else 0.0
+        s_floor = min(s.values(), default=0.0) if not floor_is_zero else 0.0
         fused[q] = {
             doc: lam * d.get(doc, d_floor) + (1.0 - lam) * s.get(doc, s_floor) for doc in dict.fromkeys([*d, *s])
         }

@@ -17,7 +17,7 @@ import numpy as np
 
 from twotower.data.beir import Document, load_corpus
 from twotower.errors import TwoTowerError
-from twotower.retrieval.hybrid import fusion_depth, interpolate, rrf
+from twotower.retrieval.hybrid import NORMS, fusion_depth, interpolate, rrf
 from twotower.retrieval.index.files import REBUILT
 from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
 
@@ -265,15 +265,19 @@ class Searcher:
     def run(
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
-        store: IndexStore | None = None,
+        store: IndexStore | None = None, norm: str | None = None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
         (fewer only when fewer documents score). ``hybrid`` and ``rrf`` fuse each side's
-        ``max(k, n_best)``-best. ``mode`` / ``lam`` left out: the model's fitted choices (:meth:`resolve`)."""
+        ``max(k, n_best)``-best. ``mode`` / ``lam`` / ``norm`` (the hybrid's normalisation) left out: the model's
+        fitted choices (:meth:`resolve`; min-max when it has none)."""
         mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
+        norm = norm or (self.defaults.norm if self.defaults is not None else None) or "minmax"
+        if norm not in NORMS:
+            raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
         store = store or self.store  # one version for the whole call
         qids, texts = list(queries), list(queries.values())
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
@@ -288,7 +292,7 @@ class Searcher:
         if mode in ("dense", "bm25"):
             return runs[mode]
         if mode == "hybrid":
-            return interpolate(runs["dense"], runs["bm25"], lam, n_best=depth, top_k=k)
+            return interpolate(runs["dense"], runs["bm25"], lam, n_best=depth, top_k=k, norm=norm)
         return rrf([runs["dense"], runs["bm25"]], n_best=depth, top_k=k)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:

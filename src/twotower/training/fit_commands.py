@@ -72,7 +72,8 @@ def fit_cmd(
     resumed = [s for s in result.report["stages"] if s not in result.computed]
     if resumed:
         console.print(f"resumed: {', '.join(resumed)} were already done")
-    how = c["mode"] + (f" λ {c['lambda']}" if c["mode"] == "hybrid" else "") + (", re-ranked" if c["rerank"] else "")
+    how = c["mode"] + (f" λ {c['lambda']}" + (f" ({c['norm']})" if c.get("norm") else "") if c["mode"] == "hybrid" else "")
+    how += ", re-ranked" if c["rerank"] else ""
     dev = f" (dev {c['dev']})" if c.get("dev") else ""
     what = f"BM25 alone ({c['language']}), the encoder unused" if c["mode"] == "bm25" else f"{c['model']} encoder, {how}"
     console.print(f"model saved to {result.model}: {what}{dev}; details in {out / 'fit.json'}")

@@ -248,7 +248,7 @@ class _Fit:
         runs = {s: self.dev_run(s) for s in self.model_stages()}
         best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
                                              n_best=r.n_best, metric=r.metric)
-        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"],
+        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"], norm=_norm(best),
                                                           rerank_depth=r.rerank_depth, language=self.bm25_language()))
         return {"chosen": best, "candidates": rows}
 
@@ -270,7 +270,8 @@ class _Fit:
         r = self.recipe
         chosen = self.stages.done("select")["chosen"]
         qrels = self.dev_qrels()
-        base = select.fused(chosen["mode"], self.dev_run(chosen["model"]), self.bm25_dev(), chosen["lambda"], r.n_best)
+        base = select.fused(chosen["mode"], self.dev_run(chosen["model"]), self.bm25_dev(), chosen["lambda"], r.n_best,
+                            chosen.get("norm"))
         ce_dir = self.stages.dir("rerank") / "reranker"
         t0 = time.perf_counter()
         if not (ce_dir / "config.json").is_file():
@@ -288,7 +289,7 @@ class _Fit:
         before, after = select.score(qrels, base), select.score(qrels, reranked)
         kept = after[r.metric] > before[r.metric]
         if kept:
-            defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker",
+            defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker", norm=_norm(chosen),
                                          rerank_depth=r.rerank_depth, language=self.bm25_language())
             shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
             write_defaults(self.out / "model", defaults)
@@ -326,6 +327,11 @@ class _Fit:
                 result = self.stages.finish(name, getattr(self, f"stage_{name}")(), started)
             report[name] = {k: v for k, v in result.items() if k not in ("dev", "train")}  # ids: in stages/split
         return report
+
+
+def _norm(row: dict) -> str | None:
+    """The hybrid normalisation to store: z-score only (min-max is what a model without one gets)."""
+    return row.get("norm") if row.get("norm") not in (None, "minmax") else None
 
 
 def _has_labels(data: Path, split: str) -> bool:
@@ -372,7 +378,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
             fit.drop_reranker()
         chosen = stages["select"]["chosen"]
         kept_ce = stages.get("rerank", {}).get("kept", False)
-        choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
+        choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"], "norm": _norm(chosen),
                    "rerank": "reranker" if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
     else:
         language = fit.bm25_language()

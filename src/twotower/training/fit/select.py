@@ -1,5 +1,5 @@
 """Scoring on dev and choosing the retriever: every candidate model's dense run, BM25's, and their fusions
-(linear λ over a grid, RRF), each scored on the dev qrels; the best is kept (ties: the simpler mode, then λ
+(linear λ over a grid with min-max or z-score normalisation, RRF), each scored on the dev qrels; the best is kept (ties: the simpler mode, then λ
 nearest 0.5, then the earlier model). Pure functions over runs, so one encoding of the corpus per model serves
 every λ."""
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval.dense import exact_search, to_run
-from twotower.retrieval.hybrid import interpolate, rrf
+from twotower.retrieval.hybrid import NORMS, interpolate, rrf
 
 Run = dict[str, dict[str, float]]
 MODE_ORDER = {"dense": 0, "hybrid": 1, "rrf": 2}
@@ -23,12 +23,12 @@ def dense_run(q_vecs: np.ndarray, doc_vecs: np.ndarray, qids: Sequence[str], doc
     return to_run(qids, doc_ids, scores, idx)
 
 
-def fused(mode: str, dense: Run, sparse: Run, lam: float | None, n_best: int) -> Run:
+def fused(mode: str, dense: Run, sparse: Run, lam: float | None, n_best: int, norm: str | None = None) -> Run:
     """The run a retrieval choice gives (as eval's and the Searcher's fusions: same functions, same depths)."""
     if mode == "dense":
         return dense
     if mode == "hybrid":
-        return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best)
+        return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")
     if mode == "rrf":
         return rrf([dense, sparse], n_best=n_best, top_k=n_best)
     raise ValueError(f"unknown mode {mode}")
@@ -41,17 +41,19 @@ def score(qrels, run: Run, metrics=("ndcg@10", "recall@100")) -> dict[str, float
 def choose_retriever(
     dense_runs: Mapping[str, Run], sparse: Run, qrels, *, lambdas: Sequence[float], n_best: int, metric: str,
 ) -> tuple[dict, list[dict]]:
-    """(best row, all rows): one row per (model, mode, λ) with its dev ``metric`` and recall@100."""
+    """(best row, all rows): one row per (model, mode, λ, normalisation) with its dev ``metric`` and recall@100;
+    the hybrid with each of :data:`NORMS` (min-max first: the simpler on a tie)."""
     rows = []
     for order, (name, dense) in enumerate(dense_runs.items()):
-        options = [("dense", None)] + [("hybrid", float(x)) for x in lambdas] + [("rrf", None)]
-        for mode, lam in options:
-            found = score(qrels, fused(mode, dense, sparse, lam, n_best), (metric, "recall@100"))
-            rows.append({"model": name, "mode": mode, "lambda": lam, "dev": found, "_order": order})
+        options = [("dense", None, None)] + [("hybrid", float(x), n) for n in NORMS for x in lambdas] + [("rrf", None, None)]
+        for mode, lam, norm in options:
+            found = score(qrels, fused(mode, dense, sparse, lam, n_best, norm), (metric, "recall@100"))
+            rows.append({"model": name, "mode": mode, "lambda": lam, "norm": norm, "dev": found, "_order": order})
 
     def key(row):
         lam_gap = abs(row["lambda"] - 0.5) if row["lambda"] is not None else 0.0
-        return (-round(row["dev"][metric], 10), MODE_ORDER[row["mode"]], lam_gap, row["_order"])
+        norm_order = list(NORMS).index(row["norm"]) if row["norm"] else 0
+        return (-round(row["dev"][metric], 10), MODE_ORDER[row["mode"]], norm_order, lam_gap, row["_order"])
 
     best = min(rows, key=key)
     for row in rows:
