@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_results  # noqa: E402
+from _common import DATA, write_results  # noqa: E402
 from multilingual import E5, LANGS, LAREQA_BEST, _load, full_ranking_ap, vectors  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,11 +51,11 @@ def main() -> None:
     out = WORK / f"aligned-{args.per_language}-{args.directions or 'auto'}"
     if not (out / "language_directions.json").is_file():
         cmd = [sys.executable, "-m", "twotower.cli", "models", "align-languages", "--model", E5, "--data",
-               str(ROOT.parent / "shared" / "data" / "xquad-r" / "pool"), "--out", str(out), "--no-progress",
+               str(DATA / "xquad-r" / "pool"), "--out", str(out), "--no-progress",
                "--per-language", str(args.per_language)] + (["--directions", str(args.directions)] if args.directions else [])
         print("$", " ".join(cmd), flush=True)
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
         (out / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
     report = json.loads((out / "language_directions.json").read_text())
     wall_s = float((out / "wall_s.txt").read_text()) if (out / "wall_s.txt").is_file() else None
@@ -72,6 +73,11 @@ def main() -> None:
     if min(check.values()) < 0.999:
         sys.exit("error: the aligned model's encodings differ from the stored projection applied to the plain ones")
 
+    from twotower.retrieval.analyzers import detect_language
+
+    detected = {lang: round(float(np.mean([detect_language([t]) == lang for d, t in zip(doc_ids, doc_texts)
+                                            if d.startswith(f"{lang}-")])), 3) for lang in LANGS}
+    print(f"per-sentence language detection, share right: {detected}", flush=True)
     variants = {E5: (dv, qv), f"{E5} aligned": (_unit(dv @ proj.T).astype(np.float32),
                                                  _unit(qv @ proj.T).astype(np.float32))}
     row_of = {d: i for i, d in enumerate(doc_ids)}
@@ -104,9 +110,11 @@ def main() -> None:
         f"Its encodings equal the stored projection applied to the plain model's vectors (min cosine {check}), so the "
         f"metrics use the plain vectors (cached by `benchmarks/multilingual.py`) times that projection. map: over the "
         f"full ranking of the set's sentences (LAReQA's measure; its best mBERT baseline on `pool`: {LAREQA_BEST}). "
-        f"pool mAP: {pool}. Per query language: `map_by_language` in the JSON.")
+        f"pool mAP: {pool}. Per query language: `map_by_language` in the JSON. Share of each language's sentences "
+        f"whose detected language (one sentence at a time) is right: {detected}.")
     write_results("multilingual_align", rows, notes=notes,
-                  extra={"map_by_language": by_lang, "directions": report, "check_min_cosine": check})
+                  extra={"map_by_language": by_lang, "directions": report, "check_min_cosine": check,
+                         "detected_share": detected})
 
 
 if __name__ == "__main__":

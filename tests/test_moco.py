@@ -6,6 +6,7 @@ import json
 import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -109,7 +110,7 @@ def test_moco_step_gradient_only_through_queries_and_momentum(tmp_path, tiny_ber
     qv, kv = obj.views(batch, random.Random(7))
     q = model.forward_queries(*obj.inputs(model.query_tower, qv, model.query_max_length))
     with torch.no_grad():
-        k = obj.key_encoder(*obj.inputs(model.doc_tower, kv, model.doc_max_length))
+        k = obj.key_encoder(*obj.inputs(model.doc_tower, kv, model.doc_max_length, "document"))
     ref = moco_loss(q, k, queue_before, 0.05)
     ref.backward()
     assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
@@ -149,7 +150,7 @@ def test_inbatch_gives_gradients_to_both_views(tmp_path, tiny_bert_dir, corpus):
     qv, kv = obj.views(batch, random.Random(3))
     with torch.no_grad():
         ref = loss_fn(model.forward_queries(*obj.inputs(model.query_tower, qv, 64)),
-                      model.forward_documents(*obj.inputs(model.doc_tower, kv, 64)))
+                      model.forward_documents(*obj.inputs(model.doc_tower, kv, 64, "document")))
     assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
     assert obj.state_dict() == {}
 
@@ -208,3 +209,22 @@ def test_pretrain_cli_output_loads_for_eval_and_training(tmp_path, tiny_bert_dir
     DualEncoder.build(out / "model")  # what `twotower train --model` does
     bad = CliRunner().invoke(app, [*args[:-1], "--augment", "bogus"])
     assert bad.exit_code == 2 and "unknown augment 'bogus'" in bad.output
+
+
+def test_views_go_behind_the_models_prompts(tmp_path, tiny_bert_dir, corpus):
+    """A model with prompts (multilingual-e5's "query: " / "passage: "): the query view is encoded as the tokenizer
+    encodes "query: <view text>", the key view as "passage: <view text>"; without prompts, the bare view."""
+    trainer, obj = _trainer(tmp_path, tiny_bert_dir, corpus)
+    obj.setup(trainer)
+    tower = trainer.model.query_tower
+    tok = tower.tokenizer
+    views = [np.array(tok("the cat sat on a mat", add_special_tokens=False)["input_ids"])]
+    bare, _ = obj.inputs(tower, views, 64, "query")
+    assert bare[0].tolist() == tok("the cat sat on a mat")["input_ids"]
+    tower.prompts = {"query": "query: ", "document": "passage: "}
+    q_ids, q_mask = obj.inputs(tower, views, 64, "query")
+    k_ids, _ = obj.inputs(tower, views, 64, "document")
+    assert q_ids[0].tolist() == tok("query: the cat sat on a mat")["input_ids"] and bool(q_mask.all())
+    assert k_ids[0].tolist() == tok("passage: the cat sat on a mat")["input_ids"]
+    cut, _ = obj.inputs(tower, views, 6, "query")  # the prompt keeps its place, the view is cut
+    assert cut[0].tolist()[:4] == tok("query: the")["input_ids"][:4] and cut.shape[1] == 6

@@ -99,10 +99,15 @@ class ContrastivePretraining(Objective):
         pairs = [make_views(c, self.config.views, gen, self._vocab) for c in batch]
         return [a for a, _ in pairs], [b for _, b in pairs]
 
-    def inputs(self, tower, views: list[np.ndarray], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token-id views → padded ``input_ids`` / ``attention_mask`` with the tokenizer's special tokens."""
+    def inputs(self, tower, views: list[np.ndarray], max_length: int,
+               role: str = "query") -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-id views → padded ``input_ids`` / ``attention_mask`` with the tokenizer's special tokens, behind
+        the model's prompt for ``role`` where it has one (multilingual-e5: query view "query:", key view
+        "passage:"), as every other training and encoding path puts it in front of the text."""
         tok = tower.tokenizer
         prefix, suffix = special_tokens(tok)
+        prompt = tower.prompts.get(role, "").strip()
+        prefix = prefix + (tok(prompt, add_special_tokens=False)["input_ids"] if prompt else [])
         room = max(1, max_length - len(prefix) - len(suffix))
         ids = [prefix + [int(t) for t in v[:room]] + suffix for v in views]
         input_ids = torch.full((len(ids), max(map(len, ids))), tok.pad_token_id or 0, dtype=torch.long)
@@ -117,8 +122,8 @@ class ContrastivePretraining(Objective):
                   rng: random.Random) -> torch.Tensor:
         m = trainer.model
         q_views, k_views = self.views(batch, rng)
-        q_ids, q_mask = self.inputs(m.query_tower, q_views, m.query_max_length)
-        k_ids, k_mask = self.inputs(m.doc_tower, k_views, m.doc_max_length)
+        q_ids, q_mask = self.inputs(m.query_tower, q_views, m.query_max_length, "query")
+        k_ids, k_mask = self.inputs(m.doc_tower, k_views, m.doc_max_length, "document")
         if self.config.negatives == "inbatch":
             groups = [(m.forward_queries, q_ids, q_mask), (m.forward_documents, k_ids, k_mask)]
             return trainer.backward(groups, lambda q, d: loss_fn(q, d), stage)
