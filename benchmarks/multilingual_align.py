@@ -37,14 +37,42 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def score_sets(variants: dict, doc_ids: list[str], qids: list[str], qrels: dict) -> tuple[list[dict], dict]:
+    """Rows ``"<name> <set>"`` (NDCG@10, R@100, mAP over the full ranking) for each ``name: (doc vectors, query
+    vectors)`` on the 11 monolingual sets, ``to-en`` and ``pool``; and mAP per query language on ``pool``/``to-en``."""
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.dense import exact_search, to_run
+
+    row_of = {d: i for i, d in enumerate(doc_ids)}
+    sets = {lang: [d for d in doc_ids if d.startswith(f"{lang}-")] for lang in LANGS}
+    sets["to-en"], sets["pool"] = sets["en"], doc_ids
+    rows, by_lang = [], {}
+    for name, (D, Q) in variants.items():
+        for set_name, docs in sets.items():
+            q_idx = [i for i, q in enumerate(qids) if q in qrels[set_name]]
+            cols = np.array([row_of[d] for d in docs])
+            local = {d: j for j, d in enumerate(docs)}
+            rel = [[local[d] for d, r in qrels[set_name][qids[i]].items() if r > 0] for i in q_idx]
+            ap_q = full_ranking_ap(Q[q_idx], D[cols], rel)
+            scores, idx = exact_search(Q[q_idx], D[cols], 100)
+            m = evaluate(qrels[set_name], to_run([qids[i] for i in q_idx], docs, scores, idx), ("ndcg@10", "recall@100"))
+            rows.append({"system": f"{name} {set_name}", "ndcg@10": round(m["ndcg@10"], 4),
+                         "recall@100": round(m["recall@100"], 4), "map": round(float(ap_q.mean()), 4),
+                         "queries": len(q_idx)})
+            if set_name in ("pool", "to-en"):
+                langs = np.array([qids[i].split("-")[0] for i in q_idx])
+                by_lang.setdefault(set_name, {})[name] = {lang: round(float(ap_q[langs == lang].mean()), 4)
+                                                          for lang in LANGS}
+            print(rows[-1], flush=True)
+    return rows, by_lang
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-language", type=int, default=300)
     ap.add_argument("--directions", type=int, default=None)
     args = ap.parse_args()
     from twotower.encoders.towers import DualEncoder, EncodeOptions
-    from twotower.evaluation.metrics import evaluate
-    from twotower.retrieval.dense import exact_search, to_run
 
     doc_ids, doc_texts, qids, q_texts, qrels = _load(0)
     dv, qv, _ = vectors(E5, doc_ids, doc_texts, qids, q_texts, "auto", None)
@@ -80,27 +108,7 @@ def main() -> None:
     print(f"per-sentence language detection, share right: {detected}", flush=True)
     variants = {E5: (dv, qv), f"{E5} aligned": (_unit(dv @ proj.T).astype(np.float32),
                                                  _unit(qv @ proj.T).astype(np.float32))}
-    row_of = {d: i for i, d in enumerate(doc_ids)}
-    sets = {lang: [d for d in doc_ids if d.startswith(f"{lang}-")] for lang in LANGS}
-    sets["to-en"], sets["pool"] = sets["en"], doc_ids
-    rows, by_lang = [], {}
-    for name, (D, Q) in variants.items():
-        for set_name, docs in sets.items():
-            q_idx = [i for i, q in enumerate(qids) if q in qrels[set_name]]
-            cols = np.array([row_of[d] for d in docs])
-            local = {d: j for j, d in enumerate(docs)}
-            rel = [[local[d] for d, r in qrels[set_name][qids[i]].items() if r > 0] for i in q_idx]
-            ap_q = full_ranking_ap(Q[q_idx], D[cols], rel)
-            scores, idx = exact_search(Q[q_idx], D[cols], 100)
-            m = evaluate(qrels[set_name], to_run([qids[i] for i in q_idx], docs, scores, idx), ("ndcg@10", "recall@100"))
-            rows.append({"system": f"{name} {set_name}", "ndcg@10": round(m["ndcg@10"], 4),
-                         "recall@100": round(m["recall@100"], 4), "map": round(float(ap_q.mean()), 4),
-                         "queries": len(q_idx)})
-            if set_name in ("pool", "to-en"):
-                langs = np.array([qids[i].split("-")[0] for i in q_idx])
-                by_lang.setdefault(set_name, {})[name] = {lang: round(float(ap_q[langs == lang].mean()), 4)
-                                                          for lang in LANGS}
-            print(rows[-1], flush=True)
+    rows, by_lang = score_sets(variants, doc_ids, qids, qrels)
     pool = {r["system"]: r["map"] for r in rows if r["system"].endswith(" pool")}
     notes = (
         f"XQuAD-R, zero-shot {E5} (4-bit weights, dequantized). `aligned`: the model written by `twotower models "

@@ -45,6 +45,9 @@ def pretrain_cmd(
     precision: str = typer.Option("auto", help="auto (bf16 autocast where fast) | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per view (default: the model's)."),
+    freeze_embeddings: bool = typer.Option(
+        False, "--freeze-embeddings", help="Keep the token-embedding matrix out of the gradient and the optimizer "
+        "(multilingual-e5-small: 82% of the parameters; as train --freeze-embeddings)."),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
     resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
     tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
@@ -78,7 +81,8 @@ def pretrain_cmd(
                             bucket_size=bucket_size)
         cfg = TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
-                          tensorboard=tensorboard, show_progress=progress, stages=[stage])
+                          tensorboard=tensorboard, show_progress=progress, stages=[stage],
+                          freeze_embeddings=freeze_embeddings)
         if tensorboard:
             require_tensorboard()  # before a model is loaded or the run directory written
         result = pretrain(cfg, pre, resume=resume)
