@@ -81,3 +81,21 @@ def test_separate_towers_both_frozen(tmp_path, tiny_bert_dir):
     assert freeze_token_embeddings(model) == 2 * vocab * hidden
     assert not any(t.backbone.get_input_embeddings().weight.requires_grad for t in (model.query_tower, model.doc_tower))
     assert all(p.requires_grad for n, p in model.named_parameters() if "word_embeddings" not in n)
+
+
+def test_pretrain_cli_freeze_embeddings(tmp_path, tiny_bert_dir):
+    """``pretrain --freeze-embeddings``: recorded, and the embedding matrix leaves the run unchanged while the rest
+    of the backbone moves."""
+    from twotower.cli import app
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": f"cats purr and sleep in the sun number {i} "
+                                          "while dogs bark at the mail and birds sing"}) + "\n" for i in range(8)))
+    before = {k: v.clone() for k, v in DualEncoder.build(tiny_bert_dir).state_dict().items()}
+    res = CliRunner().invoke(app, ["pretrain", "--corpus", str(corpus), "--model", str(tiny_bert_dir), "--out",
+                                   str(tmp_path / "pre"), "--steps", "2", "--batch-size", "4", "--lr", "1e-2",
+                                   "--chunk-tokens", "16", "--precision", "fp32", "--freeze-embeddings", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "pre" / "train_config.json").read_text())["freeze_embeddings"] is True
+    changed = _changed(before, DualEncoder.load(tmp_path / "pre" / "model").state_dict())
+    assert changed and not EMB & changed
