@@ -155,14 +155,21 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     if rr is not None:
         ce = Reranker(out / "stages" / "rerank" / "reranker")
         t0 = time.perf_counter()
+        weight = rr.get("weight")
         reranked = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
-                             show_progress=False)
+                             show_progress=False, weight=None if weight in (None, 1.0) else weight)
         per_q = 1000 * (time.perf_counter() - t0) / len(qids)
-        rows.append(row(f"+ cross-encoder re-ranker, top {rr['depth']}", reranked, rr["train_s"],
+        rows.append(row(f"+ cross-encoder re-ranker, top {rr['depth']}, weight {weight}", reranked, rr["train_s"],
                         rerank_ms_per_query=round(per_q, 1), kept_by_fit=rr["kept"]))
+        if weight not in (None, 1.0):  # the cross-encoder alone, for reference
+            alone = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
+                              show_progress=False)
+            rows.append(row(f"+ cross-encoder alone, top {rr['depth']} (reference)", alone))
         notes = (f"Re-ranker: twotower's own cross-encoder (MiniLM backbone, trained by fit on the training part, BM25 "
-                 f"negatives) re-scoring the fitted retriever's top {rr['depth']}: dev NDCG@10 {rr['dev_before']['ndcg@10']}"
-                 f" → {rr['dev_after']['ndcg@10']} ({'kept' if rr['kept'] else 'not kept'} by fit); on test it costs "
+                 f"negatives; {rr['settings']}) re-scoring the fitted retriever's top {rr['depth']}, its z-scored scores "
+                 f"blended with the retriever's by weight {weight} (chosen on dev; 1 = alone): dev NDCG@10 "
+                 f"{rr['dev_before']['ndcg@10']} → {rr['dev_after']['ndcg@10']} ({'kept' if rr['kept'] else 'not kept'} by "
+                 f"fit; by weight: {json.dumps({w: v['ndcg@10'] for w, v in rr.get('dev_by_weight', {}).items()})}); on test it costs "
                  f"{per_q:.0f} ms per query on these 2 cores (training {rr['train_s']:.0f} s).")
     return rows, notes
 

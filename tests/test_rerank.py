@@ -150,3 +150,53 @@ def test_eval_with_rerank_puts_the_top_in_the_cross_encoders_order(tiny_beir, ti
 
     expected = evaluate(BeirDataset.load(tiny_beir, "test").qrels, reranked, tuple(payload["metrics"]))
     assert payload["metrics"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_blend_by_hand_and_against_scipy():
+    """blend = w·z(cross-encoder) + (1 − w)·z(first stage) over the re-scored documents (scipy's population z)."""
+    from scipy.stats import zscore
+
+    from twotower.retrieval.rerank import blend
+
+    first, ce = {"a": 3.0, "b": 2.0, "c": 1.0, "x": 9.0}, {"a": 0.0, "b": 1.0, "c": 5.0}  # x: not re-scored
+    zf, zc = zscore([3.0, 2.0, 1.0]), zscore([0.0, 1.0, 5.0])
+    got = blend(first, ce, 0.5)
+    assert list(got) == ["a", "b", "c"]
+    assert [got[d] for d in "abc"] == pytest.approx(list(0.5 * zc + 0.5 * zf))
+    assert got["a"] == pytest.approx(0.5 * (-2 / 14 ** 0.5 * 3 ** 0.5) + 0.5 * 1.5 ** 0.5)  # by hand
+    assert sorted(got, key=lambda d: -got[d]) == ["a", "c", "b"]
+    assert blend(first, ce, 1.0) == ce
+    zero = blend(first, ce, 0.0)
+    assert sorted(zero, key=lambda d: -zero[d]) == ["a", "b", "c"]  # the first stage's order
+    with pytest.raises(ValueError, match="weight must be in"):
+        blend(first, ce, 1.5)
+
+
+def test_eval_and_search_use_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, tiny_ce_dir, tmp_path):
+    """A model fitted with a re-ranker at weight 0.3: eval re-ranks by blend(…, 0.3) — the same as Reranker.rerank
+    with weight 0.3 on the dense run, not the cross-encoder alone — and --rerank-weight overrides it."""
+    import shutil
+
+    from twotower.encoders.towers import DualEncoder
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+    from twotower.data.beir import BeirDataset
+
+    model = tmp_path / "model"
+    DualEncoder.load(str(tiny_bert_dir)).save(model)
+    shutil.copytree(tiny_ce_dir, model / "reranker")
+    write_defaults(model, RetrievalDefaults(mode="dense", rerank="reranker", rerank_depth=4, rerank_weight=0.3))
+    base = dict(data=tiny_beir, split="test", top_k=10, show_progress=False, precision="fp32")
+    got = run_eval(EvalConfig(model=str(model), **base))
+    dense = run_eval(EvalConfig(model=str(model), retriever="dense", **base)).run
+    ds = BeirDataset.load(tiny_beir, "test")
+    rr = Reranker(model / "reranker", precision="fp32")
+    text = lambda d: ds.corpus[d].full_text  # noqa: E731
+    want = rr.rerank(dense, ds.queries, text, top_n=4, show_progress=False, weight=0.3)
+    alone = rr.rerank(dense, ds.queries, text, top_n=4, show_progress=False)
+    for q in want:
+        assert got.run[q] == pytest.approx(want[q])
+    assert any(got.run[q] != pytest.approx(alone[q]) for q in want)
+    other = run_eval(EvalConfig(model=str(model), rerank_weight=1.0, **base))
+    for q in alone:
+        assert other.run[q] == pytest.approx(alone[q])

@@ -80,6 +80,9 @@ def eval_cmd(
     rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
                                                help="Documents per query re-ranked (default 100); needs --rerank."),
     hybrid_lambda: Optional[float] = typer.Option(None, "--lambda", help="Hybrid weight of dense (default: tuned)."),
+    rerank_weight: Optional[float] = typer.Option(
+        None, "--rerank-weight", help="Blend the re-ranker's z-scored scores with the first stage's: its share, 0-1 "
+        "(default: a fitted model's choice, else 1: the re-ranker alone)."),
     fusion_norm: Optional[str] = typer.Option(
         None, "--fusion-norm", help="How --retriever hybrid normalises each side per query: minmax | zscore (default: "
         "a fitted model's choice, else minmax)."),
@@ -103,7 +106,7 @@ def eval_cmd(
         _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
         index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
-    cfg.language, cfg.fusion_norm = language, fusion_norm
+    cfg.language, cfg.fusion_norm, cfg.rerank_weight = language, fusion_norm, rerank_weight
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
         check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))

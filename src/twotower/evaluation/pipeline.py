@@ -47,6 +47,7 @@ class EvalConfig:
     compile: bool = False  # torch.compile the dense retriever's document encoding
     language: str | None = None  # BM25's text analysis (retrieval.analyzers; None: en, or the --index's own)
     fusion_norm: str | None = None  # the hybrid's per-query normalisation (retrieval.hybrid.NORMS; None: minmax)
+    rerank_weight: float | None = None  # the re-ranker's share in retrieval.rerank.blend (None: it ranks alone)
 
 
 @dataclass
@@ -93,10 +94,12 @@ def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "Ev
     if defaults is None:
         return replace(cfg, rerank=None) if cfg.rerank == NO_RERANK else cfg
     retriever, lam, rerank, depth = cfg.retriever, cfg.hybrid_lambda, cfg.rerank, cfg.rerank_depth
+    weight = cfg.rerank_weight
     if retriever is None:
         retriever = defaults.mode
         if rerank is None and defaults.rerank:
             rerank, depth = defaults.rerank_path(model_dir or cfg.model), defaults.rerank_depth
+            weight = cfg.rerank_weight if cfg.rerank_weight is not None else defaults.rerank_weight
     if lam is None and retriever == "hybrid" and defaults.lam is not None:
         lam = defaults.lam
     norm = cfg.fusion_norm
@@ -113,7 +116,7 @@ def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "Ev
     # fit chose BM25 alone (no labels, an encoder without the data's language): the model is not used
     model = None if retriever == "bm25" and cfg.retriever is None else cfg.model
     return replace(cfg, retriever=retriever, hybrid_lambda=lam, rerank=rerank, rerank_depth=depth, language=language,
-                   model=model, fusion_norm=norm)
+                   model=model, fusion_norm=norm, rerank_weight=weight)
 
 
 def resolve_retriever(retriever: str | None, model: str | None) -> str:
@@ -257,7 +260,7 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
         reranker = Reranker(cfg.rerank, batch_size=cfg.batch_size or 32, precision=cfg.precision,
                             device=str(resolve_device(cfg.device)))
         run = reranker.rerank(run, ds.queries, lambda d: ds.corpus[d].full_text, top_n=cfg.rerank_depth,
-                              show_progress=cfg.show_progress)
+                              show_progress=cfg.show_progress, weight=cfg.rerank_weight)
         timings["rerank_s"] = time.perf_counter() - t0
     return run
 
@@ -283,6 +286,12 @@ def check_eval_options(cfg: EvalConfig) -> None:
     if cfg.hybrid_lambda is not None and cfg.retriever != "hybrid":
         raise TwoTowerError(f"--lambda weighs dense against BM25 in --retriever hybrid; --retriever {cfg.retriever} "
                             "does not use it: drop --lambda or pass --retriever hybrid")
+    if cfg.rerank_weight is not None:
+        if not 0 <= cfg.rerank_weight <= 1:
+            raise TwoTowerError(f"--rerank-weight {cfg.rerank_weight}: the re-ranker's share, from 0 to 1")
+        if not cfg.rerank:
+            raise TwoTowerError("--rerank-weight blends a re-ranker's scores with the first stage's: pass --rerank DIR "
+                                "(or a model fitted with one) or drop it")
     if cfg.fusion_norm is not None:
         from twotower.retrieval.hybrid import NORMS
 

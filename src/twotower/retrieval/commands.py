@@ -165,9 +165,10 @@ def register(app: typer.Typer) -> None:
                                     "it: drop --lambda or pass --mode hybrid")
             searcher = Searcher(index, device=device)
             fitted = searcher.defaults
+            weight = None
             if rerank is None and mode is None and fitted is not None and fitted.rerank:
                 rerank = Path(fitted.rerank_path(searcher.store.manifest["model"]["path"]))
-                rerank_depth = fitted.rerank_depth
+                rerank_depth, weight = fitted.rerank_depth, fitted.rerank_weight
             if rerank is not None and str(rerank) == "none":
                 rerank = None
             asked_lam = lam
@@ -182,13 +183,17 @@ def register(app: typer.Typer) -> None:
             hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
                                    norm=fusion_norm)
             if rerank:
-                from twotower.retrieval.rerank import Reranker
+                from twotower.retrieval.rerank import Reranker, blend
 
                 store = searcher.store
                 ce = Reranker(rerank, device=device)
-                scores = ce.score([(query, _doc_text(store, h.doc_id)) for h in hits[:rerank_depth]])
-                for h, s in zip(hits, scores):
-                    h.score = float(s)
+                top = hits[:rerank_depth]
+                scores = ce.score([(query, _doc_text(store, h.doc_id)) for h in top])
+                scored = {h.doc_id: float(s) for h, s in zip(top, scores)}
+                if weight is not None:  # the fitted blend with the first stage (retrieval.rerank.blend)
+                    scored = blend({h.doc_id: h.score for h in top}, scored, weight)
+                for h in top:
+                    h.score = scored[h.doc_id]
                 hits = sorted(hits[:rerank_depth], key=lambda h: -h.score)
             hits = hits[:k]
         except (TwoTowerError, ValueError) as exc:

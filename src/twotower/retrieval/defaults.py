@@ -12,7 +12,9 @@ unless told otherwise (an explicit ``--retriever`` / ``--mode`` / ``--lambda`` /
 text analysis of the BM25 side (``retrieval.analyzers``; the data's language as fit found it), used by ``eval``
 and ``index build`` unless given ``--language``; absent: English, as before. ``norm``: how the hybrid
 normalises each side's scores per query (``retrieval.hybrid.NORMS``), used by ``eval``, ``search`` and ``serve``
-unless given ``--fusion-norm``; absent: min-max, as before.
+unless given ``--fusion-norm``; absent: min-max, as before. ``rerank_weight``: the re-ranker's share when its
+scores are blended with the first stage's (``retrieval.rerank.blend``), used with the re-ranker by ``eval`` and
+``search``; absent: the re-ranker ranks alone.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class RetrievalDefaults:
     rerank_depth: int = 100
     language: str | None = None  # BM25's analysis for hybrid / RRF (None: the commands' default, English)
     norm: str | None = None  # the hybrid's per-query score normalisation (retrieval.hybrid.NORMS; None: minmax)
+    rerank_weight: float | None = None  # the re-ranker's share in retrieval.rerank.blend (None: it ranks alone)
 
     @property
     def needs_bm25(self) -> bool:
@@ -46,7 +49,7 @@ class RetrievalDefaults:
 
     def to_json(self) -> dict:
         out = {"mode": self.mode, "lambda": self.lam, "rerank": self.rerank, "rerank_depth": self.rerank_depth,
-               "language": self.language, "norm": self.norm}
+               "language": self.language, "norm": self.norm, "rerank_weight": self.rerank_weight}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -78,8 +81,11 @@ def _check(raw: object, where: Path) -> RetrievalDefaults:
 
         if norm not in NORMS:
             raise ModelError(f"{where}: retrieval norm {norm!r}: one of {', '.join(NORMS)} (or leave it out: minmax)")
+    weight = raw.get("rerank_weight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1):
+        raise ModelError(f"{where}: retrieval rerank_weight {weight!r}: a number from 0 to 1")
     return RetrievalDefaults(mode=mode, lam=None if lam is None else float(lam), rerank=rerank, rerank_depth=depth,
-                             language=language, norm=norm)
+                             language=language, norm=norm, rerank_weight=None if weight is None else float(weight))
 
 
 def read_defaults(model: str | Path | None) -> RetrievalDefaults | None:

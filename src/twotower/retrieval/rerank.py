@@ -85,9 +85,10 @@ class Reranker:
 
     def rerank(
         self, run: Run, queries: Mapping[str, str], doc_text: Callable[[str], str], *, top_n: int = 100,
-        show_progress: bool = True,
+        show_progress: bool = True, weight: float | None = None,
     ) -> Run:
-        """Re-score each query's ``top_n`` documents; the rest follow below, in their old order."""
+        """Re-score each query's ``top_n`` documents (by the cross-encoder alone, or blended with the run's own
+        scores by ``weight``: :func:`blend`); the rest follow below, in their old order."""
         pairs, keys = [], []
         ranked_by_q: dict[str, list[str]] = {}
         for q, docs in run.items():
@@ -100,11 +101,32 @@ class Reranker:
         out: Run = {q: {} for q in run}
         for (q, d), s in zip(keys, scores):
             out[q][d] = float(s)
+        if weight is not None:
+            out = {q: blend(run[q], ce, weight) for q, ce in out.items()}
         for q, ranked in ranked_by_q.items():
             floor = min(out[q].values(), default=0.0)
             for i, d in enumerate(ranked[top_n:], start=1):
                 out[q][d] = floor - i  # below every re-scored document, old order kept
         return out
+
+
+def _z(scores: Mapping[str, float]) -> dict[str, float]:
+    values = np.array(list(scores.values()), dtype=np.float64)
+    sd = float(values.std()) if len(values) else 0.0
+    mean = float(values.mean()) if len(values) else 0.0
+    return {d: (s - mean) / sd if sd > 0 else 0.0 for d, s in scores.items()}
+
+
+def blend(first: Mapping[str, float], ce: Mapping[str, float], weight: float) -> dict[str, float]:
+    """One query's re-scored documents (the keys of ``ce``) by ``weight``·z(cross-encoder) + (1 − ``weight``)·z(first
+    stage), each z-scored over those documents: a cross-encoder too weak to rank alone can still correct the first
+    stage (1: the cross-encoder alone)."""
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"re-ranker weight must be in [0, 1], got {weight}")
+    if weight == 1.0:
+        return dict(ce)
+    zc, zf = _z(ce), _z({d: first[d] for d in ce})
+    return {d: weight * zc[d] + (1.0 - weight) * zf[d] for d in ce}
 
 
 @dataclass

@@ -73,7 +73,8 @@ def fit_cmd(
     if resumed:
         console.print(f"resumed: {', '.join(resumed)} were already done")
     how = c["mode"] + (f" λ {c['lambda']}" + (f" ({c['norm']})" if c.get("norm") else "") if c["mode"] == "hybrid" else "")
-    how += ", re-ranked" if c["rerank"] else ""
+    how += (", re-ranked" + (f" (weight {c['rerank_weight']})" if c.get("rerank_weight") not in (None, 1.0) else "")
+            if c["rerank"] else "")
     dev = f" (dev {c['dev']})" if c.get("dev") else ""
     what = f"BM25 alone ({c['language']}), the encoder unused" if c["mode"] == "bm25" else f"{c['model']} encoder, {how}"
     console.print(f"model saved to {result.model}: {what}{dev}; details in {out / 'fit.json'}")

@@ -25,7 +25,7 @@ from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
 from twotower.retrieval.dense import exact_search
 from twotower.training.fit import select
 from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
-from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
+from twotower.training.fit.recipe import RERANK_KEYS, RERANK_WEIGHTS, FitRecipe, split_queries
 from twotower.training.fit.stages import StageLog
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ class _Fit:
             write_defaults(tmp, defaults)
 
     def stage_rerank(self) -> dict:
-        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, train_reranker
+        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, blend, train_reranker
 
         r = self.recipe
         chosen = self.stages.done("select")["chosen"]
@@ -275,27 +275,35 @@ class _Fit:
         ce_dir = self.stages.dir("rerank") / "reranker"
         t0 = time.perf_counter()
         if not (ce_dir / "config.json").is_file():
-            cfg = RerankerTrainConfig(epochs=r.reranker_epochs, negatives=r.reranker_negatives, seed=r.seed,
-                                      precision=self.opts.precision, device=self.opts.device,
+            cfg = RerankerTrainConfig(epochs=r.reranker_epochs, negatives=r.reranker_negatives, lr=r.reranker_lr,
+                                      seed=r.seed, precision=self.opts.precision, device=self.opts.device,
                                       show_progress=self.opts.show_progress)
             train_reranker(self.data, ce_dir, base=r.model, split=r.split, cfg=cfg, query_ids=set(self.split()["train"]))
         train_s = time.perf_counter() - t0
         ce = Reranker(ce_dir, batch_size=self.opts.batch_size or 32, precision=self.opts.precision,
                       device=self.opts.device)
         t0 = time.perf_counter()
-        reranked = ce.rerank(base, self.ds.queries, self.doc_text, top_n=r.rerank_depth,
-                             show_progress=self.opts.show_progress)
+        alone = ce.rerank(base, self.ds.queries, self.doc_text, top_n=r.rerank_depth,
+                          show_progress=self.opts.show_progress)
         per_query_ms = 1000 * (time.perf_counter() - t0) / max(1, len(base))
-        before, after = select.score(qrels, base), select.score(qrels, reranked)
+        top = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[: r.rerank_depth])  # as rerank orders
+               for q, docs in base.items()}
+        weights = {}
+        for w in RERANK_WEIGHTS:  # the cross-encoder's scores once, every blend from them
+            blended = {q: blend(top[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
+            weights[w] = select.score(qrels, blended)
+        weight = max(weights, key=lambda w: (round(weights[w][r.metric], 10), w))  # a tie: more re-ranker
+        before, after = select.score(qrels, base), weights[weight]
         kept = after[r.metric] > before[r.metric]
         if kept:
             defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker", norm=_norm(chosen),
-                                         rerank_depth=r.rerank_depth, language=self.bm25_language())
+                                         rerank_depth=r.rerank_depth, language=self.bm25_language(),
+                                         rerank_weight=None if weight == 1.0 else weight)
             shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
             write_defaults(self.out / "model", defaults)
         return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
-                "train_s": round(train_s, 1),
-                "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
+                "weight": weight, "dev_by_weight": {str(w): v for w, v in weights.items()},
+                "train_s": round(train_s, 1), "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
 
     def drop_reranker(self) -> None:
         """Leave out a re-ranker an earlier run with ``--reranker`` put into the model."""
@@ -379,7 +387,8 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
         chosen = stages["select"]["chosen"]
         kept_ce = stages.get("rerank", {}).get("kept", False)
         choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"], "norm": _norm(chosen),
-                   "rerank": "reranker" if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
+                   "rerank": "reranker" if kept_ce else None,
+                   "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
     else:
         language = fit.bm25_language()
         mode, lam, why, query_language = _label_free_choice(data, recipe, language)
