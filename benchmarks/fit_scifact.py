@@ -100,7 +100,7 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     from twotower.retrieval.dense import exact_search, to_run
     from twotower.retrieval.hybrid import interpolate
     from twotower.retrieval.defaults import read_defaults
-    from twotower.retrieval.rerank import Reranker
+    from twotower.retrieval.rerank import Reranker, blend
     from twotower.training.fit.select import fused
 
     metrics = ("ndcg@10", "recall@100")
@@ -156,14 +156,16 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
         ce = Reranker(out / "stages" / "rerank" / "reranker")
         t0 = time.perf_counter()
         weight = rr.get("weight")
-        reranked = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
-                             show_progress=False, weight=None if weight in (None, 1.0) else weight)
+        alone = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
+                          show_progress=False)  # the cross-encoder's scores, once
         per_q = 1000 * (time.perf_counter() - t0) / len(qids)
+        reranked = alone
+        if weight not in (None, 1.0):  # as Reranker.rerank(weight=…) blends them (tests/test_rerank.py)
+            top = {q: dict(sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[: rr["depth"]]) for q, d in fitted_run.items()}
+            reranked = {q: blend(top[q], {d: alone[q][d] for d in top[q]}, weight) for q in top}
         rows.append(row(f"+ cross-encoder re-ranker, top {rr['depth']}, weight {weight}", reranked, rr["train_s"],
                         rerank_ms_per_query=round(per_q, 1), kept_by_fit=rr["kept"]))
-        if weight not in (None, 1.0):  # the cross-encoder alone, for reference
-            alone = ce.rerank(fitted_run, test.queries, lambda d: test.corpus[d].full_text, top_n=rr["depth"],
-                              show_progress=False)
+        if weight not in (None, 1.0):
             rows.append(row(f"+ cross-encoder alone, top {rr['depth']} (reference)", alone))
         notes = (f"Re-ranker: twotower's own cross-encoder (MiniLM backbone, trained by fit on the training part, BM25 "
                  f"negatives; {rr['settings']}) re-scoring the fitted retriever's top {rr['depth']}, its z-scored scores "

@@ -66,8 +66,8 @@ def main() -> None:
     log = json.loads((run / "train_log.json").read_text()) if (run / "train_log.json").is_file() else None
     rows, by_lang = score_sets({E5: (zd, zq), f"{E5} + crop/MoCo": (pd, pq)}, doc_ids, qids, qrels)
     pool = {r["system"]: r["map"] for r in rows if r["system"].endswith(" pool")}
-    mono = {name: round(float(np.mean([r["ndcg@10"] for r in rows if r["system"].startswith(name + " ")
-                                       and r["system"].split()[-1] not in ("pool", "to-en")])), 4)
+    mono = {name: round(float(np.mean([r["ndcg@10"] for r in rows if r["system"].rsplit(" ", 1)[0] == name
+                                       and r["system"].rsplit(" ", 1)[1] not in ("pool", "to-en")])), 4)
             for name in (E5, f"{E5} + crop/MoCo")}
     notes = (f"Pre-training: `twotower pretrain --model {E5} --corpus xquad-r/pool {' '.join(settings)}` ({wall_s} s on "
              f"the 2 CPU cores): two independent crops of each 13,014-sentence chunk (the pool's sentences, every "

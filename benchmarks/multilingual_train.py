@@ -225,6 +225,9 @@ def main() -> None:
     ap.add_argument("--freeze-embeddings", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--encode-batch", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", default=E5, help="the model to fine-tune (default multilingual-e5-small; e.g. the "
+                                                  "output of `twotower models align-languages`)")
+    ap.add_argument("--name", default="multilingual_train", help="results/<name>.{json,md,png}")
     args = ap.parse_args()
     t_start = time.perf_counter()
 
@@ -256,14 +259,15 @@ def main() -> None:
         add(E5, "-", test, zd, zq[[q_pos[q] for q in tq]], tq)
         pairs = training_pairs(folds[f], qt, dt, qrels["pool"], args.steps * args.batch_size, args.seed + ord(f),
                                args.same_share)
-        model, info[f"finetune_{f}"] = train_model(f"finetune-{f}", E5, pairs, args)
-        dv, qv = encode(f"finetune-{f}", model, doc_ids, doc_text, tq, [qt[q] for q in tq], args)
-        add(f"{E5} +xling-ft", f, test, dv, qv, tq)
+        tag = f"finetune-{f}" if args.start == E5 else f"finetune-{f}-{Path(args.start).name}"
+        model, info[f"finetune_{f}"] = train_model(tag, args.start, pairs, args)
+        dv, qv = encode(tag, model, doc_ids, doc_text, tq, [qt[q] for q in tq], args)
+        add(f"{E5} +xling-ft" + ("" if args.start == E5 else f" from {Path(args.start).name}"), f, test, dv, qv, tq)
     rows += crossfitted(rows)
 
     extra = {"settings": vars(args), "training": info, "folds": {f: len(v) for f, v in folds.items()},
              "lareqa_best_map": LAREQA_BEST, "total_s": time.perf_counter() - t_start}
-    path = write_results("multilingual_train", rows, notes=notes(rows, extra), extra=extra)
+    path = write_results(args.name, rows, notes=notes(rows, extra), extra=extra)
     plot(rows, path.with_suffix(".png"))
     log(f"wrote {path}, .md, .png")
 

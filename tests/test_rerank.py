@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -200,3 +201,38 @@ def test_eval_and_search_use_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, ti
     other = run_eval(EvalConfig(model=str(model), rerank_weight=1.0, **base))
     for q in alone:
         assert other.run[q] == pytest.approx(alone[q])
+
+
+def test_search_uses_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, tiny_ce_dir, tmp_path):
+    """``twotower search`` on an index of a model fitted with a re-ranker at weight 0.3: the hits come in the order
+    of blend(first-stage scores, cross-encoder scores, 0.3) over the retriever's top rerank_depth."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+    from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+    from twotower.retrieval.rerank import blend
+    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+
+    model = tmp_path / "model"
+    DualEncoder.load(str(tiny_bert_dir)).save(model)
+    shutil.copytree(tiny_ce_dir, model / "reranker")
+    write_defaults(model, RetrievalDefaults(mode="dense", rerank="reranker", rerank_depth=5, rerank_weight=0.3))
+    build_index(tiny_beir, tmp_path / "idx", model=str(model), cfg=EncodeConfig(show_progress=False))
+    query = "which animal purrs"
+    res = CliRunner().invoke(app, ["search", query, "--index", str(tmp_path / "idx"), "-k", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    got = [json.loads(m)["id"] for m in re.findall(r'\{"rank".*?\}', res.output)]  # stderr shares the output
+    assert len(got) == 5
+    searcher = Searcher(tmp_path / "idx")
+    hits = searcher.search(query, 5, mode="dense")
+    store = searcher.store
+    texts = [f"{store.document(store.row_of[h.doc_id])['title']} {store.document(store.row_of[h.doc_id])['text']}".strip()
+             for h in hits]
+    ce = Reranker(model / "reranker").score([(query, t) for t in texts])
+    want = blend({h.doc_id: h.score for h in hits}, {h.doc_id: float(s) for h, s in zip(hits, ce)}, 0.3)
+    assert got == sorted(want, key=lambda d: -want[d])
+    alone = [h.doc_id for _, h in sorted(zip(ce, hits), key=lambda sh: -sh[0])]
+    assert got != alone  # the cross-encoder alone would order them otherwise: the weight was applied
