@@ -351,19 +351,6 @@ def _has_labels(data: Path, split: str) -> bool:
     return len(load_qrels(path)) >= 2
 
 
-def _label_free_choice(data: Path, recipe: FitRecipe, doc_language: str) -> tuple[str, float | None, str, str]:
-    """(mode, λ, why, the queries' language) for data without training labels: ``select.label_free_retriever``
-    on the detected languages and the encoder's (``registry.model_languages``)."""
-    from twotower.data.beir import load_queries
-    from twotower.encoders.registry import model_languages
-    from twotower.retrieval.analyzers import detect_language
-
-    query_language = detect_language(list(load_queries(data / "queries.jsonl").values()))
-    mode, lam, why = select.label_free_retriever(doc_language, query_language, model_languages(recipe.model),
-                                                 ZERO_SHOT_LAMBDA)
-    return mode, lam, why, query_language
-
-
 def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
             opts: FitOptions | None = None) -> FitResult:
     """Fit a retriever to ``data`` (a BEIR directory) into ``out``: ``out/model`` and ``out/fit.json``.
@@ -391,7 +378,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
                    "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
     else:
         language = fit.bm25_language()
-        mode, lam, why, query_language = _label_free_choice(data, recipe, language)
+        mode, lam, why, query_language = select.label_free_choice(data, recipe.model, language, ZERO_SHOT_LAMBDA)
         message = (f"{data}/qrels/{recipe.split}.tsv: no training labels (fewer than 2 judged queries): nothing to "
                    f"fine-tune or tune on; the model is the zero-shot one, {why}, BM25 language {language}")
         if mode == "bm25" and recipe.model is None:

@@ -1,7 +1,8 @@
 """Scoring on dev and choosing the retriever: every candidate model's dense run, BM25's, and their fusions
-(linear λ over a grid with min-max or z-score normalisation, RRF), each scored on the dev qrels; the best is kept (ties: the simpler mode, then λ
-nearest 0.5, then the earlier model). Pure functions over runs, so one encoding of the corpus per model serves
-every λ."""
+(linear λ over a grid with min-max or z-score normalisation, RRF), each scored on the dev qrels; the best is kept
+(ties: the simpler mode, then min-max, then λ nearest 0.5, then the earlier model). Pure functions over runs, so one
+encoding of the corpus per model serves every λ. Without training labels the choice comes from the languages alone
+(:func:`label_free_choice`)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,17 @@ def label_free_retriever(doc_language: str, query_language: str, encoder_languag
         return "dense", None, (f"queries ({query_language}) and documents ({doc_language}) are not in one language: "
                                "BM25 cannot match words across languages, dense alone")
     return "hybrid", lam, f"hybrid retrieval at the default λ {lam}"
+
+
+def label_free_choice(data, model: str | None, doc_language: str, lam: float) -> tuple[str, float | None, str, str]:
+    """(mode, λ, why, the queries' language) for the BEIR directory ``data`` without training labels:
+    :func:`label_free_retriever` on the detected query language and ``model``'s languages."""
+    from pathlib import Path
+
+    from twotower.data.beir import load_queries
+    from twotower.encoders.registry import model_languages
+    from twotower.retrieval.analyzers import detect_language
+
+    query_language = detect_language(list(load_queries(Path(data) / "queries.jsonl").values()))
+    mode, lam_out, why = label_free_retriever(doc_language, query_language, model_languages(model), lam)
+    return mode, lam_out, why, query_language
