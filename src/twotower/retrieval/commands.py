@@ -217,9 +217,10 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("train", help="qrels split to train on (never test)."),
         negatives: int = typer.Option(3, min=1, help="BM25-mined negatives per positive."),
         mine_depth: int = typer.Option(30, "--mine-depth", min=2, help="BM25 depth mined for negatives."),
-        epochs: int = typer.Option(1, min=1),
+        epochs: int = typer.Option(4, min=1, help="Passes over the groups (SciFact: 1 epoch at 3e-5 stays at chance "
+                                                   "loss; 4 at 1e-4 learns: README, Fit)."),
         batch_queries: int = typer.Option(8, "--batch-queries", min=1, help="(query, positive) groups per step."),
-        lr: float = typer.Option(3e-5),
+        lr: float = typer.Option(1e-4),
         max_length: int = typer.Option(192, "--max-length", min=16),
         max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Train on at most this many groups."),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),

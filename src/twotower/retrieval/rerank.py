@@ -133,9 +133,9 @@ def blend(first: Mapping[str, float], ce: Mapping[str, float], weight: float) ->
 class RerankerTrainConfig:
     negatives: int = 3
     mine_depth: int = 30
-    epochs: int = 1
+    epochs: int = 4  # SciFact train: 1 epoch at 3e-5 left the loss at chance (1.385 → 1.356), 4 at 1e-4 → 0.092
     batch_queries: int = 8  # groups per step: batch_queries × (1 + negatives) pairs
-    lr: float = 3e-5
+    lr: float = 1e-4
     warmup: float = 0.1
     max_length: int = 192
     precision: str = "auto"
@@ -146,7 +146,7 @@ class RerankerTrainConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.lr < float("inf"):
-            raise ModelError(f"--lr {self.lr}: the learning rate must be a finite number above 0 (default 3e-5)")
+            raise ModelError(f"--lr {self.lr}: the learning rate must be a finite number above 0 (default 1e-4)")
         if not 0 <= self.warmup <= 1:
             raise ModelError(f"warmup {self.warmup}: a fraction of the steps, 0 to 1")
 
