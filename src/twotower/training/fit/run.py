@@ -375,7 +375,8 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
         kept_ce = stages.get("rerank", {}).get("kept", False)
         choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"], "norm": _norm(chosen),
                    "rerank": "reranker" if kept_ce else None,
-                   "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(), "dev": chosen["dev"]}
+                   "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(),
+                   "dev": stages["rerank"]["dev_after"] if kept_ce else chosen["dev"]}
     else:
         language = fit.bm25_language()
         mode, lam, why, query_language = select.label_free_choice(data, recipe.model, language, ZERO_SHOT_LAMBDA)
