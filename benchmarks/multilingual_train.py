@@ -130,20 +130,38 @@ def scores_of(dv, qv, doc_ids, qids, qrels, sets, d_langs) -> dict:
 # ---------------------------------------------------------------- training
 
 
-def training_pairs(fold_qids, q_text, doc_text, qrels_pool, n: int, seed: int, same_share: float) -> list[dict]:
+def same_language_negatives(doc_ids) -> dict[tuple[str, int], list[str]]:
+    """``(language, paragraph) -> sentence ids``: where a question's same-language hard negatives come from."""
+    out: dict[tuple[str, int], list[str]] = {}
+    for d in doc_ids:
+        out.setdefault((d.split("-")[0], paragraph_of_doc(d)), []).append(d)
+    return out
+
+
+def training_pairs(fold_qids, q_text, doc_text, qrels_pool, n: int, seed: int, same_share: float,
+                   hard_negatives: int = 0, negatives_from: dict | None = None) -> list[dict]:
     """``n`` (question in X → its answer sentence in Y) pairs from one fold, X over all questions, Y ≠ X except a
     ``same_share`` of them. ``qid``/``pid`` drop the language, so in-batch translations of the same question or
-    answer are masked as false negatives by the trainer."""
+    answer are masked as false negatives by the trainer. With ``hard_negatives`` > 0 and ``negatives_from``
+    (:func:`same_language_negatives`), each pair also carries the other sentences of the answer's paragraph in
+    the question's language X as hard negatives (questions whose paragraph has fewer are skipped): the same topic
+    and language, not the answer; what a language-biased model ranks above the answer in Y."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    while len(out) < n:
         q = rng.choice(fold_qids)
         x = q.split("-")[0]
         answers = sorted(d for d, r in qrels_pool[q].items() if r > 0)
         other = [d for d in answers if not d.startswith(f"{x}-")]
         d = rng.choice([a for a in answers if a.startswith(f"{x}-")] if rng.random() < same_share else other)
-        out.append({"query": q_text[q], "positive": doc_text[d], "qid": q.split("-", 1)[1],
-                    "pid": d.split("-", 1)[1]})
+        pair = {"query": q_text[q], "positive": doc_text[d], "qid": q.split("-", 1)[1], "pid": d.split("-", 1)[1]}
+        if hard_negatives:
+            wrong = [s for s in negatives_from[(x, paragraph_of_doc(d))] if s not in qrels_pool[q]]
+            if len(wrong) < hard_negatives:  # a one-sentence paragraph: draw another question
+                continue
+            pair["negatives"] = [doc_text[s] for s in wrong]
+            pair["negative_ids"] = [s.split("-", 1)[1] for s in wrong]
+        out.append(pair)
     return out
 
 
@@ -155,7 +173,7 @@ def train_model(tag: str, start: str, pairs: list[dict], args) -> tuple[Path, di
     run = WORK / tag
     settings = {"start": start, "pairs": len(pairs), "pairs_sha": _sha(pairs),
                 "batch": args.batch_size, "lr": args.lr, "temperature": args.temperature,
-                "freeze_embeddings": args.freeze_embeddings}
+                "freeze_embeddings": args.freeze_embeddings, "hard_negatives": args.hard_negatives}
     done = run / "done.json"
     if done.is_file() and json.loads(done.read_text())["settings"] == settings:
         log(f"{tag}: trained in an earlier run")
@@ -170,7 +188,8 @@ def train_model(tag: str, start: str, pairs: list[dict], args) -> tuple[Path, di
     cfg = TrainConfig(out=str(run / "train"), model=start, attention_dropout=0.0, checkpoint_every=0,
                       freeze_embeddings=args.freeze_embeddings, show_progress=False,
                       stages=[StageConfig(pairs=str(run / "pairs.jsonl"), epochs=1.0, batch_size=args.batch_size,
-                                          lr=args.lr, temperature=args.temperature, warmup=0.1)])
+                                          lr=args.lr, temperature=args.temperature, warmup=0.1,
+                                          hard_negatives=args.hard_negatives)])
     log(f"{tag}: training {len(pairs)} pairs from {start}")
     t0 = time.perf_counter()
     trainer = Trainer(cfg)
@@ -209,6 +228,34 @@ def encode(tag: str, model_dir: Path, doc_ids, doc_text, qids, q_text, args) -> 
     return dv, qv
 
 
+# ---------------------------------------------------------------- pseudo-relevance feedback
+
+PRF_DEPTHS, PRF_WEIGHTS = (2, 3, 5, 10), (0.5, 1.0, 2.0, 4.0)
+
+
+def with_prf(qv, dv, depth: int, weight: float) -> np.ndarray:
+    """The query vectors after Rocchio feedback from their ``depth`` best documents (twotower.retrieval.prf)."""
+    from twotower.retrieval.dense import exact_search
+    from twotower.retrieval.prf import feedback_rows, rocchio
+
+    _, rows = exact_search(qv, dv, depth)
+    return rocchio(qv, dv[feedback_rows(rows, depth)], weight)
+
+
+def tune_prf(qv, dv, qids, doc_ids, qrels_pool) -> tuple[tuple[int, float], dict]:
+    """(depth, weight) with the best full-ranking mAP on ``qids`` (every third, for time): the training fold's
+    questions, never the tested ones."""
+    d_pos = {d: i for i, d in enumerate(doc_ids)}
+    sub = np.arange(0, len(qids), 3)
+    rel = [[d_pos[d] for d, r in qrels_pool[qids[i]].items() if r > 0] for i in sub]
+    grid = {(0, 0.0): float(full_ranking_ap(qv[sub], dv, rel).mean())}
+    for depth in PRF_DEPTHS:
+        for weight in PRF_WEIGHTS:
+            grid[(depth, weight)] = float(full_ranking_ap(with_prf(qv[sub], dv, depth, weight), dv, rel).mean())
+    best = max(grid, key=grid.get)
+    return best, {f"{d},{w}": round(v, 4) for (d, w), v in grid.items()}
+
+
 # ---------------------------------------------------------------- the benchmark
 
 METRIC_KEYS = ("map", "ndcg@10", "same_language@10", "to-en ndcg@10", "to-en recall@100", "mono ndcg@10")
@@ -222,6 +269,12 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--temperature", type=float, default=0.01, help="e5 was trained at 0.01")
     ap.add_argument("--same-share", type=float, default=0.1, help="share of pairs with answer in the question's language")
+    ap.add_argument("--hard-negatives", type=int, default=0,
+                    help="same-language hard negatives per pair: other sentences of the answer's paragraph in the "
+                         "question's language (0: in-batch negatives only)")
+    ap.add_argument("--prf", action=argparse.BooleanOptionalAction, default=True,
+                    help="also rows with dense pseudo-relevance feedback (twotower's --prf-depth/--prf-weight), its "
+                         "depth and weight tuned by mAP on the training fold's questions")
     ap.add_argument("--freeze-embeddings", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--encode-batch", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
@@ -240,11 +293,11 @@ def main() -> None:
     log(f"pool: {len(doc_ids)} sentences; fold A {len(folds['A'])} questions, fold B {len(folds['B'])}")
     zd, zq, _ = vectors(E5, doc_ids, doc_text, qids, q_text, "auto", None)
 
-    rows, info = [], {}
+    rows, info, prf = [], {}, {}
 
-    def add(system: str, train: str, test: str, dv, qv, test_qids):
+    def add(system: str, train: str, test: str, dv, qv, test_qids, variants: bool = True):
         q_langs = np.array([q.split("-")[0] for q in test_qids])
-        for suffix, (d2, q2) in centered_variants(dv, qv, d_langs, q_langs).items():
+        for suffix, (d2, q2) in (centered_variants(dv, qv, d_langs, q_langs) if variants else {"": (dv, qv)}).items():
             t0 = time.perf_counter()
             m = scores_of(d2, q2, doc_ids, test_qids, qrels, None, d_langs)
             rows.append({"system": system + suffix, "trained_on": train, "tested_on": test,
@@ -257,15 +310,29 @@ def main() -> None:
         test = "B" if f == "A" else "A"
         tq = folds[test]
         add(E5, "-", test, zd, zq[[q_pos[q] for q in tq]], tq)
+        if args.prf:
+            (depth, weight), prf[f"zero-shot, tuned on {f}"] = tune_prf(zq[[q_pos[q] for q in folds[f]]], zd, folds[f],
+                                                                    doc_ids, qrels["pool"])
+            log(f"zero-shot PRF tuned on fold {f}: depth {depth}, weight {weight}")
+            add(f"{E5} +prf", f, test, zd, with_prf(zq[[q_pos[q] for q in tq]], zd, depth, weight) if depth
+                else zq[[q_pos[q] for q in tq]], tq, variants=False)
         pairs = training_pairs(folds[f], qt, dt, qrels["pool"], args.steps * args.batch_size, args.seed + ord(f),
-                               args.same_share)
-        tag = f"finetune-{f}" if args.start == E5 else f"finetune-{f}-{Path(args.start).name}"
+                               args.same_share, args.hard_negatives, same_language_negatives(doc_ids))
+        tag = f"{args.name}-{f}"
         model, info[f"finetune_{f}"] = train_model(tag, args.start, pairs, args)
-        dv, qv = encode(tag, model, doc_ids, doc_text, tq, [qt[q] for q in tq], args)
-        add(f"{E5} +xling-ft" + ("" if args.start == E5 else f" from {Path(args.start).name}"), f, test, dv, qv, tq)
+        both = tq + folds[f]  # the tested questions, then the trained-on ones (where PRF is tuned)
+        dv, qv = encode(tag, model, doc_ids, doc_text, both, [qt[q] for q in both], args)
+        qv, fq = qv[: len(tq)], qv[len(tq):]
+        system = (f"{E5} +xling-ft" + (f" hn={args.hard_negatives}" if args.hard_negatives else "")
+                  + ("" if args.start == E5 else f" from {Path(args.start).name}"))
+        add(system, f, test, dv, qv, tq)
+        if args.prf:
+            (depth, weight), prf[f"fine-tuned on {f}, tuned on {f}"] = tune_prf(fq, dv, folds[f], doc_ids, qrels["pool"])
+            log(f"{tag}: PRF tuned on fold {f}: depth {depth}, weight {weight}")
+            add(f"{system} +prf", f, test, dv, with_prf(qv, dv, depth, weight) if depth else qv, tq, variants=False)
     rows += crossfitted(rows)
 
-    extra = {"settings": vars(args), "training": info, "folds": {f: len(v) for f, v in folds.items()},
+    extra = {"settings": vars(args), "training": info, "prf_grid": prf, "folds": {f: len(v) for f, v in folds.items()},
              "lareqa_best_map": LAREQA_BEST, "total_s": time.perf_counter() - t_start}
     path = write_results(args.name, rows, notes=notes(rows, extra), extra=extra)
     plot(rows, path.with_suffix(".png"))
@@ -311,16 +378,24 @@ def notes(rows, extra) -> str:
         f"temperature {s['temperature']}, attention dropout 0, embeddings "
         f"{'frozen (--freeze-embeddings)' if s['freeze_embeddings'] else 'trained'}; the trainer puts `query: ` / "
         "`passage: ` in front as retrieval does. In-batch translations of the same question or answer are masked "
-        "as false negatives (qid/pid without the language). Not measured: Contriever crop + MoCo pre-training "
-        "(issue #23 item 4's first half): on this CPU a training step cost ~40 s and every model's full-pool encoding "
-        "~15-25 min, beyond the run's time; note for a later run that `twotower pretrain` feeds token-id views "
-        "without the `query: `/`passage: ` prefixes that e5 retrieval uses.",
+        "as false negatives (qid/pid without the language). "
+        + (f"`hn={s['hard_negatives']}`: each pair also carries {s['hard_negatives']} same-language hard "
+           "negative(s) per step, drawn from the other sentences of the answer's paragraph in the question's "
+           "language (same topic and language, not the answer). " if s.get("hard_negatives") else "")
+        + "Contriever crop + MoCo pre-training on the pool sentences is measured in `multilingual_pretrain.md`.",
         "",
         "`center=d` / `center=q`: language-mean centering (Libovický et al. 2020): every sentence vector minus the "
         "mean of its language's sentences, every question minus its language's sentence mean (`d`) or the mean of "
         "its language's test questions (`q`), renormalised. The language is read from the id prefix (oracle "
         "language); no relevance labels are used.",
         "",
+        *(["`+prf`: dense pseudo-relevance feedback (`twotower eval|search --prf-depth D --prf-weight W`, "
+            "`retrieval.prf`): each question vector moves toward the mean of its D best sentences' vectors, "
+            "q' = (q + W·mean)/(1 + W), and searches again. D ∈ {2, 3, 5, 10} and W ∈ {0.5, 1, 2, 4} (or none) are "
+            "chosen by mAP on every third question of the TRAINING fold (the fold the row's model was fine-tuned on; "
+            "for zero-shot rows the same fold's questions), never on the tested fold. Chosen (depth, weight): "
+            + "; ".join(f"{k}: {max(v, key=v.get)}" for k, v in extra["prf_grid"].items()) + ".", ""]
+          if extra["prf_grid"] else []),
         "Training: " + "; ".join(f"{k}: {v['steps']} steps, {v['train_s']:.0f} s"
                                  + (f", {v['examples_per_s']:.2f} examples/s, {v['trainable_params']:,} trainable "
                                     f"parameters, loss {v['loss_first']:.3f} -> {v['loss_last']:.3f}"

@@ -14,7 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import typer
 from rich.table import Table
 
-from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, console, warn
+from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
+from twotower.console import console, warn
 from twotower.console import fail as _fail
 from twotower.errors import TwoTowerError
 
@@ -89,6 +90,8 @@ def eval_cmd(
     multivector: Optional[int] = typer.Option(
         None, "--multivector", min=1,
         help="ME-BERT m (without --index; default: the m the model was trained with, else 8)."),
+    prf_depth: Optional[int] = typer.Option(None, "--prf-depth", help=PRF_DEPTH_HELP),
+    prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
@@ -107,6 +110,7 @@ def eval_cmd(
     cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
         index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
     cfg.language, cfg.fusion_norm, cfg.rerank_weight = language, fusion_norm, rerank_weight
+    cfg.prf_depth, cfg.prf_weight = prf_depth, prf_weight
     try:
         check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
         check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))

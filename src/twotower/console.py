@@ -21,6 +21,9 @@ COMPILE_HELP = ("Encode documents through torch.compile (Inductor): faster per d
                 "from several thousand documents.")
 DEVICE_HELP = "auto (the GPU where torch sees one, else cpu) | cpu | cuda | cuda:N"
 BATCH_HELP = "Texts per encoding batch (default by device: 32 on CPU, 128 on CUDA; README, GPU)."
+PRF_DEPTH_HELP = ("Dense pseudo-relevance feedback: move each query vector toward the mean of its top N documents' "
+                  "vectors and search again (Rocchio; e.g. 3). Default: off.")
+PRF_WEIGHT_HELP = "The feedback's share against the query's, above 0 (default 1: equal); needs --prf-depth."
 LANGUAGE_HELP = ("BM25 text analysis: an ISO 639-1 code (en ar de el es hi ru tr … with Snowball stemmers; zh ja ko th: "
                  "character n-grams), multi (mixed languages) or auto (from the documents' script).")
 

@@ -48,6 +48,8 @@ class EvalConfig:
     language: str | None = None  # BM25's text analysis (retrieval.analyzers; None: en, or the --index's own)
     fusion_norm: str | None = None  # the hybrid's per-query normalisation (retrieval.hybrid.NORMS; None: minmax)
     rerank_weight: float | None = None  # the re-ranker's share in retrieval.rerank.blend (None: it ranks alone)
+    prf_depth: int | None = None  # dense pseudo-relevance feedback (retrieval.prf): documents fed back; None: off
+    prf_weight: float | None = None  # and their share (None: 1, as much as the query)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class EvalResult:
     hybrid_lambda: float | None = None  # the λ a hybrid run used
     fusion_norm: str | None = None  # and its normalisation
     rerank: str | None = None  # the re-ranker used, if any
+    prf: dict | None = None  # {"depth", "weight"} of the dense side's pseudo-relevance feedback, if any
 
     def to_json(self) -> dict:
         return {
@@ -79,6 +82,7 @@ class EvalResult:
             **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
             **({"fusion_norm": self.fusion_norm} if self.fusion_norm is not None else {}),
             **({"rerank": self.rerank} if self.rerank else {}),
+            **({"prf": self.prf} if self.prf else {}),
         }
 
 
@@ -172,9 +176,18 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     qids = list(ds.queries)
     t0 = time.perf_counter()
     q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
-    scores, idx = exact_search(q_vecs, doc_vecs, cfg.top_k)
+    if cfg.prf_depth:
+        from twotower.retrieval.prf import search_with_feedback
+
+        scores, idx = search_with_feedback(q_vecs, doc_vecs, cfg.top_k, cfg.prf_depth, _prf_weight(cfg))
+    else:
+        scores, idx = exact_search(q_vecs, doc_vecs, cfg.top_k)
     timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
     return to_run(qids, doc_ids, scores, idx)
+
+
+def _prf_weight(cfg: EvalConfig) -> float:
+    return 1.0 if cfg.prf_weight is None else cfg.prf_weight
 
 
 def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
@@ -240,7 +253,8 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     timings["index_s"] = 0.0
     t0 = time.perf_counter()
     run = searcher.run(dict(ds.queries), cfg.top_k, mode=mode, norm=cfg.fusion_norm,
-                       lam=DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda)
+                       lam=DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda,
+                       prf_depth=cfg.prf_depth, prf_weight=_prf_weight(cfg))
     timings["queries_per_s"] = len(ds.queries) / (time.perf_counter() - t0)
     return run
 
@@ -300,6 +314,13 @@ def check_eval_options(cfg: EvalConfig) -> None:
         if cfg.retriever != "hybrid":
             raise TwoTowerError(f"--fusion-norm normalises the two sides of --retriever hybrid; --retriever "
                                 f"{cfg.retriever} does not use it: drop it or pass --retriever hybrid")
+    if cfg.prf_depth is not None or cfg.prf_weight is not None:
+        from twotower.retrieval.prf import check_prf
+
+        check_prf(cfg.prf_depth, cfg.prf_weight)
+        if cfg.retriever not in ("dense", "hybrid"):
+            raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --retriever "
+                                f"{cfg.retriever} has none: drop it or pass --retriever dense | hybrid")
     given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
     if given and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "
@@ -346,5 +367,6 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
         if cfg.retriever == "hybrid" else None,
         fusion_norm=(cfg.fusion_norm or "minmax") if cfg.retriever == "hybrid" else None,
         rerank=cfg.rerank,
+        prf={"depth": cfg.prf_depth, "weight": _prf_weight(cfg)} if cfg.prf_depth else None,
         warnings=index_check.warnings,  # the data set's own warnings were logged once by its loader
     )

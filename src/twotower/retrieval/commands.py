@@ -11,7 +11,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, console
+    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
+    from twotower.console import console
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
     from twotower.io import check_output_dir
@@ -138,6 +139,8 @@ def register(app: typer.Typer) -> None:
         fusion_norm: Optional[str] = typer.Option(
             None, "--fusion-norm", help="How --mode hybrid normalises each side per query: minmax | zscore (default: "
             "the fitted model's, else minmax)."),
+        prf_depth: Optional[int] = typer.Option(None, "--prf-depth", help=PRF_DEPTH_HELP),
+        prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
         ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
         nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
         rerank: Optional[Path] = typer.Option(
@@ -180,8 +183,16 @@ def register(app: typer.Typer) -> None:
             if fusion_norm is not None and mode != "hybrid":
                 raise TwoTowerError(f"--fusion-norm normalises the two sides of --mode hybrid; --mode {mode} does not "
                                     "use it: drop it or pass --mode hybrid")
+            if prf_depth is not None or prf_weight is not None:
+                from twotower.retrieval.prf import check_prf
+
+                check_prf(prf_depth, prf_weight)
+                if mode not in ("dense", "hybrid"):
+                    raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --mode "
+                                        f"{mode} has none: drop it or pass --mode dense | hybrid")
             hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
-                                   norm=fusion_norm)
+                                   norm=fusion_norm, prf_depth=prf_depth,
+                                   prf_weight=1.0 if prf_weight is None else prf_weight)
             if rerank:
                 from twotower.retrieval.rerank import Reranker, blend
 

@@ -265,13 +265,15 @@ class Searcher:
     def run(
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
-        store: IndexStore | None = None, norm: str | None = None,
+        store: IndexStore | None = None, norm: str | None = None, prf_depth: int | None = None,
+        prf_weight: float = 1.0,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
         (fewer only when fewer documents score). ``hybrid`` and ``rrf`` fuse each side's
         ``max(k, n_best)``-best. ``mode`` / ``lam`` / ``norm`` (the hybrid's normalisation) left out: the model's
-        fitted choices (:meth:`resolve`; min-max when it has none)."""
+        fitted choices (:meth:`resolve`; min-max when it has none). ``prf_depth``: the dense side searches again
+        after Rocchio feedback from its ``prf_depth`` best (``retrieval.prf``; single-vector indexes)."""
         mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
@@ -283,7 +285,10 @@ class Searcher:
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
         runs = {}
         if mode != "bm25":
-            scores, rows = store.search(self.encode_queries(texts), depth, ef_search=ef_search, nprobe=nprobe)
+            q_vecs = self.encode_queries(texts)
+            if prf_depth:
+                q_vecs = self._feedback(store, q_vecs, prf_depth, prf_weight, ef_search, nprobe)
+            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
         if mode != "dense":
@@ -294,6 +299,18 @@ class Searcher:
         if mode == "hybrid":
             return interpolate(runs["dense"], runs["bm25"], lam, n_best=depth, top_k=k, norm=norm)
         return rrf([runs["dense"], runs["bm25"]], n_best=depth, top_k=k)
+
+    @staticmethod
+    def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe) -> np.ndarray:
+        """Query vectors moved toward their ``depth`` best documents' stored vectors (retrieval.prf.rocchio)."""
+        from twotower.retrieval.prf import check_prf, feedback_rows, rocchio
+
+        check_prf(depth, weight)
+        if store.multivector:
+            raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
+                                "multi-vector: drop --prf-depth")
+        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
+        return rocchio(q_vecs, np.asarray(store.vectors)[feedback_rows(rows, depth)], weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
         """The top ``k`` hits for one query, with titles."""
