@@ -15,6 +15,11 @@ mean (``center=d``); the language comes from the id prefix (oracle language), no
 
     python benchmarks/multilingual_train.py --folds A --steps 16     # train A, test B
     python benchmarks/multilingual_train.py --folds A,B --steps 16    # both: the cross-fitted whole too
+    python benchmarks/multilingual_train.py --folds A,B --steps 96 --hard-negatives 1 --name multilingual_train_hn1
+
+``--hard-negatives N``: each pair also carries N same-language hard negatives (other sentences of the answer's
+paragraph in the question's language). Rows ``+prf``: dense pseudo-relevance feedback (``twotower.retrieval.prf``),
+its depth and weight tuned on the training fold's questions (``--no-prf`` leaves them out).
 
 Vectors and trained models are cached under ``.cache/multilingual_train/`` (and the zero-shot ones where
 ``benchmarks/multilingual.py`` keeps them), so a re-run with the same settings skips finished work.
