@@ -62,6 +62,12 @@ def choose_retriever(
     return best, rows
 
 
+# The hybrid's λ without labels for a multilingual encoder on one-language data: chosen on XQuAD-R's dev half over
+# its 11 monolingual sets with multilingual-e5-small (benchmarks/results/multilingual_fusion.md: 0.6, held-out half
+# 0.8530 vs 0.8503 at 0.5); at 0.5 German fell below dense alone (0.8462 vs 0.8477), at 0.6 none of the 11 does.
+MULTILINGUAL_LAMBDA = 0.6
+
+
 def label_free_retriever(doc_language: str, query_language: str, encoder_languages: Sequence[str] | None,
                          lam: float) -> tuple[str, float | None, str]:
     """(mode, λ, why) for data with no training labels, from what is known without them: the languages of the
@@ -74,6 +80,8 @@ def label_free_retriever(doc_language: str, query_language: str, encoder_languag
       encoder pulls a hybrid below BM25 on other languages (XQuAD-R zh: 0.757 vs 0.817 NDCG@10);
     - queries in another language than the documents, or mixed, with a multilingual encoder: dense alone —
       BM25 cannot match words across languages and drags a fusion down (XQuAD-R pool mAP: hybrid 0.187, dense 0.299);
+    - one language and a multilingual encoder: the hybrid at :data:`MULTILINGUAL_LAMBDA` (such an encoder is the
+      stronger side outside English, where BM25's stemmers are weaker);
     - otherwise the hybrid at the default ``lam``."""
     langs = {doc_language, query_language}
     if encoder_languages is None:
@@ -85,6 +93,9 @@ def label_free_retriever(doc_language: str, query_language: str, encoder_languag
     if multilingual and (len(langs) > 1 or "multi" in langs):
         return "dense", None, (f"queries ({query_language}) and documents ({doc_language}) are not in one language: "
                                "BM25 cannot match words across languages, dense alone")
+    if multilingual:
+        return "hybrid", MULTILINGUAL_LAMBDA, (f"hybrid retrieval at λ {MULTILINGUAL_LAMBDA} (a multilingual encoder on "
+                                               f"{doc_language} text)")
     return "hybrid", lam, f"hybrid retrieval at the default λ {lam}"
 
 
