@@ -55,6 +55,8 @@ def test_bad_settings_are_refused():
         check_prf(None, 1.0)
     with pytest.raises(TwoTowerError, match="lower --prf-depth"):
         feedback_rows(np.array([[3, -1]]), 2)
+    with pytest.raises(TwoTowerError, match="only 4 documents"):
+        search_with_feedback(np.ones((1, 2), np.float32), np.ones((4, 2), np.float32), 3, 5, 1.0)
 
 
 # --------------------------------------------------------------------- wiring, against numpy on the model's vectors
@@ -166,3 +168,12 @@ def test_eval_refuses_bad_feedback_options(prf_beir, args, message):
 def test_search_refuses_feedback_without_dense(prf_index):
     res = CliRunner().invoke(app, ["search", "alpha", "--index", str(prf_index), "--mode", "bm25", "--prf-depth", "3"])
     assert res.exit_code == 2 and "--mode bm25 has none" in res.output
+
+
+def test_feedback_deeper_than_the_corpus_is_refused(prf_beir, prf_index, tiny_bert_dir):
+    res = CliRunner().invoke(app, ["search", "alpha", "--index", str(prf_index), "--mode", "dense", "--prf-depth",
+                                   str(N_DOCS + 1)])
+    assert res.exit_code == 2 and "lower --prf-depth" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["eval", "--data", str(prf_beir), "--model", str(tiny_bert_dir), "--retriever",
+                                   "dense", "--prf-depth", str(N_DOCS + 1), "--no-progress"])
+    assert res.exit_code == 2 and f"only {N_DOCS} documents" in res.output and "Traceback" not in res.output

@@ -346,6 +346,9 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.language is not None:
         check_language(cfg.language)
     ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    if cfg.prf_depth and cfg.prf_depth > len(ds.corpus):  # before any encoding
+        raise TwoTowerError(f"--prf-depth {cfg.prf_depth}: {cfg.data} has only {len(ds.corpus)} documents to feed "
+                            "back; lower --prf-depth")
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)

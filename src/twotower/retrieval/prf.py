@@ -55,6 +55,9 @@ def search_with_feedback(queries: np.ndarray, doc_vectors: np.ndarray, k: int, d
     """Exact search, Rocchio feedback from the ``depth`` best, exact search again: ``(scores, indices)``."""
     from twotower.retrieval.dense import exact_search
 
+    if depth > len(doc_vectors):
+        raise TwoTowerError(f"--prf-depth {depth}: the corpus has only {len(doc_vectors)} documents to feed back; "
+                            "lower --prf-depth")
     _, first = exact_search(queries, doc_vectors, depth)
     moved = rocchio(queries, np.asarray(doc_vectors)[feedback_rows(first, depth)], weight)
     return exact_search(moved, doc_vectors, k)
