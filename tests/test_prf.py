@@ -177,3 +177,25 @@ def test_feedback_deeper_than_the_corpus_is_refused(prf_beir, prf_index, tiny_be
     res = CliRunner().invoke(app, ["eval", "--data", str(prf_beir), "--model", str(tiny_bert_dir), "--retriever",
                                    "dense", "--prf-depth", str(N_DOCS + 1), "--no-progress"])
     assert res.exit_code == 2 and f"only {N_DOCS} documents" in res.output and "Traceback" not in res.output
+
+
+def test_service_applies_feedback_and_refuses_bad_values(prf_index, reference):
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    client = TestClient(create_app(prf_index, precision="fp32"))
+    body = {"query": QUERIES["q2"], "k": 5, "mode": "dense", "prf_depth": DEPTH, "prf_weight": WEIGHT}
+    hits = client.post("/search", json=body).json()["hits"]
+    moved = reference["q2"][0]
+    assert {h["id"]: h["score"] for h in hits} == pytest.approx({h["id"]: moved[h["id"]] for h in hits}, abs=1e-4)
+    assert [h["score"] for h in hits] == pytest.approx(sorted(moved.values(), reverse=True)[:5], abs=1e-4)
+    batch = client.post("/search/batch", json={"queries": list(QUERIES.values()), "k": 5, "mode": "dense",
+                                               "prf_depth": DEPTH, "prf_weight": WEIGHT}).json()["results"]
+    assert batch[1] == hits
+    for bad, status in (({"prf_depth": 0}, 422), ({"prf_depth": 3, "prf_weight": 0}, 422),
+                        ({"prf_depth": 3, "prf_weight": -2}, 422), ({"prf_depth": 3, "mode": "bm25"}, 400),
+                        ({"prf_depth": N_DOCS + 1, "mode": "dense"}, 400)):
+        r = client.post("/search", json={"query": "alpha", **bad})
+        assert r.status_code == status, (bad, r.text)
+        assert r.json()["error"]

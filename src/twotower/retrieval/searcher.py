@@ -280,6 +280,9 @@ class Searcher:
         norm = norm or (self.defaults.norm if self.defaults is not None else None) or "minmax"
         if norm not in NORMS:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
+        if prf_depth and mode == "bm25":
+            raise TwoTowerError("pseudo-relevance feedback (prf_depth) moves the dense query vector; mode bm25 has "
+                                "none: drop it or search dense | hybrid | rrf")
         store = store or self.store  # one version for the whole call
         qids, texts = list(queries), list(queries.values())
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)

@@ -4,6 +4,7 @@ Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
 
     POST   /search            {"query", "k", "mode"}            → ranked {id, score, title}
     POST   /search/batch      {"queries": [...], "k", "mode"}   → one ranked list per query
+    (both also take "lambda", and "prf_depth" / "prf_weight": dense pseudo-relevance feedback, retrieval.prf)
     GET    /documents/{id}                                      → {id, title, text, version}
     POST   /documents         {"documents": [...], "replace"}   → the new version   (API key)
     DELETE /documents/{id}                                      → the new version   (API key)
@@ -92,11 +93,13 @@ class ServiceState:
                 log.warning("index refresh failed, serving version %s: %s", self.searcher.store.version, exc)
             return self.searcher.store
 
-    def search(self, queries: list[str], k: int, mode: str | None, lam: float | None) -> tuple[object, list[list]]:
+    def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
+               prf_weight: float | None = None) -> tuple[object, list[list]]:
         store = self.snapshot()
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
-        kwargs = {"mode": mode, "lam": lam}  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
+        kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
+                  "prf_depth": prf_depth, "prf_weight": 1.0 if prf_weight is None else prf_weight}
         k = min(k, len(store))
         with self.compute_lock:
             run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
@@ -197,6 +200,8 @@ def create_app(
     K = Annotated[int, Field(ge=1, le=limits.max_k)]
     Mode = Literal["dense", "bm25", "hybrid", "rrf"]
     Lambda = Annotated[float | None, Field(default=None, ge=0.0, le=1.0)]
+    PrfDepth = Annotated[int | None, Field(default=None, ge=1, le=limits.max_k, description="documents fed back (off)")]
+    PrfWeight = Annotated[float | None, Field(default=None, gt=0.0, allow_inf_nan=False, description="their share (1)")]
     DocId = Annotated[str, Field(min_length=1, max_length=limits.max_id_chars)]
 
     class Strict(BaseModel):
@@ -207,12 +212,16 @@ def create_app(
         k: K = 10
         mode: Mode | None = Field(default=None, description="default: the model's fitted mode (twotower fit), else dense")
         lam: Lambda = Field(default=None, alias="lambda", description="hybrid weight of dense (default: tuned)")
+        prf_depth: PrfDepth = None
+        prf_weight: PrfWeight = None
 
     class BatchSearchRequest(Strict):
         queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
         k: K = 10
         mode: Mode | None = None
         lam: Lambda = Field(default=None, alias="lambda")
+        prf_depth: PrfDepth = None
+        prf_weight: PrfWeight = None
 
     class Hit(BaseModel):
         id: str
@@ -395,14 +404,14 @@ def create_app(
     def search(req: SearchRequest) -> SearchResponse:
         """The top ``k`` documents for one query."""
         t0 = time.perf_counter()
-        store, results = state.search([req.query], req.k, req.mode, req.lam)
+        store, results = state.search([req.query], req.k, req.mode, req.lam, req.prf_depth, req.prf_weight)
         return SearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, hits=hits_of(results[0]))
 
     @app.post("/search/batch", response_model=BatchSearchResponse, responses=errors, dependencies=[Depends(reader)])
     def search_batch(req: BatchSearchRequest) -> BatchSearchResponse:
         """The top ``k`` documents for each of several queries (all against one index version)."""
         t0 = time.perf_counter()
-        store, results = state.search(req.queries, req.k, req.mode, req.lam)
+        store, results = state.search(req.queries, req.k, req.mode, req.lam, req.prf_depth, req.prf_weight)
         return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000,
                                    results=[hits_of(r) for r in results])
 
