@@ -158,6 +158,7 @@ def test_hybrid_feedback_is_the_same_through_eval_and_the_searcher(prf_beir, prf
     (["--prf-depth", "3", "--prf-weight", "-1"], "--prf-weight -1"),
     (["--prf-weight", "2"], "needs --prf-depth"),
     (["--retriever", "bm25", "--prf-depth", "3"], "--retriever bm25 has none"),
+    (["--retriever", "multivector", "--prf-depth", "3"], "--retriever multivector has none"),
 ])
 def test_eval_refuses_bad_feedback_options(prf_beir, args, message):
     res = CliRunner().invoke(app, ["eval", "--data", str(prf_beir), "--no-progress", *args])

@@ -318,9 +318,9 @@ def check_eval_options(cfg: EvalConfig) -> None:
         from twotower.retrieval.prf import check_prf
 
         check_prf(cfg.prf_depth, cfg.prf_weight)
-        if cfg.retriever not in ("dense", "hybrid"):
+        if cfg.retriever not in ("dense", "hybrid", "rrf"):
             raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --retriever "
-                                f"{cfg.retriever} has none: drop it or pass --retriever dense | hybrid")
+                                f"{cfg.retriever} has none: drop it or pass --retriever dense | hybrid | rrf")
     given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
     if given and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "

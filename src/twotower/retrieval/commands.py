@@ -187,9 +187,9 @@ def register(app: typer.Typer) -> None:
                 from twotower.retrieval.prf import check_prf
 
                 check_prf(prf_depth, prf_weight)
-                if mode not in ("dense", "hybrid"):
+                if mode == "bm25":
                     raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --mode "
-                                        f"{mode} has none: drop it or pass --mode dense | hybrid")
+                                        f"{mode} has none: drop it or pass --mode dense | hybrid | rrf")
             hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
                                    norm=fusion_norm, prf_depth=prf_depth,
                                    prf_weight=1.0 if prf_weight is None else prf_weight)
