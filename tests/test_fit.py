@@ -433,9 +433,9 @@ def test_a_bad_language_in_twotower_json_is_named(tmp_path):
     ("en", "zh", None, "hybrid"),
 ])
 def test_label_free_rule(docs, queries, encoder, expected):
-    from twotower.training.fit.select import label_free_retriever
+    from twotower.training.fit.label_free import label_free_retriever
 
-    from twotower.training.fit.select import MULTILINGUAL_LAMBDA
+    from twotower.training.fit.label_free import MULTILINGUAL_LAMBDA
 
     mode, lam, why = label_free_retriever(docs, queries, encoder, 0.5)
     assert mode == expected and why

@@ -107,3 +107,56 @@ def test_bad_input_stops_before_work(aligned, tiny_bert_dir, tmp_path):
                               str(tmp_path / "o3")])
     assert res.exit_code == 2 and "corpus.jsonl" in res.output
     assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3"))
+
+
+def test_fit_without_labels_aligns_a_multilingual_encoder_on_mixed_documents(aligned, tiny_bert_dir, tmp_path):
+    """No training labels, documents in three languages, an encoder registered as multilingual: fit keeps dense
+    alone and writes the encoder with its language directions removed — the same model `align-languages` writes
+    (checked against a hand-computed LIR above) — and a rerun resumes the stage instead of redoing it."""
+    import shutil
+
+    from twotower.encoders.registry import MARKER
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+
+    data, aligned_dir, report, corpus, _ = aligned
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert_dir, encoder)
+    (encoder / MARKER).write_text(json.dumps({"name": "multilingual-e5-small"}))  # registered as multilingual
+    mixed = write_beir(tmp_path / "mixed", corpus, [{"_id": "q1", "text": "cat"}, {"_id": "q2", "text": "der Hund"},
+                                                    {"_id": "q3", "text": "猫在"}], [("q1", "d0", 1)], split="test")
+    opts = FitOptions(show_progress=False, precision="fp32")
+    result = run_fit(mixed, tmp_path / "out", FitRecipe(model=str(encoder)), opts)
+    choices = result.report["choices"]
+    assert (choices["model"], choices["mode"]) == ("align", "dense")
+    assert result.report["stages"]["align"]["languages"] == report["languages"] and "language bias removed" in result.message
+
+    enc = EncodeOptions(precision="fp32", show_progress=False)
+    texts = [d["text"] for d in corpus]
+    fitted = DualEncoder.load(str(result.model)).encode_documents(texts, enc)
+    np.testing.assert_allclose(fitted, DualEncoder.load(str(aligned_dir)).encode_documents(texts, enc), atol=1e-5)
+    plain = DualEncoder.load(str(tiny_bert_dir)).encode_documents(texts, enc)
+    assert not np.allclose(fitted, plain, atol=1e-3)  # the removal is there
+
+    again = run_fit(mixed, tmp_path / "out", FitRecipe(model=str(encoder)), opts)
+    assert "align" not in again.computed and again.report["choices"]["model"] == "align"
+
+
+def test_fit_without_labels_skips_alignment_for_one_language_documents(tiny_bert_dir, tmp_path):
+    """Queries in several languages against English documents only (XQuAD-R to-en's shape): dense alone, and no
+    language directions to remove — fit says so and keeps the zero-shot encoder."""
+    import shutil
+
+    from twotower.encoders.registry import MARKER
+    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert_dir, encoder)
+    (encoder / MARKER).write_text(json.dumps({"name": "multilingual-e5-small"}))
+    corpus = [{"_id": d["_id"], "text": d["text"]} for d, lang in zip(*_docs()) if lang == "en"]
+    data = write_beir(tmp_path / "en", corpus, [{"_id": "q1", "text": "der Hund"}, {"_id": "q2", "text": "猫在"}],
+                      [("q1", corpus[0]["_id"], 1)], split="test")
+    result = run_fit(data, tmp_path / "out", FitRecipe(model=str(encoder)), FitOptions(show_progress=False,
+                                                                                       precision="fp32"))
+    assert (result.report["choices"]["model"], result.report["choices"]["mode"]) == ("zeroshot", "dense")
+    assert "language-bias removal skipped" in result.message and "at least two languages" in result.message

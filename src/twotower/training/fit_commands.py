@@ -76,5 +76,5 @@ def fit_cmd(
     how += (", re-ranked" + (f" (weight {c['rerank_weight']})" if c.get("rerank_weight") not in (None, 1.0) else "")
             if c["rerank"] else "")
     dev = f" (dev {c['dev']})" if c.get("dev") else ""
-    what = f"BM25 alone ({c['language']}), the encoder unused" if c["mode"] == "bm25" else f"{c['model']} encoder, {how}"
+    what = f"BM25 alone ({c['language']}), the encoder unused" if c["mode"] == "bm25" else f"{c['model'].replace('align', 'zero-shot, language-aligned')} encoder, {how}"
     console.print(f"model saved to {result.model}: {what}{dev}; details in {out / 'fit.json'}")

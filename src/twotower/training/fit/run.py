@@ -24,6 +24,7 @@ from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
 from twotower.retrieval.dense import exact_search
 from twotower.training.fit import select
+from twotower.training.fit.label_free import fit_without_labels
 from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
 from twotower.training.fit.recipe import RERANK_KEYS, RERANK_WEIGHTS, FitRecipe, split_queries
 from twotower.training.fit.stages import StageLog
@@ -378,19 +379,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
                    "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(),
                    "dev": stages["rerank"]["dev_after"] if kept_ce else chosen["dev"]}
     else:
-        language = fit.bm25_language()
-        mode, lam, why, query_language = select.label_free_choice(data, recipe.model, language, ZERO_SHOT_LAMBDA)
-        message = (f"{data}/qrels/{recipe.split}.tsv: no training labels (fewer than 2 judged queries): nothing to "
-                   f"fine-tune or tune on; the model is the zero-shot one, {why}, BM25 language {language}")
-        if mode == "bm25" and recipe.model is None:
-            message += (" (with labels fit would tune that; for a dense or hybrid retriever in this language pass "
-                        "--model multilingual-e5-small after 'twotower models fetch multilingual-e5-small')")
-        stages = {}
-        if not (out / "model" / "twotower.json").is_file():
-            fit.write_model("zeroshot", RetrievalDefaults(mode=mode, lam=lam, rerank_depth=recipe.rerank_depth,
-                                                          language=language))
-        choices = {"model": "zeroshot", "mode": mode, "lambda": lam, "rerank": None, "dev": None,
-                   "language": language, "query_language": query_language, "note": message}
+        stages, choices, message = fit_without_labels(fit, ZERO_SHOT_LAMBDA)
     report = {"data": str(data.resolve()), "recipe": recipe.to_json(), "stages": stages, "choices": choices,
               "resumed": resumed, "computed_now": fit.stages.computed,
               "wall_s_this_call": round(time.perf_counter() - t0, 1)}
