@@ -46,7 +46,9 @@ def fit_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Fine-tune, mine, retrain and tune the hybrid on held-out train queries: the best retriever for DATA.
-    The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it."""
+    The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it. Without train
+    labels: BM25, dense or hybrid from the data's and the encoder's languages (a multilingual encoder across
+    languages also gets its language directions removed)."""
     from twotower.console import console, warn
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
