@@ -240,11 +240,9 @@ PRF_DEPTHS, PRF_WEIGHTS = (2, 3, 5, 10), (0.5, 1.0, 2.0, 4.0)
 
 def with_prf(qv, dv, depth: int, weight: float) -> np.ndarray:
     """The query vectors after Rocchio feedback from their ``depth`` best documents (twotower.retrieval.prf)."""
-    from twotower.retrieval.dense import exact_search
-    from twotower.retrieval.prf import feedback_rows, rocchio
+    from twotower.retrieval.prf import moved_queries
 
-    _, rows = exact_search(qv, dv, depth)
-    return rocchio(qv, dv[feedback_rows(rows, depth)], weight)
+    return moved_queries(qv, dv, depth, weight)
 
 
 def tune_prf(qv, dv, qids, doc_ids, qrels_pool) -> tuple[tuple[int, float], dict]:

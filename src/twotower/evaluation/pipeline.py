@@ -187,7 +187,9 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
 
 def _prf_weight(cfg: EvalConfig) -> float:
-    return 1.0 if cfg.prf_weight is None else cfg.prf_weight
+    from twotower.retrieval.prf import DEFAULT_WEIGHT
+
+    return DEFAULT_WEIGHT if cfg.prf_weight is None else cfg.prf_weight
 
 
 def _hybrid_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
@@ -254,7 +256,7 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     t0 = time.perf_counter()
     run = searcher.run(dict(ds.queries), cfg.top_k, mode=mode, norm=cfg.fusion_norm,
                        lam=DEFAULT_LAMBDA if cfg.hybrid_lambda is None else cfg.hybrid_lambda,
-                       prf_depth=cfg.prf_depth, prf_weight=_prf_weight(cfg))
+                       prf_depth=cfg.prf_depth, prf_weight=cfg.prf_weight)
     timings["queries_per_s"] = len(ds.queries) / (time.perf_counter() - t0)
     return run
 
@@ -314,13 +316,9 @@ def check_eval_options(cfg: EvalConfig) -> None:
         if cfg.retriever != "hybrid":
             raise TwoTowerError(f"--fusion-norm normalises the two sides of --retriever hybrid; --retriever "
                                 f"{cfg.retriever} does not use it: drop it or pass --retriever hybrid")
-    if cfg.prf_depth is not None or cfg.prf_weight is not None:
-        from twotower.retrieval.prf import check_prf
+    from twotower.retrieval.prf import check_prf
 
-        check_prf(cfg.prf_depth, cfg.prf_weight)
-        if cfg.retriever not in ("dense", "hybrid", "rrf"):
-            raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --retriever "
-                                f"{cfg.retriever} has none: drop it or pass --retriever dense | hybrid | rrf")
+    check_prf(cfg.prf_depth, cfg.prf_weight, mode=cfg.retriever)
     given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
     if given and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "

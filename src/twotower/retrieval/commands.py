@@ -183,16 +183,11 @@ def register(app: typer.Typer) -> None:
             if fusion_norm is not None and mode != "hybrid":
                 raise TwoTowerError(f"--fusion-norm normalises the two sides of --mode hybrid; --mode {mode} does not "
                                     "use it: drop it or pass --mode hybrid")
-            if prf_depth is not None or prf_weight is not None:
-                from twotower.retrieval.prf import check_prf
+            from twotower.retrieval.prf import check_prf
 
-                check_prf(prf_depth, prf_weight)
-                if mode == "bm25":
-                    raise TwoTowerError(f"--prf-depth feeds the top documents' vectors back into a dense query; --mode "
-                                        f"{mode} has none: drop it or pass --mode dense | hybrid | rrf")
+            check_prf(prf_depth, prf_weight, mode=mode, mode_option="--mode")
             hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
-                                   norm=fusion_norm, prf_depth=prf_depth,
-                                   prf_weight=1.0 if prf_weight is None else prf_weight)
+                                   norm=fusion_norm, prf_depth=prf_depth, prf_weight=prf_weight)
             if rerank:
                 from twotower.retrieval.rerank import Reranker, blend
 

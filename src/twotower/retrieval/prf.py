@@ -20,9 +20,16 @@ import numpy as np
 from twotower.errors import TwoTowerError
 
 
-def check_prf(depth: int | None, weight: float | None, *, depth_option: str = "--prf-depth",
-              weight_option: str = "--prf-weight") -> None:
-    """Refuse feedback settings that cannot be meant: a depth below 1, a weight not above 0 or not finite."""
+DEFAULT_WEIGHT = 1.0  # the feedback as much as the query
+FEEDBACK_MODES = ("dense", "hybrid", "rrf")  # the retrievals with a dense query to move
+
+
+def check_prf(depth: int | None, weight: float | None, *, mode: str | None = None, mode_option: str = "--retriever",
+              depth_option: str = "--prf-depth", weight_option: str = "--prf-weight") -> None:
+    """Refuse feedback settings that cannot be meant: a depth below 1, a weight not above 0 or not finite, a weight
+    without a depth, or feedback for a ``mode`` (named by ``mode_option`` in the message) without a dense query."""
+    if depth is None and weight is None:
+        return
     if depth is not None and depth < 1:
         raise TwoTowerError(f"{depth_option} {depth}: the number of feedback documents must be 1 or more")
     if weight is not None and not (np.isfinite(weight) and weight > 0):
@@ -30,6 +37,9 @@ def check_prf(depth: int | None, weight: float | None, *, depth_option: str = "-
                             f"(1 gives the query and its feedback equal shares)")
     if weight is not None and depth is None:
         raise TwoTowerError(f"{weight_option} needs {depth_option} (how many top documents feed back)")
+    if mode is not None and mode not in FEEDBACK_MODES:
+        raise TwoTowerError(f"{depth_option} feeds the top documents' vectors back into a dense query; {mode_option} "
+                            f"{mode} has none: drop it or pass {mode_option} {' | '.join(FEEDBACK_MODES)}")
 
 
 def rocchio(queries: np.ndarray, feedback: np.ndarray, weight: float) -> np.ndarray:
@@ -50,14 +60,20 @@ def feedback_rows(rows: np.ndarray, depth: int) -> np.ndarray:
     return top
 
 
-def search_with_feedback(queries: np.ndarray, doc_vectors: np.ndarray, k: int, depth: int,
-                         weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact search, Rocchio feedback from the ``depth`` best, exact search again: ``(scores, indices)``."""
+def moved_queries(queries: np.ndarray, doc_vectors: np.ndarray, depth: int, weight: float) -> np.ndarray:
+    """The query vectors after Rocchio feedback from their ``depth`` best documents by exact search."""
     from twotower.retrieval.dense import exact_search
 
     if depth > len(doc_vectors):
         raise TwoTowerError(f"--prf-depth {depth}: the corpus has only {len(doc_vectors)} documents to feed back; "
                             "lower --prf-depth")
     _, first = exact_search(queries, doc_vectors, depth)
-    moved = rocchio(queries, np.asarray(doc_vectors)[feedback_rows(first, depth)], weight)
-    return exact_search(moved, doc_vectors, k)
+    return rocchio(queries, np.asarray(doc_vectors)[feedback_rows(first, depth)], weight)
+
+
+def search_with_feedback(queries: np.ndarray, doc_vectors: np.ndarray, k: int, depth: int,
+                         weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact search, Rocchio feedback from the ``depth`` best, exact search again: ``(scores, indices)``."""
+    from twotower.retrieval.dense import exact_search
+
+    return exact_search(moved_queries(queries, doc_vectors, depth, weight), doc_vectors, k)

@@ -18,6 +18,7 @@ import numpy as np
 from twotower.data.beir import Document, load_corpus
 from twotower.errors import TwoTowerError
 from twotower.retrieval.hybrid import NORMS, fusion_depth, interpolate, rrf
+from twotower.retrieval.prf import DEFAULT_WEIGHT, check_prf
 from twotower.retrieval.index.files import REBUILT
 from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
 
@@ -266,23 +267,22 @@ class Searcher:
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
         store: IndexStore | None = None, norm: str | None = None, prf_depth: int | None = None,
-        prf_weight: float = 1.0,
+        prf_weight: float | None = None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
         (fewer only when fewer documents score). ``hybrid`` and ``rrf`` fuse each side's
         ``max(k, n_best)``-best. ``mode`` / ``lam`` / ``norm`` (the hybrid's normalisation) left out: the model's
         fitted choices (:meth:`resolve`; min-max when it has none). ``prf_depth``: the dense side searches again
-        after Rocchio feedback from its ``prf_depth`` best (``retrieval.prf``; single-vector indexes)."""
+        after Rocchio feedback from its ``prf_depth`` best, weighted by ``prf_weight`` (default
+        ``prf.DEFAULT_WEIGHT``; ``retrieval.prf``; single-vector indexes)."""
         mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
         norm = norm or (self.defaults.norm if self.defaults is not None else None) or "minmax"
         if norm not in NORMS:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
-        if prf_depth and mode == "bm25":
-            raise TwoTowerError("pseudo-relevance feedback (prf_depth) moves the dense query vector; mode bm25 has "
-                                "none: drop it or search dense | hybrid | rrf")
+        check_prf(prf_depth, prf_weight, mode=mode, mode_option="mode")
         store = store or self.store  # one version for the whole call
         qids, texts = list(queries), list(queries.values())
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
@@ -290,7 +290,8 @@ class Searcher:
         if mode != "bm25":
             q_vecs = self.encode_queries(texts)
             if prf_depth:
-                q_vecs = self._feedback(store, q_vecs, prf_depth, prf_weight, ef_search, nprobe)
+                q_vecs = self._feedback(store, q_vecs, prf_depth, DEFAULT_WEIGHT if prf_weight is None else prf_weight,
+                                        ef_search, nprobe)
             scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
@@ -306,9 +307,8 @@ class Searcher:
     @staticmethod
     def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe) -> np.ndarray:
         """Query vectors moved toward their ``depth`` best documents' stored vectors (retrieval.prf.rocchio)."""
-        from twotower.retrieval.prf import check_prf, feedback_rows, rocchio
+        from twotower.retrieval.prf import feedback_rows, rocchio
 
-        check_prf(depth, weight)
         if store.multivector:
             raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
                                 "multi-vector: drop --prf-depth")

@@ -99,7 +99,7 @@ class ServiceState:
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
         kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
-                  "prf_depth": prf_depth, "prf_weight": 1.0 if prf_weight is None else prf_weight}
+                  "prf_depth": prf_depth, "prf_weight": prf_weight}
         k = min(k, len(store))
         with self.compute_lock:
             run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
