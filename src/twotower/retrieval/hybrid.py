@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -40,15 +40,17 @@ def minmax(run: Run) -> Run:
     return out
 
 
+def zscores(docs: Mapping[str, float]) -> dict[str, float]:
+    """One query's z-scores: (s − mean) / standard deviation over its documents (0 when they are equal)."""
+    n = len(docs)
+    mean = sum(docs.values()) / n if n else 0.0
+    sd = (sum((s - mean) ** 2 for s in docs.values()) / n) ** 0.5 if n else 0.0
+    return {d: (s - mean) / sd if sd > 0 else 0.0 for d, s in docs.items()}
+
+
 def zscore(run: Run) -> Run:
-    """Per-query z-scores: (s − mean) / standard deviation over the query's documents (0 when they are equal)."""
-    out: Run = {}
-    for q, docs in run.items():
-        n = len(docs)
-        mean = sum(docs.values()) / n if n else 0.0
-        sd = (sum((s - mean) ** 2 for s in docs.values()) / n) ** 0.5 if n else 0.0
-        out[q] = {d: (s - mean) / sd if sd > 0 else 0.0 for d, s in docs.items()}
-    return out
+    """Per-query z-scores (:func:`zscores`)."""
+    return {q: zscores(docs) for q, docs in run.items()}
 
 
 NORMS = {"minmax": minmax, "zscore": zscore}

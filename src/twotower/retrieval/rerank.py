@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from twotower.errors import ModelError
 from twotower.io import atomic_directory
+from twotower.retrieval.hybrid import zscores
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class Reranker:
         pairs, keys = [], []
         ranked_by_q: dict[str, list[str]] = {}
         for q, docs in run.items():
-            ranked = [d for d, _ in sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))]
+            ranked = ranking(docs)
             ranked_by_q[q] = ranked
             for d in ranked[:top_n]:
                 pairs.append((queries[q], doc_text(d)))
@@ -110,11 +111,9 @@ class Reranker:
         return out
 
 
-def _z(scores: Mapping[str, float]) -> dict[str, float]:
-    values = np.array(list(scores.values()), dtype=np.float64)
-    sd = float(values.std()) if len(values) else 0.0
-    mean = float(values.mean()) if len(values) else 0.0
-    return {d: (s - mean) / sd if sd > 0 else 0.0 for d, s in scores.items()}
+def ranking(docs: Mapping[str, float]) -> list[str]:
+    """One query's documents best first, ties by id: the order whose head :meth:`Reranker.rerank` re-scores."""
+    return [d for d, _ in sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def blend(first: Mapping[str, float], ce: Mapping[str, float], weight: float) -> dict[str, float]:
@@ -125,7 +124,7 @@ def blend(first: Mapping[str, float], ce: Mapping[str, float], weight: float) ->
         raise ValueError(f"re-ranker weight must be in [0, 1], got {weight}")
     if weight == 1.0:
         return dict(ce)
-    zc, zf = _z(ce), _z({d: first[d] for d in ce})
+    zc, zf = zscores(ce), zscores({d: first[d] for d in ce})
     return {d: weight * zc[d] + (1.0 - weight) * zf[d] for d in ce}
 
 

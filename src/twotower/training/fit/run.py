@@ -266,7 +266,7 @@ class _Fit:
             write_defaults(tmp, defaults)
 
     def stage_rerank(self) -> dict:
-        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, blend, train_reranker
+        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, blend, ranking, train_reranker
 
         r = self.recipe
         chosen = self.stages.done("select")["chosen"]
@@ -287,11 +287,10 @@ class _Fit:
         alone = ce.rerank(base, self.ds.queries, self.doc_text, top_n=r.rerank_depth,
                           show_progress=self.opts.show_progress)
         per_query_ms = 1000 * (time.perf_counter() - t0) / max(1, len(base))
-        top = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[: r.rerank_depth])  # as rerank orders
-               for q, docs in base.items()}
+        top = {q: ranking(docs)[: r.rerank_depth] for q, docs in base.items()}  # the documents rerank re-scored
         weights = {}
         for w in RERANK_WEIGHTS:  # the cross-encoder's scores once, every blend from them
-            blended = {q: blend(top[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
+            blended = {q: blend(base[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
             weights[w] = select.score(qrels, blended)
         weight = max(weights, key=lambda w: (round(weights[w][r.metric], 10), w))  # a tie: more re-ranker
         before, after = select.score(qrels, base), weights[weight]
