@@ -86,6 +86,16 @@ def write_beir(root: Path, corpus: list[dict], queries: list[dict], qrels: list[
     return root
 
 
+def flat_index(data: Path, model: Path, out: Path) -> Path:
+    """``data`` indexed at ``out`` by ``model`` (fp32), exact FAISS search and BM25: what the search tests query."""
+    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.store import IndexSpec
+
+    build_index(data, out, model=str(model), spec=IndexSpec(kind="flat", bm25=True),
+                cfg=EncodeConfig(precision="fp32", show_progress=False))
+    return out
+
+
 TINY_CORPUS = [
     {"_id": "d1", "title": "Cats", "text": "Cats are small domesticated felines that purr."},
     {"_id": "d2", "title": "Dogs", "text": "Dogs are loyal animals that bark at strangers."},

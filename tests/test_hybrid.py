@@ -220,13 +220,9 @@ def test_eval_hybrid_returns_top_k_fused(deep_beir, tiny_bert_dir, full_scores, 
 
 @pytest.fixture(scope="module")
 def deep_index(deep_beir, tiny_bert_dir, tmp_path_factory):
-    from twotower.retrieval.searcher import EncodeConfig, build_index
-    from twotower.retrieval.store import IndexSpec
+    from conftest import flat_index
 
-    out = tmp_path_factory.mktemp("deep-index") / "index"
-    build_index(deep_beir, out, model=str(tiny_bert_dir), spec=IndexSpec(kind="flat", bm25=True),
-                cfg=EncodeConfig(precision="fp32", show_progress=False))
-    return out
+    return flat_index(deep_beir, tiny_bert_dir, tmp_path_factory.mktemp("deep-index") / "index")
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "rrf"])

@@ -111,13 +111,9 @@ def test_eval_applies_feedback(prf_beir, tiny_bert_dir, reference, tmp_path):
 
 @pytest.fixture(scope="module")
 def prf_index(prf_beir, tiny_bert_dir, tmp_path_factory):
-    from twotower.retrieval.searcher import EncodeConfig, build_index
-    from twotower.retrieval.store import IndexSpec
+    from conftest import flat_index
 
-    out = tmp_path_factory.mktemp("prf-index") / "index"
-    build_index(prf_beir, out, model=str(tiny_bert_dir), spec=IndexSpec(kind="flat", bm25=True),
-                cfg=EncodeConfig(precision="fp32", show_progress=False))
-    return out
+    return flat_index(prf_beir, tiny_bert_dir, tmp_path_factory.mktemp("prf-index") / "index")
 
 
 def test_searcher_and_search_command_apply_feedback(prf_index, reference):

@@ -29,14 +29,10 @@ BASE_IDS = {d["_id"] for d in TINY_CORPUS}
 
 @pytest.fixture(scope="module")
 def built_index(tmp_path_factory, tiny_bert_dir) -> Path:
-    from twotower.retrieval.searcher import EncodeConfig, build_index
-    from twotower.retrieval.store import IndexSpec
+    from conftest import flat_index
 
     root = tmp_path_factory.mktemp("serve")
-    data = write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
-    build_index(data, root / "index", model=str(tiny_bert_dir), spec=IndexSpec(kind="flat", bm25=True),
-                cfg=EncodeConfig(show_progress=False, precision="fp32"))
-    return root / "index"
+    return flat_index(write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS), tiny_bert_dir, root / "index")
 
 
 @pytest.fixture()
