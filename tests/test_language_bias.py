@@ -103,6 +103,10 @@ def test_bad_input_stops_before_work(aligned, tiny_bert_dir, tmp_path):
                               "--model", str(tiny_bert_dir), "--no-progress"])
     assert res.exit_code == 2 and "not an empty folder" in res.output and "Traceback" not in res.output
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    (tmp_path / "afile").write_text("mine")
+    res = runner.invoke(app, ["models", "align-languages", "--data", str(data), "--out", str(tmp_path / "afile"),
+                              "--model", str(tiny_bert_dir), "--no-progress"])
+    assert res.exit_code == 2 and "not a directory" in res.output and (tmp_path / "afile").read_text() == "mine"
     res = runner.invoke(app, ["models", "align-languages", "--data", str(tmp_path / "nope"), "--out",
                               str(tmp_path / "o3")])
     assert res.exit_code == 2 and "corpus.jsonl" in res.output

@@ -120,7 +120,7 @@ def align_languages(model: str | None, data: str | Path, out: str | Path, *, per
     folder), and ``out/language_directions.json`` (languages found, documents used, singular values); returns it."""
     from twotower.data.beir import load_corpus
     from twotower.encoders.towers import DualEncoder, EncodeOptions
-    from twotower.io import atomic_write_bytes, atomic_write_json
+    from twotower.io import atomic_write_bytes, atomic_write_json, check_output_dir
 
     data, out = Path(data), Path(out)
     if per_language < MIN_DOCS:
@@ -129,7 +129,8 @@ def align_languages(model: str | None, data: str | Path, out: str | Path, *, per
         raise TwoTowerError(f"--directions {directions}: at least 1")
     if not (data / "corpus.jsonl").is_file():
         raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    check_output_dir(out, "--out")  # a folder path, its parent writable
+    if out.is_dir() and any(out.iterdir()):
         raise TwoTowerError(f"--out {out}: exists and is not an empty folder; give a new one")
     texts = [doc.full_text for doc in load_corpus(data / "corpus.jsonl").values()]
     groups = sample_by_language(texts, per_language=per_language, seed=seed)
