@@ -228,6 +228,22 @@ def test_sigkill_midway_leaves_previous_index_loadable(store, tmp_path, op, wher
     assert before == ["v000001"]
 
 
+def test_index_files_open_under_the_npy_lock(store, tmp_path):
+    """Opening a version (and its BM25) reads .npy headers under twotower.io.NPY_LOCK: numpy parses them with ast,
+    which CPython 3.11 before 3.11.8 can fail when two threads do it at once (this suite's reader threads did)."""
+    from twotower.io import NPY_LOCK
+
+    opened = IndexStore.open(tmp_path / "idx")  # its BM25 loads on first use
+    for open_part in (lambda: IndexStore.open(tmp_path / "idx").close(), lambda: opened.bm25):
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (open_part(), done.set()))
+        with NPY_LOCK:
+            thread.start()
+            assert not done.wait(0.5)  # held up by the lock
+        assert done.wait(30)
+        thread.join()
+
+
 def test_readers_see_whole_versions_during_writes(store, tmp_path):
     root = tmp_path / "idx"
     seen: set[int] = set()

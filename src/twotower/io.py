@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,3 +207,17 @@ def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
 
     with Path(path).open("rb") as handle:
         return hashlib.file_digest(handle, algorithm).hexdigest()
+
+
+# numpy parses a .npy header with ast.literal_eval, and CPython 3.11 before 3.11.8 can fail an AST built while another
+# thread builds one ("SystemError: AST constructor recursion depth mismatch", cpython gh-106905): index readers and
+# writers open .npy files in threads (serve, refresh), so every such open takes this lock (BM25's load as well).
+NPY_LOCK = threading.Lock()
+
+
+def load_npy(path: str | Path, mmap_mode: str | None = None):
+    """``np.load(path, mmap_mode=...)`` of one array, its header parsed under :data:`NPY_LOCK`."""
+    import numpy as np
+
+    with NPY_LOCK:
+        return np.load(path, mmap_mode=mmap_mode)

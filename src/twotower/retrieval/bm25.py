@@ -24,7 +24,7 @@ import bm25s
 import numpy as np
 
 from twotower.errors import TwoTowerError
-from twotower.io import atomic_write_json
+from twotower.io import NPY_LOCK, atomic_write_json
 from twotower.retrieval.analyzers import AUTO, Analyzer, analyzer_for, check_language, detect_language
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,8 @@ class BM25:
             raise TwoTowerError(f"{directory}: this BM25 index was built for language '{saved.language}', "
                                 f"not '{params.language}' (rebuild it, or search it in '{saved.language}')")
         bm = cls(params)
-        bm.index_ = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, load_vocab=True)
+        with NPY_LOCK:  # bm25s reads .npy files (twotower.io.NPY_LOCK: why)
+            bm.index_ = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, load_vocab=True)
         if params.ngram == 1:
             bm.tokenizer.load_vocab(directory)
             bm.tokenizer.load_stopwords(directory)

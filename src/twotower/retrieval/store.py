@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25, BM25Params
 from twotower.retrieval.index import writer
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
@@ -73,7 +74,7 @@ class IndexStore:
         self.files = VersionFiles(version_dir, manifest)  # sizes checked here, sha256 on first read
         if verify:
             self.files.check_all()
-        self._vectors: np.ndarray = np.load(version_dir / "vectors.npy", mmap_mode="r")
+        self._vectors: np.ndarray = load_npy(version_dir / "vectors.npy", mmap_mode="r")
         if self._vectors.shape != (manifest["num_vectors"], manifest["dim"]) or self._vectors.dtype != np.float32:
             raise corrupt(
                 version_dir, f"vectors.npy holds {self._vectors.dtype} {self._vectors.shape}, the manifest says "
@@ -85,12 +86,12 @@ class IndexStore:
                                        f"{manifest['num_docs']}", "num_docs")
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids)}
         self.offsets: np.ndarray | None = (
-            np.load(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
+            load_npy(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
         )
         self.projection: np.ndarray | None = (
-            np.load(version_dir / "projection.npy") if (version_dir / "projection.npy").is_file() else None
+            load_npy(version_dir / "projection.npy") if (version_dir / "projection.npy").is_file() else None
         )
-        self._doc_offsets = np.load(version_dir / "docs.offsets.npy", mmap_mode="r")
+        self._doc_offsets = load_npy(version_dir / "docs.offsets.npy", mmap_mode="r")
         self._docs_file = (version_dir / "docs.jsonl").open("rb")
         self._docs_map = mmap.mmap(self._docs_file.fileno(), 0, access=mmap.ACCESS_READ) if self._docs_file.seek(0, 2) else None
         self._faiss = None

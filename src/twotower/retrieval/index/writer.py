@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25
 from twotower.retrieval.index import fingerprint, kinds
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError
@@ -232,7 +233,7 @@ def _write_vectors(path: Path, previous, keep_mask, old_rows, new, num_vectors: 
         vectors[pos:] = new.vectors
     vectors.flush()
     del vectors
-    return np.load(path, mmap_mode="r")
+    return load_npy(path, mmap_mode="r")
 
 
 def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
