@@ -228,6 +228,19 @@ class BeirDataset:
             raise DataError(qrels_path, f"no judgements in split '{split}'",
                             hint="add rows 'query-id<TAB>corpus-id<TAB>score' or choose another split")
 
+        return cls.from_parts(root, split, corpus, all_queries, raw_qrels, strict=strict, qrels_path=qrels_path,
+                              queries_path=queries_path)
+
+    @classmethod
+    def from_parts(
+        cls, root: str | Path | None, split: str, corpus: dict[str, Document], all_queries: dict[str, str],
+        raw_qrels: dict[str, dict[str, int]], *, strict: bool = False, qrels_path: str | Path = "qrels",
+        queries_path: str | Path = "queries",
+    ) -> "BeirDataset":
+        """The split from loaded parts: keep the queries ``raw_qrels`` judges, drop (and count, or with ``strict``
+        refuse) judgements of unknown queries or documents. ``qrels_path`` / ``queries_path`` name the sources
+        in messages (files, or ``qrels`` / ``queries`` for in-memory data)."""
+        qrels_path, queries_path = Path(qrels_path), Path(queries_path)
         unknown_q = [q for q in raw_qrels if q not in all_queries]
         unknown_d = sum(1 for rels in raw_qrels.values() for d in rels if d not in corpus)
         warnings = []
@@ -258,4 +271,4 @@ class BeirDataset:
                 f"documents not in corpus.jsonl)",
                 hint="the query-id and corpus-id columns must match the '_id' values of queries.jsonl and corpus.jsonl",
             )
-        return cls(root, split, corpus, queries, qrels, len(unknown_q), unknown_d, warnings)
+        return cls(Path(root) if root is not None else None, split, corpus, queries, qrels, len(unknown_q), unknown_d, warnings)
