@@ -346,6 +346,7 @@ class Trainer:
             batch = [examples[i] for i in idx]
             neg_rng = random.Random(hash((cfg.seed, stage_idx, step)))
             optimizer.zero_grad(set_to_none=True)
+            lr = optimizer.param_groups[0]["lr"]  # the rate this step's update uses (the scheduler moves it after)
             loss = self.objective.step_loss(self, batch, stage, loss_fn, neg_rng)
             self._sync_gradients()
             if stage.max_grad_norm:
@@ -356,7 +357,7 @@ class Trainer:
             done = step + 1
             rate = seen / (time.perf_counter() - t0)
             record = {"stage": stage.name, "step": done, "global_step": global_step + done,
-                      "lr": scheduler.get_last_lr()[0], "examples_per_s": rate, "device": device}
+                      "lr": lr, "examples_per_s": rate, "device": device}
             self._pending.append((record, loss.detach()))
             if len(self._pending) >= LOG_EVERY or done == total:
                 self._flush_log()
