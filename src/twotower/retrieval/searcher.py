@@ -143,11 +143,30 @@ def build_index(
 
     cfg = cfg or EncodeConfig()
     target = resolve_device(cfg.device)
-    spec = spec_for_model(spec or IndexSpec(), model, language_given=spec is not None)  # a given spec: its language
     data = Path(data)
     check_target(Path(out))  # before loading anything
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     encoder = DualEncoder.load(model, device=target)
+    return build_index_from(list(corpus.values()), out, encoder, model=model, spec=spec, multivector=multivector,
+                            project_dim=project_dim, cfg=cfg)
+
+
+def build_index_from(
+    docs: list[Document],
+    out: str | Path,
+    encoder,
+    *,
+    model: str | None = None,
+    spec: IndexSpec | None = None,
+    multivector: int | None = None,
+    project_dim: int | None = None,
+    cfg: EncodeConfig | None = None,
+) -> IndexStore:
+    """Encode ``docs`` with ``encoder`` (a loaded DualEncoder; ``model``: the name or directory it came from, which
+    the manifest records so that searches load it again) and write an index at ``out``."""
+    cfg = cfg or EncodeConfig()
+    spec = spec_for_model(spec or IndexSpec(), model, language_given=spec is not None)  # a given spec: its language
+    check_target(Path(out))
     if multivector is None and encoder.multivector:
         multivector = int(encoder.multivector)
         log.info("the model was trained with --multivector %d: building a multi-vector index with m=%d", multivector,
@@ -160,8 +179,8 @@ def build_index(
 
         projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
     dim = projection.shape[1] if projection is not None else encoder.doc_tower.dim
-    check_build(out, spec, cfg, dim=dim, num_docs=len(corpus), multivector=multivector)
-    new = encode_new_docs(encoder, list(corpus.values()), cfg, multivector=multivector, projection=projection)
+    check_build(out, spec, cfg, dim=dim, num_docs=len(docs), multivector=multivector)
+    new = encode_new_docs(encoder, docs, cfg, multivector=multivector, projection=projection)
     return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
                             projection=projection, show_progress=cfg.show_progress)
 
@@ -171,21 +190,31 @@ def add_documents(
     cfg: EncodeConfig | None = None,
 ) -> IndexStore:
     """Encode only the documents in ``docs_path`` (BEIR corpus lines) and add them to ``index``."""
-    cfg = cfg or EncodeConfig()
-    store = IndexStore.open(index)
     docs = load_corpus(docs_path)
-    dup = [d for d in docs if d in store.row_of]
+    return add_documents_from(index, list(docs.values()), replace=replace, model=model, cfg=cfg, source=str(docs_path))
+
+
+def add_documents_from(
+    index: str | Path | IndexStore, docs: list[Document], *, replace: bool = False, model: str | None = None,
+    cfg: EncodeConfig | None = None, source: str = "documents", encoder=None,
+) -> IndexStore:
+    """Encode ``docs`` (with ``encoder``, a loaded DualEncoder, or the index's own model) and add them to ``index``
+    as a new version; ``source`` names them in errors."""
+    cfg = cfg or EncodeConfig()
+    store = index if isinstance(index, IndexStore) else IndexStore.open(index)
+    index = store.root
+    dup = [d.id for d in docs if d.id in store.row_of]
     if dup and not replace:  # fail before spending time encoding
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
-            f"{docs_path}: {len(dup)} document id(s) are already in the index {index}: {shown} "
+            f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
             f"(pass --replace to overwrite them)"
         )
     # before spending time encoding: the files a write copies must still match their checksums (the
     # write checks again under the lock)
     store.files.check_all(writing=True, skip=REBUILT)
-    encoder = load_encoder(store.manifest["model"], model, cfg.device)
-    new = encode_new_docs(encoder, list(docs.values()), cfg, multivector=store.multivector, projection=store.projection)
+    encoder = encoder or load_encoder(store.manifest["model"], model, cfg.device)
+    new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection)
     return store.add(new, replace=replace, show_progress=cfg.show_progress)
 
 
