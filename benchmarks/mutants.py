@@ -34,6 +34,9 @@ TESTS = {
     "retrieval/index/writer.py": ["tests/test_mutants.py", "tests/test_store_integrity.py", "tests/test_store.py"],
     "evaluation/metrics.py": ["tests/test_mutants.py", "tests/test_metrics.py", "tests/test_cli.py"],
     "evaluation/runs.py": ["tests/test_mutants.py", "tests/test_metrics.py", "tests/test_cli.py"],
+    # fit: tests/test_hardening_train.py re-derives fit's dev score from its stored choices through eval's path
+    "training/fit/run.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
+    "training/fit/select.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "evaluation/pipeline.py": ["tests/test_mutants.py", "tests/test_cli.py", "tests/test_analyzers.py",
                                "tests/test_store_integrity.py", "tests/test_multivector_training.py",
                                "tests/test_hybrid.py"],
@@ -339,4 +342,16 @@ MUTANTS = [
        "a model's trained ME-BERT m ignored by eval"),
     _m("pipeline-bm25-b-ignored", "evaluation/pipeline.py",
        "b=cfg.b if cfg.b is not None else defaults.b", "b=defaults.b", "eval --b ignored"),
+    # ------------------------------------------------------------------ training/fit (issue 35's audit gap)
+    _m("fit-stored-lambda-mirrored", "training/fit/run.py",
+       'RetrievalDefaults(mode=best["mode"], lam=best["lambda"], norm=_norm(best),',
+       'RetrievalDefaults(mode=best["mode"], lam=None if best["lambda"] is None else 1 - best["lambda"], '
+       'norm=_norm(best),',
+       "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
+       note="found by an independent audit with every test of tests/test_fit.py passing; killed by "
+            "test_hardening_train.py::test_fit_dev_score_is_what_eval_gives_with_the_stored_choices"),
+    _m("fit-scored-lambda-mirrored", "training/fit/select.py",
+       'return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")',
+       'return interpolate(dense, sparse, 1 - lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")',
+       "fit scores each hybrid on dev with the weights swapped (the stored λ is not the one scored)"),
 ]

@@ -51,3 +51,45 @@ def test_train_log_rate_with_warmup(tmp_path, tiny_bert_dir, train_beir):
     Trainer(cfg).train()
     log = json.loads((out / "train_log.json").read_text())
     assert [r["lr"] for r in log] == pytest.approx([0.0, 5e-4, 1e-3, 5e-4])
+
+
+# ---------------------------------------------------------------- the audit gap: what fit reports is what eval runs
+
+WORDS = "cat dog tea rust python cell sun moon river stone tree bird fish apple music train".split()
+
+
+def test_fit_dev_score_is_what_eval_gives_with_the_stored_choices(tiny_bert_dir, tmp_path):
+    """Fit on tiny data, then evaluate the fitted model, with the retrieval it stored and nothing else, on the dev
+    queries fit held out, through ``evaluation.pipeline.run_eval`` (what ``twotower eval`` runs): the metrics must be
+    the dev scores fit reported for its choice. A λ stored mirrored (1 − λ), a norm or mode other than the one
+    scored, would each give another number here."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+    from twotower.training.fit.stages import StageLog
+
+    corpus = [{"_id": f"d{i}", "title": w, "text": f"{w} is about {w} and {WORDS[(i + 3) % len(WORDS)]}"}
+              for i, w in enumerate(WORDS)]
+    queries = [{"_id": f"q{i}", "text": f"what is {w}"} for i, w in enumerate(WORDS)]
+    qrels = [(f"q{i}", f"d{i}", 1) for i in range(len(WORDS))] + [("q0", "d1", 1), ("q2", "d3", 1)]
+    data = write_beir(tmp_path / "data", corpus, queries, qrels, split="train")
+    recipe = FitRecipe(model=str(tiny_bert_dir), min_dev=6, batch_size=4, epochs=1, mine=False, seed=3,
+                       lambdas=(0.1, 0.9))  # no λ is its own mirror image
+    result = run_fit(data, tmp_path / "out", recipe, FitOptions(show_progress=False, precision="fp32"))
+    choices = result.report["choices"]
+    # the fusion is where a stored choice can differ from the scored one: this data must make fit choose it
+    assert choices["mode"] == "hybrid" and choices["lambda"] not in (None, 0.5), choices
+    dev = StageLog(tmp_path / "out").done("split")["dev"]  # the dev query ids fit held out
+    rows = [row for row in qrels if row[0] in set(dev)]
+    assert rows
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in rows))
+    got = run_eval(EvalConfig(data=data, split="dev", model=str(result.model), top_k=recipe.n_best,
+                              metrics=tuple(choices["dev"]), precision="fp32", show_progress=False))
+    assert got.num_queries == len(dev)
+    for metric, reported in choices["dev"].items():
+        assert round(got.metrics[metric], 4) == pytest.approx(reported, abs=1e-4), (metric, got.metrics, choices)
+    assert got.retriever == choices["mode"] and got.hybrid_lambda == choices["lambda"]
+    # the check has teeth: the mirrored weight scores otherwise on this data
+    mirrored = run_eval(EvalConfig(data=data, split="dev", model=str(result.model), top_k=recipe.n_best,
+                                   hybrid_lambda=round(1 - choices["lambda"], 2), metrics=tuple(choices["dev"]),
+                                   precision="fp32", show_progress=False))
+    assert any(round(mirrored.metrics[m], 4) != pytest.approx(v, abs=1e-4) for m, v in choices["dev"].items())
