@@ -1,3 +1,123 @@
-"""twotower: train, index, evaluate and serve dual-encoder (two-tower) dense retrievers."""
+"""twotower: train, index, evaluate and serve dual-encoder (two-tower) dense retrievers.
+
+The public Python API lives here, at the package top; everything else is internal and may change. Names load on
+first use, so ``import twotower`` is fast and does not import torch.
+
+Data
+    :func:`load_beir`, :class:`Dataset`, :class:`Document`
+Models
+    :class:`Encoder` (``encode_queries`` / ``encode_documents`` / ``save``), :func:`list_models`,
+    :func:`fetch_model`, :func:`align_languages`
+Search
+    :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info``), :class:`Hit`,
+    :class:`Reranker`, :func:`create_app` and :func:`serve_index` (the HTTP service)
+Evaluation
+    :func:`evaluate`, :class:`EvalResult`, :func:`score_run`, :func:`read_run`, :func:`write_run`
+Training
+    :func:`fit`, :class:`FitResult`, :class:`FitRecipe`, :func:`train`, :class:`TrainConfig`, :class:`StageConfig`,
+    :func:`pretrain`, :class:`PretrainConfig`, :class:`ViewConfig`, :func:`mine`, :func:`train_reranker`,
+    :class:`RerankerTrainConfig`
+Analyses (the papers' studies)
+    :func:`analyze_fidelity`, :func:`analyze_towers`, :func:`analyze_doclength`, :func:`analyze_latency`,
+    :func:`build_report` and their configs
+Data sets on disk
+    :func:`fetch_beir`, :func:`locate_beir`
+Output files
+    :func:`check_output_file`, :func:`check_output_dir`, :func:`write_json`
+Errors
+    :class:`TwoTowerError` and its subclasses :class:`DataError`, :class:`ModelError`, :class:`DatasetNotFound`
+
+Example::
+
+    import twotower as tt
+
+    ds = tt.load_beir("my-beir-dir", split="test")
+    index = tt.Index.build("my-index", ds, bm25=True)
+    for hit in index.search("vitamin D and bone density", k=3, mode="hybrid"):
+        print(hit.id, round(hit.score, 3), hit.title)
+    print(tt.evaluate(index, ds).metrics["ndcg@10"])
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+# Nothing is fetched from a hub unless the user asks for it (HF_HUB_OFFLINE=0 in the environment).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it (loaded on first use: PEP 562)
+_EXPORTS: dict[str, str] = {
+    # errors
+    "TwoTowerError": "twotower.errors",
+    "DataError": "twotower.errors",
+    "ModelError": "twotower.errors",
+    "DatasetNotFound": "twotower.errors",
+    # data
+    "Dataset": "twotower.api.dataset",
+    "Document": "twotower.api.dataset",
+    "load_beir": "twotower.api.dataset",
+    "fetch_beir": "twotower.api.tools",
+    "locate_beir": "twotower.api.tools",
+    # models
+    "Encoder": "twotower.api.encoder",
+    "list_models": "twotower.api.tools",
+    "fetch_model": "twotower.api.tools",
+    "align_languages": "twotower.api.tools",
+    # search
+    "Index": "twotower.api.index",
+    "Hit": "twotower.api.index",
+    "Reranker": "twotower.api.index",
+    "create_app": "twotower.api.tools",
+    "serve_index": "twotower.api.tools",
+    # evaluation
+    "evaluate": "twotower.api.evaluate",
+    "EvalResult": "twotower.api.evaluate",
+    "score_run": "twotower.api.evaluate",
+    "read_run": "twotower.api.evaluate",
+    "write_run": "twotower.api.evaluate",
+    # training
+    "fit": "twotower.api.training",
+    "FitResult": "twotower.api.training",
+    "FitRecipe": "twotower.api.training",
+    "train": "twotower.api.training",
+    "TrainConfig": "twotower.api.training",
+    "StageConfig": "twotower.api.training",
+    "pretrain": "twotower.api.training",
+    "PretrainConfig": "twotower.api.training",
+    "ViewConfig": "twotower.api.training",
+    "mine": "twotower.api.training",
+    "train_reranker": "twotower.api.training",
+    "RerankerTrainConfig": "twotower.api.training",
+    # analyses
+    "analyze_fidelity": "twotower.api.analysis",
+    "FidelityConfig": "twotower.api.analysis",
+    "analyze_towers": "twotower.api.analysis",
+    "TowersConfig": "twotower.api.analysis",
+    "analyze_doclength": "twotower.api.analysis",
+    "DocLengthConfig": "twotower.api.analysis",
+    "analyze_latency": "twotower.api.analysis",
+    "LatencyConfig": "twotower.api.analysis",
+    "build_report": "twotower.api.analysis",
+    # output files
+    "check_output_file": "twotower.api.tools",
+    "check_output_dir": "twotower.api.tools",
+    "write_json": "twotower.api.tools",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'twotower' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -331,7 +331,8 @@ def check_eval_options(cfg: EvalConfig) -> None:
                             "its own m): drop --multivector or pass --retriever multivector")
 
 
-def run_eval(cfg: EvalConfig) -> EvalResult:
+def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
+    """Evaluate ``cfg``'s retriever on its data (``dataset``, when given, instead of loading ``cfg.data``)."""
     from twotower.retrieval.searcher import DEFAULT_LAMBDA
 
     cfg = apply_model_defaults(cfg, cfg.model or _index_model(cfg.index))
@@ -343,9 +344,10 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
 
     if cfg.language is not None:
         check_language(cfg.language)
-    ds = BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    ds = dataset if dataset is not None else BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
+    name = Path(ds.root).name if ds.root is not None else "in-memory"
     if cfg.prf_depth and cfg.prf_depth > len(ds.corpus):  # before any encoding
-        raise TwoTowerError(f"--prf-depth {cfg.prf_depth}: {cfg.data} has only {len(ds.corpus)} documents to feed "
+        raise TwoTowerError(f"--prf-depth {cfg.prf_depth}: {ds.root or name} has only {len(ds.corpus)} documents to feed "
                             "back; lower --prf-depth")
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
@@ -355,8 +357,8 @@ def run_eval(cfg: EvalConfig) -> EvalResult:
     if cfg.retriever != "bm25":
         model_name = index_check.model or cfg.model or "all-MiniLM-L6-v2"
     return EvalResult(
-        dataset=Path(cfg.data).name,
-        split=cfg.split,
+        dataset=name,
+        split=ds.split,
         retriever=cfg.retriever,
         model=model_name,
         num_queries=len(ds.queries),

@@ -57,7 +57,8 @@ def check_index_for_eval(
         corpus = dataset.corpus
         if len(store) != len(corpus) or _stored_fingerprint(store) != fingerprint.of_corpus(corpus):
             raise IndexStoreError(
-                f"{index}: built from a different corpus than {Path(dataset.root) / 'corpus.jsonl'}: "
+                f"{index}: built from a different corpus than "
+                f"{Path(dataset.root) / 'corpus.jsonl' if dataset.root is not None else 'the data set given'}: "
                 f"{_differences(store, corpus)}. Scores against it would rank other documents than the qrels "
                 f"judge (rebuild the index from this corpus with 'twotower index build --data {dataset.root} "
                 f"--out INDEX', or evaluate without --index)"

@@ -1,0 +1,1 @@
+"""The public API's implementation; import it from the package top (``import twotower as tt``)."""

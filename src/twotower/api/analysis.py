@@ -1,0 +1,103 @@
+"""The papers' analyses: random-projection fidelity (Luan et al.), the towers' embedding spaces (Dong et al.),
+document length and latency (GTR). Each returns its result as a dict (``rows``, ``notes``, the numbers behind the
+plots) and, given ``out``, writes ``<name>.json`` and PNG plots there."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+__all__ = ["DocLengthConfig", "FidelityConfig", "LatencyConfig", "TowersConfig", "analyze_doclength",
+           "analyze_fidelity", "analyze_latency", "analyze_towers", "build_report"]
+
+_CONFIGS = {
+    "FidelityConfig": "twotower.analysis.fidelity",
+    "TowersConfig": "twotower.analysis.embedding_space",
+    "DocLengthConfig": "twotower.analysis.doclength",
+    "LatencyConfig": "twotower.analysis.latency",
+}
+
+
+def __getattr__(name: str):
+    if name in _CONFIGS:
+        return getattr(importlib.import_module(_CONFIGS[name]), name)
+    raise AttributeError(name)
+
+
+def _analyze(module: str, run: str, write: str, config, out, command: str | None) -> dict:
+    from twotower.analysis._common import machine_info
+    from twotower.io import check_output_dir
+
+    check_output_dir(out, "out")  # before any loading
+    mod = importlib.import_module(module)
+    result = getattr(mod, run)(config)
+    result["command"] = command or f"twotower.{run.replace('run_', 'analyze_')}({config!r})"
+    result["machine"] = machine_info()
+    if out is not None:
+        result["written"] = [str(p) for p in getattr(mod, write)(result, out)]
+    return result
+
+
+def analyze_fidelity(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
+    """How many random-projection dimensions keep BM25's ranking (Luan et al. §3): k* against the normalised margin
+    (Figure 2, with the bound k ≥ 12·ε⁻²·ln(4/β)), margins and recall@r by document length. ``config``: a
+    :class:`~twotower.FidelityConfig`. ``command`` is recorded in the result (default: this call).
+
+    Example::
+
+        cfg = tt.FidelityConfig(data="my-beir-dir", max_queries=20, k_max=256, recall_ks=(64, 256), draws=1,
+                                doc_lengths=(16, None), show_progress=False)
+        result = tt.analyze_fidelity(cfg, out="analysis")
+        print(result["notes"][0])
+    """
+    config.validate()
+    return _analyze("twotower.analysis.fidelity", "run_fidelity", "write_fidelity", config, out, command)
+
+
+def analyze_towers(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
+    """Where each tower puts questions and answers (Dong et al. Figure 2): a t-SNE of both towers' embeddings per
+    model and a linear probe's accuracy at telling them apart. ``config``: a :class:`~twotower.TowersConfig`.
+
+    Example::
+
+        result = tt.analyze_towers(tt.TowersConfig(data="my-beir-dir", n=20, perplexity=5, show_progress=False))
+        print(result["rows"][0])
+    """
+    return _analyze("twotower.analysis.embedding_space", "run_towers", "write_towers", config, out, command)
+
+
+def analyze_doclength(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
+    """The median length (words, tokens) of the top documents each retriever returns (GTR §6.4): dense models
+    favour shorter documents than BM25. ``config``: a :class:`~twotower.DocLengthConfig`.
+
+    Example::
+
+        result = tt.analyze_doclength(tt.DocLengthConfig(data="my-beir-dir", show_progress=False))
+        print([(r["system"], r["median_words"]) for r in result["rows"]])
+    """
+    return _analyze("twotower.analysis.doclength", "run_doclength", "write_doclength", config, out, command)
+
+
+def analyze_latency(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
+    """Batch-1 query latency (p50 / p95) and documents per second per model and precision (GTR §8).
+    ``config``: a :class:`~twotower.LatencyConfig`.
+
+    Example::
+
+        result = tt.analyze_latency(tt.LatencyConfig(runs=5, warmup=1, n_docs=8, show_progress=False))
+        print(result["rows"][0]["p50_ms"])
+    """
+    return _analyze("twotower.analysis.latency", "run_latency", "write_latency", config, out, command)
+
+
+def build_report(folder: str | Path, page: str | Path | None = None) -> Path:
+    """Gather the analyses' JSON in ``folder`` into one markdown page with their plots (default
+    ``folder/report.md``); returns its path.
+
+    Example::
+
+        path = tt.build_report("analysis")
+    """
+    from twotower.analysis.report import build_report as _build
+
+    return _build(folder, page)

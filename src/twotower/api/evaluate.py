@@ -1,0 +1,200 @@
+"""Evaluation: a retriever on a data set's judged queries, scored as BEIR scores (pytrec_eval)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+
+__all__ = ["EvalResult", "evaluate", "read_run", "score_run", "write_run"]
+
+RETRIEVER_NAMES = ("bm25", "dense", "hybrid", "rrf", "multivector")
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` measured: ``metrics`` (mean over queries), ``per_query`` (``{metric: {query_id:
+    value}}``), the ``run`` (``{query_id: {doc_id: score}}``), timings and what ran (retriever, model, device).
+
+    Example::
+
+        res = tt.evaluate("bm25", ds)
+        print(res.metrics["ndcg@10"], min(res.per_query["ndcg@10"].values()))
+        res.save("bm25.json", run_file="bm25.trec")
+    """
+
+    dataset: str
+    split: str
+    retriever: str
+    model: str | None
+    num_queries: int
+    device: str | None
+    metrics: dict[str, float]
+    per_query: dict[str, dict[str, float]]
+    timings: dict[str, float]
+    run: dict[str, dict[str, float]] = field(repr=False)
+    warnings: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)  # λ, normalisation, re-ranker, PRF: what the retriever used
+
+    def to_json(self) -> dict:
+        """The JSON that ``twotower eval --out`` writes (``twotower table`` reads it)."""
+        return {"dataset": self.dataset, "split": self.split, "retriever": self.retriever, "model": self.model,
+                "num_queries": self.num_queries, "device": self.device, "metrics": self.metrics,
+                "timings": self.timings, **self.details}
+
+    def save(self, path: str | Path | None = None, *, run_file: str | Path | None = None, tag: str | None = None) -> None:
+        """Write the results JSON to ``path`` and/or the run as a TREC run file (``qid Q0 docid rank score tag``)
+        to ``run_file``, each atomically (a directory, link or special file there is refused).
+
+        Example::
+
+            res.save("results.json", run_file="run.trec")
+        """
+        from twotower.evaluation.runs import write_run as _write_run
+        from twotower.io import atomic_write_json, check_output_files
+
+        check_output_files(("path", path), ("run_file", run_file))
+        if path is not None:
+            atomic_write_json(path, self.to_json())
+        if run_file is not None:
+            _write_run(self.run, run_file, tag=tag or f"twotower-{self.retriever}")
+
+
+def _dataset(dataset, split: str | None, strict: bool):
+    from twotower.api.dataset import Dataset
+    from twotower.data.beir import BeirDataset
+
+    if isinstance(dataset, BeirDataset):
+        if split is not None and split != dataset.split:
+            if dataset.root is None:
+                raise TwoTowerError(f"split '{split}': this in-memory data set holds split '{dataset.split}' only")
+            return Dataset.load(dataset.root, split, strict=strict)
+        return dataset
+    if isinstance(dataset, (str, Path)):
+        return Dataset.load(dataset, split or "test", strict=strict)
+    raise TwoTowerError(f"dataset: give a Dataset (twotower.load_beir / Dataset.from_lists) or a BEIR folder path, "
+                        f"not {type(dataset).__name__}")
+
+
+def evaluate(
+    retriever, dataset, *, split: str | None = None, metrics: Sequence[str] | None = None, k: int = 1000,
+    mode: str | None = None, model: str | None = None, lam: float | None = None, norm: str | None = None,
+    rerank: str | None = None, rerank_depth: int = 100, rerank_weight: float | None = None,
+    prf_depth: int | None = None, prf_weight: float | None = None, multivector: int | None = None,
+    language: str | None = None, k1: float | None = None, b: float | None = None, strict: bool = False,
+    batch_size: int | None = None, precision: str = "auto", device: str = "auto",
+    query_max_length: int | None = None, doc_max_length: int | None = None, pooling: str | None = None,
+    compile: bool = False, show_progress: bool = False,
+) -> EvalResult:
+    """Retrieve the top ``k`` documents for every judged query of ``dataset`` and score them against its qrels
+    (pytrec_eval with BEIR's conventions: graded relevance, a document with the query's own id left out).
+    ``twotower eval`` is this function.
+
+    ``retriever``: an :class:`~twotower.Index` (searched as stored), an :class:`~twotower.Encoder` or a model
+    name / directory (dense over the corpus, encoded now; ``mode`` picks ``hybrid``, ``rrf`` or ``multivector``
+    instead), or a retriever name (``bm25``; ``dense`` / ``hybrid`` / ``rrf`` / ``multivector`` with ``model``).
+    A model fitted by :func:`twotower.fit` brings its own mode, λ and re-ranker unless given. ``dataset``: a
+    :class:`~twotower.Dataset` or a BEIR folder (``split``, default ``test``). ``metrics``: e.g. ``("ndcg@10",
+    "recall@100", "map@1000", "mrr@10", "p@1", "acc@5")``; by default nDCG@10, Recall@100, MRR@10, P@1, Recall@1000.
+
+    Example::
+
+        import twotower as tt
+
+        ds = tt.load_beir("my-beir-dir")
+        bm25 = tt.evaluate("bm25", ds, metrics=["ndcg@10", "recall@100"])
+        dense = tt.evaluate(tt.Encoder.load(), ds, metrics=["ndcg@10", "recall@100"])
+        print(bm25.metrics, dense.metrics)
+    """
+    from twotower.api.encoder import Encoder
+    from twotower.api.index import Index
+    from twotower.evaluation.metrics import DEFAULT_METRICS, per_query
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    index = None
+    if isinstance(retriever, Index):
+        index, retriever_name = retriever.path, mode
+    elif isinstance(retriever, Encoder):
+        if model is not None:
+            raise TwoTowerError("model: the Encoder given as the retriever is the model; drop model=")
+        model, retriever_name = retriever.source, mode or "dense"
+        if retriever.source is None:  # the default model
+            model = "all-MiniLM-L6-v2"
+    elif isinstance(retriever, (str, Path)) and str(retriever) in RETRIEVER_NAMES:
+        if mode is not None and mode != str(retriever):
+            raise TwoTowerError(f"retriever '{retriever}' and mode '{mode}' disagree: give one")
+        retriever_name = str(retriever)
+    elif isinstance(retriever, (str, Path)):  # a model name or directory
+        if model is not None:
+            raise TwoTowerError(f"model: the retriever '{retriever}' is a model already; drop model=")
+        model, retriever_name = str(retriever), mode
+    else:
+        raise TwoTowerError(f"retriever: give an Index, an Encoder, a model name or one of "
+                            f"{', '.join(RETRIEVER_NAMES)}, not {type(retriever).__name__}")
+    ds = _dataset(dataset, split, strict)
+    metric_names = tuple(metrics) if metrics is not None else DEFAULT_METRICS
+    if isinstance(metrics, str):
+        metric_names = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    cfg = EvalConfig(
+        data=Path(ds.root) if ds.root is not None else Path("."), split=ds.split, retriever=retriever_name,
+        model=model, top_k=k, batch_size=batch_size, precision=precision, device=device,
+        query_max_length=query_max_length, doc_max_length=doc_max_length, pooling=pooling, k1=k1, b=b, strict=strict,
+        metrics=metric_names, show_progress=show_progress, index=index, rerank=rerank, rerank_depth=rerank_depth,
+        hybrid_lambda=lam, multivector=multivector, compile=compile, language=language, fusion_norm=norm,
+        rerank_weight=rerank_weight, prf_depth=prf_depth, prf_weight=prf_weight,
+    )
+    result = run_eval(cfg, dataset=ds)
+    details = {key: value for key, value in result.to_json().items()
+               if key in ("lambda", "fusion_norm", "rerank", "prf")}
+    return EvalResult(
+        dataset=result.dataset, split=result.split, retriever=result.retriever, model=result.model,
+        num_queries=result.num_queries, device=result.device, metrics=result.metrics,
+        per_query=per_query(ds.qrels, result.run, metric_names), timings=result.timings, run=result.run,
+        warnings=list(result.warnings), details=details,
+    )
+
+
+def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],
+              metrics: Sequence[str] | None = None, *, per_query: bool = False) -> dict:
+    """Score any run ``{query_id: {doc_id: score}}`` (yours, or one read with :func:`read_run`) against qrels, with
+    the conventions :func:`evaluate` uses. ``per_query=True``: ``{metric: {query_id: value}}`` instead of means.
+
+    Example::
+
+        qrels = {"q1": {"d1": 1}}
+        print(tt.score_run({"q1": {"d1": 2.0, "d2": 1.0}}, qrels, ["ndcg@10", "p@1"]))  # {'ndcg@10': 1.0, 'p@1': 1.0}
+    """
+    from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, evaluate as _mean
+    from twotower.evaluation.metrics import per_query as _per_query
+
+    names = tuple(metrics) if metrics is not None else DEFAULT_METRICS
+    check_metrics(names)
+    return _per_query(qrels, run, names) if per_query else _mean(qrels, run, names)
+
+
+def read_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """Read a TREC run file (``qid Q0 docid rank score tag``) as ``{query_id: {doc_id: score}}``.
+
+    Example::
+
+        run = tt.read_run("bm25.trec")
+    """
+    from twotower.evaluation.runs import read_run as _read
+
+    return _read(path)
+
+
+def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = "twotower") -> None:
+    """Write ``{query_id: {doc_id: score}}`` as a TREC run file, best first per query, atomically.
+
+    Example::
+
+        tt.write_run({"q1": {"d1": 2.0, "d2": 1.0}}, "my.trec", tag="mine")
+    """
+    from twotower.evaluation.runs import write_run as _write
+    from twotower.io import check_output_file
+
+    check_output_file(path, "path")
+    _write(run, path, tag=tag)

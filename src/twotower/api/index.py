@@ -1,0 +1,318 @@
+"""A stored index: build it from documents, open it, search it (dense, BM25, hybrid, RRF), grow and shrink it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+
+__all__ = ["Hit", "Index", "Reranker", "corpus_documents"]
+
+log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str):
+    if name == "Reranker":  # the cross-encoder (torch, sentence-transformers) loads on first use
+        from twotower.retrieval.rerank import Reranker
+
+        return Reranker
+    raise AttributeError(name)
+
+
+@dataclass
+class Hit:
+    """One search result: the document's ``id``, its ``score`` (higher is better), ``title`` and ``text``."""
+
+    id: str
+    score: float
+    title: str
+    text: str
+
+    @property
+    def document(self) -> dict:
+        """``{"_id", "title", "text"}``, as in a BEIR corpus."""
+        return {"_id": self.id, "title": self.title, "text": self.text}
+
+
+def corpus_documents(corpus) -> list:
+    """The documents of ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or Python
+    documents (``[{"_id", "title", "text"}]``, ``{id: text}``, ``{id: {"title", "text"}}``)."""
+    from twotower.api.dataset import as_documents
+    from twotower.data.beir import BeirDataset, load_corpus
+
+    if isinstance(corpus, BeirDataset):
+        return list(corpus.corpus.values())
+    if isinstance(corpus, (str, Path)):
+        path = Path(corpus)
+        return list(load_corpus(path / "corpus.jsonl" if path.is_dir() else path).values())
+    return list(as_documents(corpus).values())
+
+
+def _encoder_parts(encoder, device: str):
+    """(loaded DualEncoder, the name or directory the index records) for ``encoder``: an Encoder, a name, None."""
+    from twotower.api.encoder import Encoder
+    from twotower.encoders.device import resolve_device
+    from twotower.encoders.towers import DualEncoder
+
+    if isinstance(encoder, Encoder):
+        return encoder.model, encoder.source
+    if encoder is not None and not isinstance(encoder, (str, Path)):
+        raise TwoTowerError(f"encoder: give an Encoder, a model name or a directory, not {type(encoder).__name__}")
+    return DualEncoder.load(encoder, device=resolve_device(device, option="device")), \
+        (str(encoder) if encoder is not None else None)
+
+
+class Index:
+    """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
+    a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
+    even while another process adds documents.
+
+    Example::
+
+        import twotower as tt
+
+        index = tt.Index.build("tea-index", {"d1": "Green tea is steamed.", "d2": "Coffee is roasted."}, bm25=True)
+        for hit in index.search("green tea", k=1, mode="hybrid"):
+            print(hit.id, hit.title, hit.text)
+    """
+
+    def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
+                 query_runtime: str = "torch") -> None:
+        """Open the index at ``path`` (see :meth:`open`)."""
+        from twotower.retrieval.searcher import Searcher
+
+        self.path = Path(path)
+        self.device = device
+        self.precision = precision
+        self._searcher = Searcher(self.path, model=model, query_runtime=query_runtime, precision=precision,
+                                  device=device)
+
+    @classmethod
+    def open(cls, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
+             query_runtime: str = "torch") -> "Index":
+        """Open an index written by :meth:`build` or ``twotower index build``. ``model`` overrides the encoder the
+        manifest names (it must make vectors of the same size); ``query_runtime`` ``onnx`` | ``auto`` encodes
+        queries with ONNX Runtime (faster at batch 1 on a CPU).
+
+        Example::
+
+            index = tt.Index.open("tea-index")
+            print(len(index), index.info()["dim"])
+        """
+        return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime)
+
+    @classmethod
+    def build(
+        cls, path: str | Path, corpus, *, encoder=None, kind: str = "flat", bm25: bool = False,
+        language: str | None = None, bigrams: bool = False, multivector: int | None = None,
+        project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
+        pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
+        compile: bool = False, show_progress: bool = True, **options,
+    ) -> "Index":
+        """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
+
+        ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or documents
+        (``[{"_id", "title", "text"}]``, ``{id: text}``, ``{id: {"title", "text"}}``). ``encoder``: an
+        :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
+        gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
+        string. ``bm25`` (implied by ``language`` or ``bigrams``) adds the lexical side for ``bm25`` / ``hybrid`` /
+        ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. Everything is
+        checked before any encoding.
+
+        Example::
+
+            ds = tt.load_beir("my-beir-dir")
+            index = tt.Index.build("my-index", ds, kind="hnsw", bm25=True, show_progress=False)
+        """
+        from dataclasses import replace
+
+        from twotower.retrieval.bm25 import BM25Params
+        from twotower.retrieval.searcher import EncodeConfig, build_index_from
+        from twotower.io import check_output_dir
+        from twotower.retrieval.searcher import spec_for_model
+        from twotower.retrieval.store import IndexSpec
+
+        check_output_dir(path, "path")  # before any loading or encoding
+        spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
+                         bm25=bm25 or bigrams or language is not None,
+                         bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
+        unknown = sorted(set(options) - set(vars(spec)))
+        if unknown:
+            raise TwoTowerError(f"Index.build: unknown option(s) {', '.join(unknown)}")
+        spec = replace(spec, **options)
+        docs = corpus_documents(corpus)
+        model, source = _encoder_parts(encoder, device)
+        cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
+                           compile=compile)
+        spec = spec_for_model(spec, source, language_given=language is not None)
+        build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
+                         cfg=cfg)
+        index = cls(path, device=device, precision=precision)
+        index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
+        return index
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def store(self):
+        """The live version's store (``twotower.retrieval.store.IndexStore``: internal, for the curious)."""
+        return self._searcher.store
+
+    def __len__(self) -> int:
+        return len(self._searcher.store)
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.path)!r}, documents={len(self)})"
+
+    def info(self) -> dict:
+        """The live version's manifest: version, documents, vectors, dim, FAISS factory, BM25, the encoder.
+
+        Example::
+
+            info = index.info()
+            print(info["version"], info["num_docs"], info["model"]["name"])
+        """
+        self._searcher.refresh()
+        store = self._searcher.store
+        return {"path": str(self.path), "version": store.version, **store.manifest}
+
+    @property
+    def encoder(self):
+        """The index's encoder as an :class:`~twotower.Encoder` (loaded on first use)."""
+        from twotower.api.encoder import Encoder
+
+        return Encoder(self._searcher.encoder, source=self._searcher.store.manifest["model"].get("path"),
+                       precision=self.precision)
+
+    def documents(self, ids: Sequence[str]) -> list[dict]:
+        """The stored documents ``{"_id", "title", "text"}`` for ``ids`` (an unknown id is an error)."""
+        store = self._searcher.store
+        return [{"_id": i, **store.document(r)} for i, r in zip(ids, store.rows(list(ids)))]
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
+               norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
+               rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
+               nprobe: int | None = None) -> list[Hit] | list[list[Hit]]:
+        """The ``k`` best documents for a query (a list of :class:`Hit`), or for each of a list of queries (a list
+        of lists, all from one index version).
+
+        ``mode``: ``dense`` | ``bm25`` | ``hybrid`` (λ·dense + (1−λ)·BM25 after per-query ``norm``: ``minmax`` or
+        ``zscore``) | ``rrf``; left out, the mode, λ, normalisation and re-ranker ``twotower fit`` chose for the
+        model, else dense. ``prf_depth``/``prf_weight``: dense pseudo-relevance feedback (Rocchio on vectors).
+        ``rerank``: a cross-encoder directory or :class:`Reranker` re-scoring the top ``rerank_depth`` (default
+        100), ``"none"`` to leave a fitted one out. ``ef_search``/``nprobe``: HNSW / IVF search breadth.
+
+        Example::
+
+            hits = index.search("how is green tea made", k=5, mode="hybrid", lam=0.6)
+            batch = index.search(["green tea", "coffee"], k=3)
+            print(hits[0].id, hits[0].score, len(batch))
+        """
+        single = isinstance(query, str)
+        queries = [query] if single else list(query)
+        for i, q in enumerate(queries):
+            if not isinstance(q, str) or not q.strip():
+                raise TwoTowerError(f"query {i}: empty or not a string ({q!r}); give the text to search for")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise TwoTowerError(f"k {k!r}: the number of hits, a whole number ≥ 1")
+        if rerank_depth is not None and rerank is None:
+            raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
+        searcher = self._searcher
+        searcher.refresh()
+        store = searcher.store  # one version for rankings, re-ranking and documents
+        weight = None
+        fitted = searcher.defaults
+        if rerank is None and mode is None and fitted is not None and fitted.rerank:
+            rerank = fitted.rerank_path(store.manifest["model"]["path"])
+            rerank_depth, weight = fitted.rerank_depth, fitted.rerank_weight
+        if isinstance(rerank, (str, Path)) and str(rerank) == "none":
+            rerank = None
+        asked_lam = lam
+        mode, lam = searcher.resolve(mode, lam)  # a fitted model's own mode and λ unless given
+        if asked_lam is not None and mode != "hybrid":
+            raise TwoTowerError(f"lambda weighs dense against BM25 in mode hybrid; mode {mode} does not use it: drop "
+                                "it or search with mode='hybrid'")
+        if norm is not None and mode != "hybrid":
+            raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {mode} does not use it")
+        rerank_depth = 100 if rerank_depth is None else rerank_depth
+        depth = max(k, rerank_depth) if rerank is not None else k
+        run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
+                           prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store)
+        from twotower.retrieval.rerank import ranking
+
+        ranked = [[(d, run[str(i)][d]) for d in ranking(run[str(i)])] for i in range(len(queries))]
+        if rerank is not None:
+            ranked = self._rerank(queries, ranked, rerank, rerank_depth, weight, store)
+        out = []
+        for hits in ranked:
+            docs = [(d, s, store.document(store.row_of[d])) for d, s in hits[:k]]
+            out.append([Hit(d, float(s), doc["title"], doc["text"]) for d, s, doc in docs])
+        return out[0] if single else out
+
+    def _rerank(self, queries, ranked, rerank, depth: int, weight: float | None, store):
+        from twotower.retrieval.rerank import Reranker, blend, ranking
+
+        ce = rerank if isinstance(rerank, Reranker) else Reranker(rerank, device=self.device, precision=self.precision)
+
+        def text(d: str) -> str:
+            doc = store.document(store.row_of[d])
+            return f"{doc['title']} {doc['text']}".strip() if doc["title"] else doc["text"]
+
+        out = []
+        for q, hits in zip(queries, ranked):
+            top = hits[:depth]
+            scores = ce.score([(q, text(d)) for d, _ in top])
+            scored = {d: float(s) for (d, _), s in zip(top, scores)}
+            if weight is not None:  # the fitted blend with the first stage (retrieval.rerank.blend)
+                scored = blend(dict(top), scored, weight)
+            out.append([(d, scored[d]) for d in ranking(scored)])
+        return out
+
+    def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
+        """A run ``{query_id: {doc_id: score}}`` for ``{query_id: text}`` (the options of :meth:`search` but
+        re-ranking), as :func:`twotower.evaluate` and TREC run files use.
+
+        Example::
+
+            run = index.run({"q1": "green tea"}, k=10, mode="bm25")
+        """
+        self._searcher.refresh()
+        return self._searcher.run(dict(queries), k, **options)
+
+    # ------------------------------------------------------------------ writes
+    def add(self, docs, *, replace: bool = False, batch_size: int | None = None,
+            show_progress: bool = False) -> "Index":
+        """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
+        version; ids already in the index are an error unless ``replace=True``. Returns the index.
+
+        Example::
+
+            index.add([{"_id": "d3", "title": "Oolong", "text": "Oolong is partly oxidised."}])
+        """
+        from twotower.retrieval.searcher import EncodeConfig, add_documents_from
+
+        searcher = self._searcher
+        searcher.refresh()
+        cfg = EncodeConfig(batch_size=batch_size, precision=self.precision, device=self.device,
+                           show_progress=show_progress)
+        add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
+                           encoder=searcher.encoder)
+        searcher.refresh()
+        return self
+
+    def remove(self, ids: Sequence[str]) -> "Index":
+        """Remove documents by id (a new version without them; an unknown id is an error). Returns the index.
+
+        Example::
+
+            index.remove(["d3"])
+        """
+        if isinstance(ids, str):
+            raise TwoTowerError("remove takes a list of ids, not a single string")
+        self._searcher.refresh()
+        self._searcher.store.remove(list(ids), show_progress=False)
+        self._searcher.refresh()
+        return self

