@@ -38,6 +38,16 @@ def register(app: typer.Typer) -> None:
                                                   help="ME-BERT: keep the first M token vectors per document (default: the M the model was trained with, if any)."),
         project: Optional[int] = typer.Option(None, "--project", min=1,
                                               help="Multi-vector: random projection of token vectors to this many dims."),
+        vectors: str = typer.Option("fp32", "--vectors", help="How vectors are stored: fp32 | fp16 | int8 (per-dimension "
+                                    "ranges from the corpus) | binary (sign bits searched by Hamming distance, "
+                                    "then rescored)."),
+        dim: Optional[int] = typer.Option(None, "--dim", help="Keep the first D dimensions of every vector, "
+                                          "re-normalised (Matryoshka-trained models); queries are cut the same way."),
+        rescore: Optional[str] = typer.Option(None, "--rescore", help="--vectors binary: rescore the Hamming "
+                                              "candidates against int8 (default) or fp32 vectors memory-mapped from "
+                                              "disk, or none."),
+        rescore_factor: int = typer.Option(4, "--rescore-factor", help="--vectors binary: rescore k × this many "
+                                           "Hamming candidates."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
         precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
@@ -59,7 +69,8 @@ def register(app: typer.Typer) -> None:
             check_output_dir(out, "--out")  # before any loading or encoding
             spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                              bm25=bm25 or bigrams or language is not None,
-                             bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
+                             bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"),
+                             vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor)
             spec = spec_for_model(spec, model, language_given=language is not None)  # a fitted hybrid needs BM25
             if use_ray:
                 from twotower.scale.ray_encode import RayConfig, build_index_ray
@@ -74,8 +85,14 @@ def register(app: typer.Typer) -> None:
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         m = store.manifest
+        v = m.get("vectors") or {}
+        stored = "" if v.get("type", "fp32") == "fp32" else f" {v['type']}"
+        if v.get("type") == "binary":
+            stored += (", no rescoring" if v.get("rescore") == "none"
+                       else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
+        cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
         console.print(f"{out}: version {store.version}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
-                      f"{m['dim']} dims, {m['factory']}{', BM25' if m['bm25'] else ''}")
+                      f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
 
     @index_app.command("add")
     def index_add(

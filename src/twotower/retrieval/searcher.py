@@ -136,8 +136,10 @@ def build_index(
     multivector: int | None = None,
     project_dim: int | None = None,
     cfg: EncodeConfig | None = None,
+    **vector_options,
 ) -> IndexStore:
-    """Encode a BEIR directory's corpus (or a corpus .jsonl file) and write an index at ``out``."""
+    """Encode a BEIR directory's corpus (or a corpus .jsonl file) and write an index at ``out``.
+    ``vector_options``: ``vectors``, ``dim``, ``rescore``, ``rescore_factor`` (see :func:`build_index_from`)."""
     from twotower.encoders.device import resolve_device
     from twotower.encoders.towers import DualEncoder
 
@@ -148,7 +150,7 @@ def build_index(
     corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
     encoder = DualEncoder.load(model, device=target)
     return build_index_from(list(corpus.values()), out, encoder, model=model, spec=spec, multivector=multivector,
-                            project_dim=project_dim, cfg=cfg)
+                            project_dim=project_dim, cfg=cfg, **vector_options)
 
 
 def build_index_from(
@@ -161,11 +163,24 @@ def build_index_from(
     multivector: int | None = None,
     project_dim: int | None = None,
     cfg: EncodeConfig | None = None,
+    vectors: str | None = None,
+    dim: int | None = None,
+    rescore: str | None = None,
+    rescore_factor: int | None = None,
 ) -> IndexStore:
     """Encode ``docs`` with ``encoder`` (a loaded DualEncoder; ``model``: the name or directory it came from, which
-    the manifest records so that searches load it again) and write an index at ``out``."""
+    the manifest records so that searches load it again) and write an index at ``out``.
+
+    ``vectors`` (fp32 | fp16 | int8 | binary), ``dim`` (keep the first ``dim`` dimensions, re-normalised),
+    ``rescore`` (binary: int8 | fp32 | none) and ``rescore_factor`` (binary: k × factor Hamming candidates are
+    rescored), when given, override ``spec``'s fields of the same names (:mod:`twotower.retrieval.index.codecs`);
+    bad values fail before any encoding."""
+    from dataclasses import replace as _replace
+
     cfg = cfg or EncodeConfig()
     spec = spec_for_model(spec or IndexSpec(), model, language_given=spec is not None)  # a given spec: its language
+    options = {"vectors": vectors, "dim": dim, "rescore": rescore, "rescore_factor": rescore_factor}
+    spec = _replace(spec, **{k: v for k, v in options.items() if v is not None})
     check_target(Path(out))
     if multivector is None and encoder.multivector:
         multivector = int(encoder.multivector)
@@ -341,8 +356,9 @@ class Searcher:
         if store.multivector:
             raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
                                 "multi-vector: drop --prf-depth")
+        q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
         _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
-        return rocchio(q_vecs, np.asarray(store.vectors)[feedback_rows(rows, depth)], weight)
+        return rocchio(q_vecs, store.float_vectors(feedback_rows(rows, depth)), weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
         """The top ``k`` hits for one query, with titles."""

@@ -7,7 +7,9 @@ Layout of an index directory ``INDEX``::
     INDEX/versions/v000003/
         manifest.json              format, model, dim, kind, factory, counts, corpus fingerprint,
                                    sizes + sha256 of every file
-        vectors.npy                float32 (num_vectors, dim), memory-mapped on load
+        vectors.npy                (num_vectors, dim) float32, or as ``manifest["vectors"]`` says: float16,
+                                   uint8 int8 codes, uint8 sign bits (``index.codecs``); memory-mapped
+        calibration.npy            int8 storage: per-dimension (min, max) ranges, (2, dim)
         offsets.npy                int64 (num_docs + 1): document i owns vectors[offsets[i]:offsets[i+1]]
                                    (multi-vector indexes only; single-vector: row i is document i)
         projection.npy             optional (hidden, dim) projection applied to queries (multi-vector)
@@ -46,7 +48,7 @@ import numpy as np
 
 from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25, BM25Params
-from twotower.retrieval.index import writer
+from twotower.retrieval.index import codecs, writer
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import VersionFiles, corrupt
 from twotower.retrieval.index.kinds import KINDS, IndexSpec, check_spec, search_params, tune_faiss
@@ -74,11 +76,17 @@ class IndexStore:
         self.files = VersionFiles(version_dir, manifest)  # sizes checked here, sha256 on first read
         if verify:
             self.files.check_all()
+        calibration = (load_npy(version_dir / "calibration.npy") if (version_dir / "calibration.npy").is_file()
+                       else None)
+        self.codec = codecs.Codec.from_manifest(manifest, calibration)
+        if self.codec.needs_calibration and (calibration is None or calibration.shape != (2, self.codec.dim)):
+            raise corrupt(version_dir, f"int8 vectors need calibration.npy of shape (2, {self.codec.dim})", "vectors")
         self._vectors: np.ndarray = load_npy(version_dir / "vectors.npy", mmap_mode="r")
-        if self._vectors.shape != (manifest["num_vectors"], manifest["dim"]) or self._vectors.dtype != np.float32:
+        wanted = (manifest["num_vectors"], self.codec.columns)
+        if self._vectors.shape != wanted or self._vectors.dtype != self.codec.dtype:
             raise corrupt(
                 version_dir, f"vectors.npy holds {self._vectors.dtype} {self._vectors.shape}, the manifest says "
-                f"float32 ({manifest['num_vectors']}, {manifest['dim']})", "num_vectors"
+                f"{np.dtype(self.codec.dtype).name} {wanted}", "num_vectors"
             )
         self.doc_ids: list[str] = json.loads((version_dir / "doc_ids.json").read_text())
         if len(self.doc_ids) != manifest["num_docs"]:
@@ -147,9 +155,17 @@ class IndexStore:
 
     @property
     def vectors(self) -> np.ndarray:
-        """The memory-mapped vectors (num_vectors, dim); the first access checks the file's sha256."""
+        """The memory-mapped stored vectors (num_vectors, columns) in the stored type (``codec``; float32 for
+        fp32 indexes); the first access checks the file's sha256. :meth:`float_vectors` decodes rows."""
         self.files.ensure("vectors.npy")
         return self._vectors
+
+    def float_vectors(self, rows) -> np.ndarray:
+        """Stored vectors ``rows`` (an index array of any shape) as float32 (decoded from fp16 / int8 / bits),
+        shaped ``rows.shape + (dim,)``."""
+        rows = np.asarray(rows)
+        flat = self.codec.decode(np.asarray(self.vectors[rows.reshape(-1)]))
+        return flat.reshape(*rows.shape, flat.shape[-1])
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -183,7 +199,7 @@ class IndexStore:
     def doc_vectors(self, row: int) -> np.ndarray:
         """The vector(s) of the document in ``row``: (1, dim) or (m', dim) for multi-vector."""
         if self.offsets is None:
-            return np.asarray(self.vectors[row : row + 1])
+            return self.codec.decode(self.vectors[row : row + 1])
         return np.asarray(self.vectors[self.offsets[row] : self.offsets[row + 1]])
 
     def vectors_for(self, ids: Sequence[str]) -> list[np.ndarray]:
@@ -196,10 +212,11 @@ class IndexStore:
 
             self.files.ensure("faiss.index")
             path = str(self.dir / "faiss.index")
+            read = faiss.read_index_binary if self.codec.vectors == "binary" else faiss.read_index
             try:
-                index = faiss.read_index(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+                index = read(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             except RuntimeError:
-                index = faiss.read_index(path)
+                index = read(path)
             if index.ntotal != self.manifest["num_vectors"]:
                 raise corrupt(self.dir, f"faiss.index holds {index.ntotal} vectors, expected "
                                         f"{self.manifest['num_vectors']}", "num_vectors")
@@ -226,6 +243,8 @@ class IndexStore:
                     f"{self.projection.shape[0]}-d queries (model {self.manifest['model'].get('name')})"
                 )
             queries = np.ascontiguousarray(queries @ self.projection, dtype=np.float32)
+        if queries.shape[1] == self.codec.source_dim != self.dim:
+            queries = codecs.truncate(queries, self.dim)  # --dim: cut and re-normalised like the documents
         if queries.shape[1] != self.dim:
             raise DimensionError(
                 f"query vectors have dimension {queries.shape[1]} but the index at {self.root} holds "
@@ -235,17 +254,24 @@ class IndexStore:
 
     def search(
         self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
-        candidates: int | None = None,
+        candidates: int | None = None, rescore_factor: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents by inner product: ``(scores, rows)``, each (n_queries, k), best first.
 
         Missing hits (fewer than ``k`` documents) have row -1 and score -inf. For a multi-vector
         index the FAISS hits (``candidates`` entries, default k·m) are reduced to documents and the
-        documents re-scored exactly: score = max over the document's vectors.
+        documents re-scored exactly: score = max over the document's vectors. A binary index takes the
+        ``k × rescore_factor`` (default: the manifest's) nearest by Hamming distance and rescores them
+        with the float query (``twotower.retrieval.index.binary``).
         """
         tune_faiss()
         q = self.project_queries(queries)
         index = self.faiss_index
+        if self.codec.vectors == "binary":
+            from twotower.retrieval.index.binary import search_binary
+
+            return search_binary(index, q, k, self.codec, self.vectors, rescore_factor=rescore_factor,
+                                 ef_search=ef_search, nprobe=nprobe)
         params = search_params(index, ef_search=ef_search, nprobe=nprobe)
         k = max(1, k)
         if self.offsets is None:
@@ -281,6 +307,9 @@ class IndexStore:
         """
         root = Path(root)
         spec = spec or IndexSpec()
+        codecs.check_vectors(vectors=spec.vectors, dim=spec.dim, rescore=spec.rescore,
+                             rescore_factor=spec.rescore_factor, kind=spec.kind, source_dim=docs.vectors.shape[1],
+                             multivector=multivector is not None)
         check_target(root)
         created = not root.exists()
         first = created or not (root / "CURRENT").exists()
@@ -306,7 +335,7 @@ class IndexStore:
         """A new version with ``docs`` added. Ids already in the index are an error unless ``replace``."""
         with writer_lock(self.root):
             live = self.refresh()  # another writer may have moved on since this store was opened
-            if docs.vectors.shape[1] != live.dim:
+            if docs.vectors.shape[1] not in (live.dim, live.codec.source_dim):
                 raise DimensionError(
                     f"new vectors have dimension {docs.vectors.shape[1]} but the index at {live.root} holds "
                     f"{live.dim}-d vectors (model {live.manifest['model'].get('name')}); encode with the index's model"
@@ -350,6 +379,8 @@ class IndexStore:
             kind=self.manifest["kind"], hnsw_m=saved.get("hnsw_m", 32), ef_construction=saved.get("ef_construction", 200),
             nlist=saved.get("nlist"), pq_m=saved.get("pq_m"), train_size=saved.get("train_size", 200_000),
             bm25=bool(bm25), bm25_params=BM25Params.from_dict(bm25) if bm25 else BM25Params(),
+            vectors=self.codec.vectors, dim=self.codec.dim if self.codec.dim != self.codec.source_dim else None,
+            rescore=self.codec.rescore, rescore_factor=self.codec.rescore_factor,
         )
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from twotower.retrieval.bm25 import BM25Params
+from twotower.retrieval.index import codecs
 from twotower.retrieval.index.errors import IndexStoreError
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,11 @@ def tune_faiss() -> None:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """How to build the FAISS index. ``kind`` is flat | hnsw | ivf | ivfpq or a FAISS factory string."""
+    """How to build the FAISS index. ``kind`` is flat | hnsw | ivf | ivfpq or a FAISS factory string.
+
+    ``vectors`` (fp32 | fp16 | int8 | binary), ``dim`` (keep the first ``dim`` dimensions, re-normalised),
+    ``rescore`` (binary: int8 | fp32 | none; default int8) and ``rescore_factor`` (binary: k × factor
+    Hamming candidates are rescored) say how the vectors are stored: :mod:`twotower.retrieval.index.codecs`."""
 
     kind: str = "flat"
     hnsw_m: int = 32
@@ -43,17 +48,28 @@ class IndexSpec:
     train_size: int = 200_000  # vectors sampled to train IVF / PQ
     bm25: bool = False
     bm25_params: BM25Params = field(default_factory=BM25Params)
+    vectors: str = "fp32"
+    dim: int | None = None
+    rescore: str | None = None
+    rescore_factor: int = codecs.DEFAULT_RESCORE_FACTOR
+
+    @property
+    def binary(self) -> bool:
+        return self.vectors == "binary"
 
     def factory(self, dim: int, n: int) -> str:
+        """The FAISS factory string for ``n`` vectors of ``dim`` (stored) dimensions."""
         kind = self.kind.lower()
+        if self.binary:
+            return codecs.binary_factory(kind, self.hnsw_m)
         if kind == "flat":
-            return "Flat"
+            return codecs.sq_factory(self.vectors, "Flat")
         if kind == "hnsw":
-            return f"HNSW{self.hnsw_m}"
+            return codecs.sq_factory(self.vectors, f"HNSW{self.hnsw_m}")
         if kind in ("ivf", "ivfpq"):
             nlist = self.nlist or max(1, min(int(4 * math.sqrt(max(n, 1))), max(1, n // 39)))
             if kind == "ivf":
-                return f"IVF{nlist},Flat"
+                return codecs.sq_factory(self.vectors, f"IVF{nlist},Flat")
             pq_m = self.pq_m or _largest_divisor_at_most(dim, max(1, dim // 8))
             if dim % pq_m:
                 raise IndexStoreError(f"IVF-PQ: --pq-m {pq_m} must divide the vector dimension {dim}")
@@ -80,7 +96,13 @@ def _make(spec: IndexSpec, dim: int, n: int):
 
     factory = spec.factory(dim, n)
     try:
-        return faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT), factory
+        if spec.binary:
+            return faiss.index_binary_factory(dim, factory), factory
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.try_extract_index_ivf(index) if spec.vectors == "int8" else None
+        if ivf is not None:
+            ivf.by_residual = False  # the codes hold the vectors themselves, in the corpus's calibration ranges
+        return index, factory
     except RuntimeError as exc:
         raise IndexStoreError(
             f"FAISS cannot build index kind '{spec.kind}' (factory '{factory}', {dim}-d vectors): {_faiss_message(exc)}"
@@ -90,9 +112,12 @@ def _make(spec: IndexSpec, dim: int, n: int):
 
 def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | None = None) -> str:
     """Fail now, before any encoding, if ``spec`` cannot index ``min_vectors``…``max_vectors`` vectors of
-    ``dim`` dimensions (a multi-vector corpus's count is known only after encoding: pass both bounds).
-    Returns the factory string for ``min_vectors``."""
+    ``dim`` dimensions (the encoder's; ``spec.dim`` may keep fewer) (a multi-vector corpus's count is known
+    only after encoding: pass both bounds). Returns the factory string for ``min_vectors``."""
     max_vectors = min_vectors if max_vectors is None else max_vectors
+    dim = codecs.check_vectors(vectors=spec.vectors, dim=spec.dim, rescore=spec.rescore,
+                               rescore_factor=spec.rescore_factor, kind=spec.kind, source_dim=dim,
+                               multivector=max_vectors != min_vectors)
     least_values = (("--hnsw-m", spec.hnsw_m, 2), ("--ef-construction", spec.ef_construction, 1),
                     ("--nlist", spec.nlist, 1), ("--pq-m", spec.pq_m, 1), ("train_size", spec.train_size, 1))
     for name, value, least in least_values:
@@ -106,6 +131,8 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     if spec.pq_m is not None and kind != "ivfpq":
         raise IndexStoreError(f"--pq-m applies to --kind ivfpq, not '{spec.kind}': drop it or change --kind")
     index, factory = _make(spec, dim, min_vectors)
+    if spec.binary:
+        return factory
     ivf = _ivf(index)
     if ivf is not None and ivf.nlist > max_vectors:
         raise IndexStoreError(
@@ -131,10 +158,17 @@ def _ivf(index):
     return faiss.try_extract_index_ivf(index)
 
 
-def new_faiss_index(spec: IndexSpec, vectors: np.ndarray, *, show_progress: bool):
-    """A FAISS inner-product index for ``spec``, trained on (a sample of) ``vectors``, empty."""
+def new_faiss_index(spec: IndexSpec, vectors: np.ndarray, *, show_progress: bool,
+                    calibration: np.ndarray | None = None):
+    """A FAISS inner-product index for ``spec``, trained on (a sample of) ``vectors``, empty (binary: a
+    Hamming index over ``vectors``' dimension in bits). An int8 index's scalar quantizer takes the ranges
+    ``calibration`` (2, dim), computed from the whole corpus, instead of those of the training sample."""
     n, dim = vectors.shape
     index, factory = _make(spec, dim, n)
+    if spec.binary:
+        if hasattr(index, "hnsw"):
+            index.hnsw.efConstruction = spec.ef_construction
+        return index, factory
     hnsw = find(index, "IndexHNSW")
     if hnsw is not None:
         hnsw.hnsw.efConstruction = spec.ef_construction
@@ -152,7 +186,25 @@ def new_faiss_index(spec: IndexSpec, vectors: np.ndarray, *, show_progress: bool
                 f"FAISS could not train '{factory}' on {len(sample)} vectors: {_faiss_message(exc)}"
             ) from None
         log.info("trained in %.1fs", time.perf_counter() - t0)
+    if spec.vectors == "int8":
+        codecs.set_ranges(scalar_quantizer_of(index), calibration)
     return index, factory
+
+
+def scalar_quantizer_of(index):
+    """The ``ScalarQuantizer`` inside an SQ index (flat, HNSW storage or IVF)."""
+    import faiss
+
+    current = faiss.downcast_index(index)
+    if hasattr(current, "storage") and current.storage is not None:  # IndexHNSWSQ
+        current = faiss.downcast_index(current.storage)
+    ivf = faiss.try_extract_index_ivf(current)
+    return (faiss.downcast_index(ivf) if ivf is not None else current).sq
+
+
+def add_binary(index, bits: np.ndarray) -> None:
+    for s in range(0, len(bits), CHUNK):
+        index.add(np.ascontiguousarray(bits[s : s + CHUNK], dtype=np.uint8))
 
 
 def add_in_chunks(index, vectors: np.ndarray, *, show_progress: bool, desc: str = "indexing") -> None:

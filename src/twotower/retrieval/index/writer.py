@@ -10,7 +10,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25
-from twotower.retrieval.index import fingerprint, kinds
+from twotower.retrieval.index import codecs, fingerprint, kinds
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError
 from twotower.retrieval.index.files import REBUILT, describe, save_npy
 from twotower.retrieval.index.lock import LOCK_NAME
@@ -127,12 +127,11 @@ def fill_version(
     """Write every file of a version into ``out`` and return its manifest (``version`` 0: see ``publish``)."""
     import faiss
 
-    new_dim = new.vectors.shape[1] if new is not None else None
-    dim = previous.dim if previous is not None else new_dim
     if previous is None and new is None:
         raise ValueError("nothing to write")
-    if new is not None and new_dim != dim:
-        raise DimensionError(f"new vectors have dimension {new_dim}, the index holds {dim}-d vectors")
+    codec = previous.codec if previous is not None else new_codec(spec, new.vectors)
+    new_f = codec.cut(new.vectors) if new is not None else None  # float32 at the stored dimension
+    dim = codec.dim
 
     # which old documents stay, and how many vectors each has
     old_rows = np.flatnonzero(keep_mask) if previous is not None else np.empty(0, dtype=np.int64)
@@ -151,29 +150,37 @@ def fill_version(
     if num_docs == 0:
         raise IndexStoreError("an index needs at least one document")
 
-    vectors = _write_vectors(out / "vectors.npy", previous, keep_mask, old_rows, new, num_vectors, dim)
+    new_stored = codec.encode(new_f) if new is not None else None
+    vectors = _write_vectors(out / "vectors.npy", previous, keep_mask, old_rows, new_stored, num_vectors, codec)
     ids = _write_documents(out, previous, old_rows, new)
     if multivector is not None:
         save_npy(out / "offsets.npy", offsets)
     if projection is not None:
         save_npy(out / "projection.npy", np.asarray(projection, dtype=np.float32))
+    if codec.calibration is not None:
+        save_npy(out / "calibration.npy", np.asarray(codec.calibration, dtype=np.float32))
 
     # FAISS: add to a copy of the previous index when nothing was dropped, else rebuild
     t0 = time.perf_counter()
-    if previous is not None and keep_mask.all():
-        index = faiss.clone_index(_readable(previous))
-        factory = previous.manifest["factory"]
-        if new is not None:
-            kinds.add_in_chunks(index, new.vectors, show_progress=show_progress, desc="indexing new vectors")
-    elif previous is not None:
-        index = faiss.clone_index(_readable(previous))
-        index.reset()  # keeps the trained quantizer / codebooks
-        factory = previous.manifest["factory"]
-        kinds.add_in_chunks(index, vectors, show_progress=show_progress)
+    if codec.vectors == "binary":
+        index, factory = _binary_index(previous, keep_mask, old_rows, new_f, spec, dim)
+        faiss.write_index_binary(index, str(out / "faiss.index"))
     else:
-        index, factory = kinds.new_faiss_index(spec, vectors, show_progress=show_progress)
-        kinds.add_in_chunks(index, vectors, show_progress=show_progress)
-    faiss.write_index(index, str(out / "faiss.index"))
+        if previous is not None and keep_mask.all():
+            index = faiss.clone_index(_readable(previous))
+            factory = previous.manifest["factory"]
+            if new is not None:
+                kinds.add_in_chunks(index, new_f, show_progress=show_progress, desc="indexing new vectors")
+        elif previous is not None:
+            index = faiss.clone_index(_readable(previous))
+            index.reset()  # keeps the trained quantizer / codebooks / int8 ranges
+            factory = previous.manifest["factory"]
+            kinds.add_in_chunks(index, _Decoded(vectors, codec), show_progress=show_progress)
+        else:
+            index, factory = kinds.new_faiss_index(spec, new_f, show_progress=show_progress,
+                                                   calibration=codec.calibration)
+            kinds.add_in_chunks(index, new_f, show_progress=show_progress)
+        faiss.write_index(index, str(out / "faiss.index"))
     faiss_s = time.perf_counter() - t0
 
     # BM25 over title + text of every document (bm25s indexes are rebuilt, not appended to)
@@ -195,6 +202,7 @@ def fill_version(
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model": model,
         "dim": int(dim),
+        "vectors": codec.manifest(),
         "kind": spec.kind,
         "factory": factory,
         "metric": "inner_product",
@@ -210,9 +218,59 @@ def fill_version(
     }
 
 
-def _write_vectors(path: Path, previous, keep_mask, old_rows, new, num_vectors: int, dim: int) -> np.ndarray:
+def new_codec(spec: kinds.IndexSpec, vectors: np.ndarray) -> codecs.Codec:
+    """How a first build stores ``vectors`` (the encoder's): ``spec``'s type and dimension, and for int8
+    storage the per-dimension ranges of the whole corpus (kept by every later version)."""
+    source_dim = vectors.shape[1]
+    codec = codecs.Codec(vectors=spec.vectors, dim=spec.dim or source_dim, source_dim=source_dim,
+                         rescore=(spec.rescore or "int8") if spec.binary else None,
+                         rescore_factor=spec.rescore_factor)
+    if codec.needs_calibration:
+        codec = replace(codec, calibration=codecs.calibrate(codec.cut(vectors)))
+    return codec
+
+
+class _Decoded:
+    """Stored rows read as float32, a chunk at a time (what FAISS adds when an index is rebuilt)."""
+
+    def __init__(self, stored: np.ndarray, codec: codecs.Codec) -> None:
+        self.stored, self.codec = stored, codec
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return self.codec.decode(self.stored[rows])
+
+
+def _binary_index(previous, keep_mask, old_rows, new_f, spec: kinds.IndexSpec, dim: int):
+    """The Hamming index of a version: a copy of the previous one grown by the new documents' sign bits,
+    or (documents dropped) a new one over the kept rows' bits (read back from the previous index) and the new."""
+    import faiss
+
+    new_bits = codecs.pack_bits(new_f) if new_f is not None else None
+    if previous is not None and keep_mask.all():
+        index = faiss.clone_binary_index(_readable(previous))
+        if new_bits is not None:
+            kinds.add_binary(index, new_bits)
+        return index, previous.manifest["factory"]
+    if previous is not None:
+        spec = previous._spec()
+    index, factory = kinds.new_faiss_index(spec, np.empty((0, dim), dtype=np.float32), show_progress=False)
+    if previous is not None and len(old_rows):
+        old = _readable(previous)
+        for s in range(0, len(old_rows), kinds.CHUNK):
+            block = old_rows[s : s + kinds.CHUNK]
+            kinds.add_binary(index, np.stack([old.reconstruct(int(r)) for r in block]))
+    if new_bits is not None:
+        kinds.add_binary(index, new_bits)
+    return index, factory
+
+
+def _write_vectors(path: Path, previous, keep_mask, old_rows, new_stored, num_vectors: int,
+                   codec: codecs.Codec) -> np.ndarray:
     """Kept old rows (copied in chunks from the memory map), then the new ones; returned memory-mapped."""
-    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(num_vectors, dim))
+    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=codec.dtype, shape=(num_vectors, codec.columns))
     pos = 0
     if previous is not None and len(old_rows):
         old = previous.vectors
@@ -229,8 +287,8 @@ def _write_vectors(path: Path, previous, keep_mask, old_rows, new, num_vectors: 
                 a, b = previous.offsets[r], previous.offsets[r + 1]
                 vectors[pos : pos + (b - a)] = old[a:b]
                 pos += b - a
-    if new is not None:
-        vectors[pos:] = new.vectors
+    if new_stored is not None:
+        vectors[pos:] = new_stored
     vectors.flush()
     del vectors
     return load_npy(path, mmap_mode="r")
@@ -278,4 +336,6 @@ def _readable(store: IndexStore):
     """The previous FAISS index loaded fully in memory (a memory-mapped one cannot be cloned and grown)."""
     import faiss
 
+    if store.codec.vectors == "binary":
+        return faiss.read_index_binary(str(store.dir / "faiss.index"))
     return faiss.read_index(str(store.dir / "faiss.index"))

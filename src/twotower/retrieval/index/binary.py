@@ -1,0 +1,60 @@
+"""Searching a binary index: the ``k × rescore_factor`` nearest documents by Hamming distance between sign
+bits (a FAISS binary index, in RAM), rescored with the float query against the documents' int8 or fp32
+vectors read from the memory-mapped ``vectors.npy`` (only the candidates' rows are read), or, with
+``rescore="none"``, scored ``1 − 2·hamming / dim``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twotower.retrieval.index.codecs import Codec, pack_bits
+from twotower.retrieval.index.errors import IndexStoreError
+
+
+def hamming_params(index, ef_search: int | None, nprobe: int | None):
+    import faiss
+
+    if nprobe is not None:
+        raise IndexStoreError("nprobe applies to IVF indexes; this index is a binary "
+                              f"{type(index).__name__}: drop --nprobe")
+    if ef_search is None:
+        return None
+    if not isinstance(index, faiss.IndexBinaryHNSW):
+        raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(index).__name__}: drop "
+                              f"--ef-search")
+    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+
+
+def search_binary(
+    index, queries: np.ndarray, k: int, codec: Codec, stored: np.ndarray, *, rescore_factor: int | None = None,
+    ef_search: int | None = None, nprobe: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, rows)``, each (n_queries, k), best first; row -1 / score -inf where fewer documents exist.
+    ``queries``: float32 at the index's (cut) dimension."""
+    factor = codec.rescore_factor if rescore_factor is None else rescore_factor
+    if factor < 1:
+        raise IndexStoreError(f"rescore factor {factor}: must be at least 1")
+    params = hamming_params(index, ef_search, nprobe)
+    rescore = codec.rescore != "none"
+    depth = max(1, min(k * factor if rescore else k, index.ntotal))
+    distances, rows = index.search(pack_bits(queries), depth, params=params)
+    n = len(queries)
+    scores_out = np.full((n, k), -np.inf, dtype=np.float32)
+    rows_out = np.full((n, k), -1, dtype=np.int64)
+    if not rescore:
+        sims = 1.0 - 2.0 * distances.astype(np.float32) / codec.dim
+        take = min(k, depth)
+        scores_out[:, :take] = np.where(rows[:, :take] >= 0, sims[:, :take], -np.inf)
+        rows_out[:, :take] = rows[:, :take]
+        return scores_out, rows_out
+    wanted = np.unique(rows[rows >= 0])
+    vectors = codec.decode(stored[wanted]) if len(wanted) else np.empty((0, codec.dim), dtype=np.float32)
+    for i in range(n):
+        cand = rows[i][rows[i] >= 0]
+        if not len(cand):
+            continue
+        sims = vectors[np.searchsorted(wanted, cand)] @ queries[i]
+        order = np.argsort(-sims, kind="stable")[:k]  # ties keep the Hamming order
+        scores_out[i, : len(order)] = sims[order]
+        rows_out[i, : len(order)] = cand[order]
+    return scores_out, rows_out
