@@ -38,6 +38,11 @@ def train_cmd(
         None, "--multivector", min=1,
         help="ME-BERT: train the max score over each document's first M token vectors (M=1: [CLS] alone); "
         "saved with the model as the default of 'eval --retriever multivector'. Not with --cache-chunk."),
+    matryoshka: Optional[str] = typer.Option(
+        None, "--matryoshka", help="Matryoshka: the loss on each prefix of the embedding, e.g. 384,192,96,48, summed "
+        "(cut the vectors later with 'index build --dim D')."),
+    matryoshka_weights: Optional[str] = typer.Option(
+        None, "--matryoshka-weights", help="One weight per --matryoshka dimension (default 1 each)."),
     hard_negatives: str = typer.Option("none", "--hard-negatives", help="none | bm25 | model (train, mine with it, retrain)"),
     num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query in the loss."),
     epochs: Optional[float] = typer.Option(None, help="Epochs (default 1 when --steps is not given)."),
@@ -72,11 +77,16 @@ def train_cmd(
     from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
     maybe_init_distributed()
+    try:
+        mrl = _number_list(matryoshka, int, "--matryoshka")
+        mrl_weights = _number_list(matryoshka_weights, float, "--matryoshka-weights")
+    except TwoTowerError as exc:
+        _fail(exc)
     common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
                   precision=precision, device=device, doc_max_length=max_length, query_max_length=query_max_length,
                   seed=seed, checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
                   multivector=multivector, attention_dropout=attention_dropout,
-                  freeze_embeddings=freeze_embeddings or None)
+                  freeze_embeddings=freeze_embeddings or None, matryoshka=mrl, matryoshka_weights=mrl_weights)
     try:
         check_output_dir(out, "--out")  # before any loading
         if config is not None:
@@ -98,6 +108,19 @@ def train_cmd(
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"model saved to {result}")
+
+
+def _number_list(text: str | None, kind: type, option: str) -> list | None:
+    """``"384,192,96"`` as ``[384, 192, 96]``; a TwoTowerError naming ``option`` for anything else."""
+    from twotower.errors import TwoTowerError
+
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        raise TwoTowerError(f"{option} {text!r}: give comma-separated {kind.__name__} numbers, e.g. "
+                            f"{'384,192,96,48' if kind is int else '1,1,0.5,0.5'}") from None
 
 
 def mine_cmd(

@@ -73,7 +73,8 @@ DEFAULT_BUCKET_SIZE = {"cpu": 8, "cuda": 0}
 
 # Settings that must match for --resume to continue a run exactly (the rest, e.g. progress bars, may change).
 RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pooling", "query_max_length",
-                     "doc_max_length", "seed", "multivector", "attention_dropout", "freeze_embeddings", "stages")
+                     "doc_max_length", "seed", "multivector", "attention_dropout", "freeze_embeddings", "stages",
+                     "matryoshka", "matryoshka_weights")
 
 
 @dataclass
@@ -103,6 +104,10 @@ class TrainConfig:
     # ME-BERT: train the max score over the document's first m token vectors
     # (twotower.training.multivector); None: the pooled single-vector in-batch softmax
     multivector: int | None = None
+    # Matryoshka (MRL): the in-batch loss on each prefix [:m] of the embeddings, summed with these weights
+    # (default 1 each; training.losses.MatryoshkaLoss); None: the whole embedding only
+    matryoshka: list[int] | None = None
+    matryoshka_weights: list[float] | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
 
     def validate(self) -> None:
@@ -115,6 +120,7 @@ class TrainConfig:
             raise TwoTowerError(f"attention dropout {self.attention_dropout}: a probability, 0 to below 1")
         if self.multivector is not None and self.multivector < 1:
             raise TwoTowerError(f"multivector {self.multivector}: at least 1 token vector")
+        check_matryoshka(self.matryoshka, self.matryoshka_weights, multivector=self.multivector)
         for name in ("query_max_length", "doc_max_length"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -162,6 +168,26 @@ class TrainConfig:
         raw = _paths_from(path, raw, ("out", "model"))
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(stages=stages, **values)
+
+
+def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, multivector: int | None = None,
+                     model_dim: int | None = None) -> None:
+    """TwoTowerError for Matryoshka settings that cannot train (``model_dim``: the embeddings' size, once known)."""
+    if dims is None:
+        if weights is not None:
+            raise TwoTowerError("matryoshka_weights (--matryoshka-weights) need matryoshka (--matryoshka) dimensions")
+        return
+    if not dims or any(m < 1 for m in dims) or len(set(dims)) != len(dims):
+        raise TwoTowerError(f"matryoshka {dims}: give distinct dimensions of at least 1, e.g. --matryoshka 384,192,96,48")
+    if weights is not None and (len(weights) != len(dims) or any(not 0 <= w < float("inf") for w in weights)
+                                or not any(weights)):
+        raise TwoTowerError(f"matryoshka_weights {weights}: one weight of 0 or more per dimension of {dims}, "
+                            "not all 0")
+    if multivector is not None:
+        raise TwoTowerError("matryoshka (--matryoshka) trains single vectors; drop it or multivector (--multivector)")
+    if model_dim is not None and max(dims) > model_dim:
+        raise TwoTowerError(f"matryoshka {dims}: {max(dims)} is more than the model's {model_dim} dimensions "
+                            f"(--matryoshka dimensions must be at most {model_dim})")
 
 
 def _check_types(kind: type, values: dict, where: str) -> None:

@@ -135,3 +135,43 @@ def moco_loss(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor | None, temp
     negatives = k if queue is None or not len(queue) else torch.cat([k, queue.float()], dim=0)
     logits = q @ negatives.T / temperature
     return F.cross_entropy(logits, torch.arange(len(q), device=q.device))
+
+
+@dataclass
+class MatryoshkaLoss:
+    """Matryoshka representation learning (Kusupati et al., 2022): ``base`` (the in-batch softmax) computed on
+    each prefix of the embeddings, the first ``m`` dimensions for every ``m`` in ``dims``, and summed with
+    ``weights`` (default 1 each): ``loss = Σ_i w_i · base(q[:, :m_i], d[:, :m_i], hard[:, :m_i])``. With
+    ``normalize`` (cosine models) each prefix is L2-normalised again first, as ``index build --dim`` cuts and
+    re-normalises the stored vectors, so that a model trained so keeps its quality when cut to any ``m_i``."""
+
+    base: InBatchSoftmaxLoss
+    dims: tuple[int, ...]
+    weights: tuple[float, ...] | None = None
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.dims:
+            raise ValueError("Matryoshka needs at least one prefix dimension")
+        if self.weights is not None and len(self.weights) != len(self.dims):
+            raise ValueError(f"{len(self.weights)} Matryoshka weights for {len(self.dims)} dimensions")
+
+    def _cut(self, x: torch.Tensor, m: int) -> torch.Tensor:
+        if m > x.shape[-1]:
+            raise ValueError(f"Matryoshka dimension {m} is more than the embeddings' {x.shape[-1]}")
+        part = x[..., :m]
+        return F.normalize(part.float(), dim=-1) if self.normalize else part
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        d: torch.Tensor,
+        hard: torch.Tensor | None = None,
+        false_negative_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        weights = self.weights or (1.0,) * len(self.dims)
+        total = q.new_zeros((), dtype=torch.float32)
+        for m, w in zip(self.dims, weights):
+            h = self._cut(hard, m) if hard is not None and len(hard) else None
+            total = total + w * self.base(self._cut(q, m), self._cut(d, m), h, false_negative_mask=false_negative_mask)
+        return total

@@ -38,7 +38,7 @@ from twotower.training.checkpoints import (
 from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig re-exported)
     DEFAULT_BUCKET_SIZE, OPTIMIZERS, StageConfig, TrainConfig)
 from twotower.training.gradcache import cached_backward
-from twotower.training.losses import InBatchSoftmaxLoss
+from twotower.training.losses import InBatchSoftmaxLoss, MatryoshkaLoss
 from twotower.training.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,10 @@ class Trainer:
 
             for backbone in {id(t.backbone): t.backbone for t in (self.model.query_tower, self.model.doc_tower)}.values():
                 set_attention_dropout(backbone, config.attention_dropout)
+        if config.matryoshka:
+            from twotower.training.config import check_matryoshka
+
+            check_matryoshka(config.matryoshka, config.matryoshka_weights, model_dim=self.model.dim)
         if config.freeze_embeddings:
             freeze_token_embeddings(self.model)
         # auto: the current GPU where there is one (under torchrun: LOCAL_RANK's); a model passed in stays where
@@ -332,9 +336,18 @@ class Trainer:
                                 "(lower the learning rate, raise the temperature, or use --precision fp32); "
                                 "no model was saved")
 
+    def loss_for(self, stage: StageConfig):
+        """The stage's in-batch softmax; summed over the embedding's prefixes when the run sets ``matryoshka``."""
+        loss_fn = InBatchSoftmaxLoss(stage.temperature, stage.bidirectional, gather_across_devices=self.world > 1)
+        if not self.config.matryoshka:
+            return loss_fn
+        weights = self.config.matryoshka_weights
+        return MatryoshkaLoss(loss_fn, tuple(self.config.matryoshka), tuple(weights) if weights else None,
+                              normalize=bool(self.model.doc_tower.normalize))
+
     def _run_stage(self, stage_idx, stage, examples, total, first, global_step, optimizer, scheduler) -> None:
         cfg = self.config
-        loss_fn = InBatchSoftmaxLoss(stage.temperature, stage.bidirectional, gather_across_devices=self.world > 1)
+        loss_fn = self.loss_for(stage)
         params = [p for p in self.model.parameters() if p.requires_grad]
         device = describe(self.device)
         self.model.train()
