@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, read_layout, resolve_model
 from twotower.encoders.encoder import Projection, TextEncoder
-from twotower.errors import ModelError
+from twotower.errors import ModelError, TwoTowerError
 from twotower.io import atomic_directory, atomic_write_json
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,43 @@ def max_positions(backbone) -> int | None:
     return value
 
 
-def clamp_length(length: int | None, positions: int | None, model) -> int | None:
+LENGTH_OPTIONS = {"query": "--query-max-length", "document": "--doc-max-length (train, pretrain: --max-length)"}
+
+
+def min_length(tower: TextEncoder, role: str) -> int:
+    """The fewest tokens a ``role`` ("query" or "document") text can be cut to and still hold a token of its own:
+    the special tokens the tokenizer adds ([CLS] … [SEP]: 2 for BERT, </s>: 1 for T5), the role's prompt
+    ("query: " for multilingual-e5) and one. Below that the tokenizer cannot truncate at all and leaves every
+    text whole (a long one then runs past the position embeddings)."""
+    tokenizer = tower.tokenizer
+    specials = int(tokenizer.num_special_tokens_to_add(pair=False))
+    prompt = tower.prompts.get(role, "")
+    prompt_tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if prompt else 0
+    return specials + prompt_tokens + 1
+
+
+def check_min_length(length: int | None, tower: TextEncoder, role: str, model) -> None:
+    """Refuse a max length below :func:`min_length` (one check wherever a model's lengths are resolved)."""
+    if length is None:
+        return
+    least = min_length(tower, role)
+    if length < least:
+        prompt = tower.prompts.get(role, "")
+        parts = f"{least - 1} tokens of its own ({'its prompt ' + repr(prompt) + ' and ' if prompt else ''}" \
+                f"the special tokens)"
+        raise TwoTowerError(
+            f"{LENGTH_OPTIONS.get(role, role)} {length}: {model} puts {parts} around every "
+            f"{role}, so a length below {least} cannot hold a single token of the text (the tokenizer then cuts "
+            f"nothing at all); give at least {least}, or leave the option out for the model's own")
+
+
+def clamp_length(length: int | None, positions: int | None, model, *, tower: TextEncoder | None = None,
+                 role: str = "document") -> int | None:
     """``length`` cut to the model's ``positions`` (a longer input indexes past its position embeddings: a
-    RuntimeError on the first long text), saying so once."""
+    RuntimeError on the first long text), saying so once. With ``tower``, a length below what the tower's
+    tokenizer needs for one text token is refused (:func:`check_min_length`)."""
+    if tower is not None:
+        check_min_length(length, tower, role, model)
     if length is not None and positions is not None and length > positions:
         log.warning("%s has %d positions: a max length of %d tokens (--max-length, --query-max-length, "
                     "--doc-max-length or the index's) is cut to %d", model, positions, length, positions)

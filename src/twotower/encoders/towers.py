@@ -87,10 +87,11 @@ class DualEncoder(nn.Module):
         self.name = name
         from twotower.encoders.io import clamp_length, max_positions
 
-        self.query_max_length = clamp_length(query_max_length or query_tower.max_length,
-                                             max_positions(query_tower.backbone), name)
+        # the document's first: a shared tower loaded with a document length carries it as its own default
         self.doc_max_length = clamp_length(doc_max_length or doc_tower.max_length, max_positions(doc_tower.backbone),
-                                           name)
+                                           name, tower=doc_tower, role="document")
+        self.query_max_length = clamp_length(query_max_length or query_tower.max_length,
+                                             max_positions(query_tower.backbone), name, tower=query_tower, role="query")
         # ME-BERT m the model was trained with (twotower train --multivector); saved in twotower.json
         self.multivector = multivector
 
