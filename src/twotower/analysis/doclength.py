@@ -28,6 +28,10 @@ RETRIEVERS = ("bm25", "dense")
 
 @dataclass
 class DocLengthConfig:
+    """Settings of :func:`twotower.analyze_doclength` (``twotower analyze doclength``): the BEIR folder and split,
+    the retrievers (``bm25``, ``dense``) and dense models compared, and the ``top_k`` documents whose length is
+    measured per query (GTR §6.4)."""
+
     data: Path
     split: str = "test"
     retrievers: Sequence[str] = ("bm25", "dense")

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TowersConfig:
+    """Settings of :func:`twotower.analyze_towers` (``twotower analyze towers``): the BEIR folder whose judged pairs
+    give ``n`` questions and answers, the models compared, t-SNE ``perplexity`` and the linear probe's ``folds``."""
+
     data: Path
     models: Sequence[str | None] = field(default_factory=lambda: [None])  # None: the default model
     n: int = 400

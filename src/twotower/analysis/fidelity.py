@@ -184,6 +184,10 @@ def margins_to_all(vecs: BM25Vectors, top1: np.ndarray, scores: np.ndarray) -> n
 
 @dataclass
 class FidelityConfig:
+    """Settings of :func:`twotower.analyze_fidelity` (``twotower analyze fidelity``): the BEIR folder, how many
+    queries and documents to sample, the grid of projection sizes k (``k_step`` up to ``k_max``), the projection
+    kinds and draws, the document truncation lengths and the pairwise accuracy that defines k* (Luan et al. §2)."""
+
     data: Path
     split: str = "test"
     max_queries: int | None = 500

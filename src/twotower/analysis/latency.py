@@ -36,6 +36,10 @@ _FILLER = ("retrieval of scientific claims needs evidence from abstracts that de
 
 @dataclass
 class LatencyConfig:
+    """Settings of :func:`twotower.analyze_latency` (``twotower analyze latency``): the models and precisions
+    timed, the query length in tokens, timed and warm-up runs of the batch-1 query, and the documents encoded for
+    documents/s (GTR §8)."""
+
     models: Sequence[str | None] = field(default_factory=lambda: [None])
     precisions: Sequence[str] = ("fp32", "auto")
     query_length: int = 128

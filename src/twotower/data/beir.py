@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Document:
+    """One corpus document: its ``id`` (``_id`` in corpus.jsonl), ``title`` (may be empty) and ``text``."""
+
     id: str
     title: str
     text: str

@@ -79,6 +79,11 @@ RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pool
 
 @dataclass
 class TrainConfig:
+    """A training run (:func:`twotower.train`, ``twotower train``): the run folder ``out``, the starting ``model``
+    (default all-MiniLM-L6-v2), the towers (``sde`` | ``ade`` | ``ade-ste`` | ``ade-fte`` | ``ade-spl``), an optional
+    projection ``dim``, precision and device, checkpointing, and its :class:`~twotower.StageConfig` list, run in
+    order. ``TrainConfig.from_toml`` reads one from a stages file."""
+
     out: str
     model: str | None = None
     towers: str = "sde"

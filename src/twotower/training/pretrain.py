@@ -35,6 +35,10 @@ NEGATIVES = ("inbatch", "moco")
 
 @dataclass
 class PretrainConfig:
+    """What :func:`twotower.pretrain` learns from: the ``corpus`` (a BEIR folder, JSONL or plain text), how two
+    views of a chunk are made (:class:`~twotower.ViewConfig`), and the negatives: ``inbatch`` or ``moco`` (a queue
+    of ``queue_size`` keys from a momentum encoder updated with ``momentum``)."""
+
     corpus: str
     views: ViewConfig = field(default_factory=ViewConfig)
     negatives: str = "inbatch"

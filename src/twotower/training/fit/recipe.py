@@ -18,6 +18,10 @@ RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker'
 
 @dataclass(frozen=True)
 class FitRecipe:
+    """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split, the fine-tuning,
+    the mining and retraining, the retriever candidates (λ grid, n-best) and the optional re-ranker. Stored in
+    ``fit.json``; a rerun with another recipe is refused (the re-ranker settings excepted)."""
+
     model: str | None = None  # the starting encoder (default all-MiniLM-L6-v2)
     split: str = "train"  # the judged queries fit learns from; the test split is never read
     dev_fraction: float = 0.2
