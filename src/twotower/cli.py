@@ -130,11 +130,15 @@ def eval_cmd(
 @app.command("table")
 def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files written by 'twotower eval --out'.")) -> None:
     """Print several evaluation results side by side."""
+    from twotower.io import MiB, read_input_text
+
     rows = []
     for path in results:
         try:
-            row = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            row = json.loads(read_input_text(path, what="results JSON", limit=16 * MiB))
+        except TwoTowerError as exc:
+            _fail(exc)
+        except json.JSONDecodeError as exc:
             _fail(TwoTowerError(f"{path}: cannot read results JSON ({exc})"))
         metrics = row.get("metrics") if isinstance(row, dict) else None
         if (not isinstance(metrics, dict) or not isinstance(row.get("retriever"), str)
@@ -142,6 +146,9 @@ def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files 
                 or not isinstance(row.get("timings", {}), dict)):
             _fail(TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a "
                                 "'metrics' object of numbers)"))
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.get("timings", {}).values()):
+            _fail(TwoTowerError(f"{path}: 'timings' must map names to numbers (seconds, queries/s), as "
+                                "'twotower eval --out' writes them"))
         rows.append({**row, "timings": row.get("timings", {})})
     console.print(metrics_table(rows))
 

@@ -17,6 +17,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,9 +48,17 @@ def path_kind(path: str | Path) -> str | None:
 def _check_replaceable(path: Path, want: str, option: str | None = None) -> None:
     """Raise unless ``path`` is absent or is ``want`` (REGULAR_FILE or DIRECTORY) itself."""
     kind = path_kind(path)
+    where = f"{option} {path}" if option else str(path)
+    if kind == REGULAR_FILE == want:
+        mode = os.stat(path).st_mode
+        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
+            # the rename would replace it whatever its mode (the folder's permissions decide): refuse, as for a
+            # file we could not open for writing; mode bits too, since root's access() ignores them
+            raise TwoTowerError(f"{where} is read-only (mode {stat.S_IMODE(mode):04o}): refusing to replace it; "
+                                f"make it writable (chmod u+w {path}) or give another path")
+        return
     if kind is None or kind == want:
         return
-    where = f"{option} {path}" if option else str(path)
     what = "file" if want == REGULAR_FILE else "directory"
     if kind == SYMLINK:
         try:
@@ -123,6 +132,71 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ---- reading files a user names -------------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n} bytes"
+
+
+def open_input(path: str | Path, option: str | None = None, *, what: str = "file") -> BinaryIO:
+    """A binary handle on ``path``, a file the user named (``option``, e.g. ``"--api-key-file"``, names it in
+    messages), refused with a :class:`TwoTowerError` unless it is a regular file (a symbolic link to one is fine).
+
+    A FIFO, a device (``/dev/zero``, a terminal), a socket or a directory is refused before one byte is read: the
+    file is opened non-blocking (opening a FIFO without a writer would wait forever), checked with ``fstat`` on the
+    open descriptor (so nothing can be swapped in between), then switched back to blocking reads."""
+    where = f"{option} {path}" if option else str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise TwoTowerError(f"{where}: {what} not found; check the path") from None
+    except OSError as exc:
+        raise TwoTowerError(f"{where}: cannot open the {what} ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+            hint = "give the path of a file inside it" if kind == DIRECTORY else "give the path of a regular file"
+            raise TwoTowerError(f"{where} is {kind}, not a regular file: twotower reads only regular files; {hint}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input_bytes(path: str | Path, option: str | None = None, *, limit: int = 64 * MiB,
+                     what: str = "file") -> bytes:
+    """The bytes of a user's file (see :func:`open_input`), refused when over ``limit`` bytes: a results JSON, a
+    key file or a config is small, and reading a huge one whole would exhaust memory."""
+    where = f"{option} {path}" if option else str(path)
+    with open_input(path, option, what=what) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = b"" if size > limit else handle.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise TwoTowerError(f"{where}: the {what} is {_size(max(size, len(data)))}, more than the {_size(limit)} "
+                            f"such a file can be; is it the right file?")
+    return data
+
+
+def read_input_text(path: str | Path, option: str | None = None, *, limit: int = 64 * MiB,
+                    what: str = "file") -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (a leading byte-order mark dropped); bytes that are not UTF-8 are
+    a :class:`TwoTowerError` naming the line and column."""
+    data = read_input_bytes(path, option, limit=limit, what=what)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        where = f"{option} {path}" if option else str(path)
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TwoTowerError(f"{where}, line {line}: bytes that are not UTF-8 at column {column} "
+                            f"({data[exc.start:exc.start + 4]!r}); save the {what} as UTF-8") from None
 
 
 # ---- up-front checks for commands' output options -------------------------------------------

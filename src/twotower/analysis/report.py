@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from twotower.errors import DataError, TwoTowerError
-from twotower.io import atomic_write_text
+from twotower.io import atomic_write_text, read_input_text
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def load_results(folder: str | Path) -> list[tuple[Path, dict]]:
     found = []
     for path in sorted(folder.glob("*.json")):
         try:
-            payload = json.loads(path.read_text())
+            payload = json.loads(read_input_text(path, what="analysis JSON"))
         except json.JSONDecodeError as exc:
             raise DataError(path, f"malformed JSON: {exc.msg}", line=exc.lineno,
                             hint="re-run the analysis that wrote it") from None
@@ -66,8 +66,12 @@ def build_report(folder: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out else folder / "report.md"
     results = load_results(folder)
     if not results:
-        raise TwoTowerError(f"{folder}: no analysis JSON found (run 'twotower analyze fidelity|towers|doclength|latency "
-                            f"--out {folder}' first)")
+        foreign = sorted(p.name for p in folder.glob("*.json"))
+        skipped = (f"; its {len(foreign)} JSON file(s) ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}) "
+                   f"are not analysis results: they lack the 'analysis' key that 'twotower analyze' writes"
+                   if foreign else "")
+        raise TwoTowerError(f"{folder}: no analysis JSON found{skipped} (run 'twotower analyze "
+                            f"fidelity|towers|doclength|latency --out {folder}' first)")
     lines = ["# twotower analyses", ""]
     lines += [f"- [{p['title']}](#{p['analysis']})" for _, p in results]
     lines.append("")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.errors import DataError
+from twotower.io import open_input
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             raise DataError(path, "is a directory, not a file" if path.is_dir() else "is not a regular file",
                             hint="give the path of a UTF-8 text file")
         raise DataError(path, "file not found", hint="check the data directory")
-    with path.open("rb") as handle:
+    with open_input(path) as handle:  # a regular file (checked on the open descriptor), never a FIFO or device
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")

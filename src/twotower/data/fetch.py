@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from twotower.errors import DatasetNotFound
-from twotower.io import file_digest
+from twotower.io import check_output_dir, file_digest
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ def fetch_beir(
     """
     cache_dir = Path(cache_dir)
     target = cache_dir / name
+    check_output_dir(cache_dir, "--cache")  # a file there is named, not a FileExistsError from mkdir
     if (target / "corpus.jsonl").is_file():
         return target
     expected = md5 or BEIR_MD5.get(name)
@@ -78,6 +79,7 @@ def resolve_data(data: str | Path, cache_dir: str | Path, *, download: bool = Tr
     path = Path(data)
     if path.is_dir():
         return path
+    check_output_dir(cache_dir, "--cache")
     if not download:
         raise DatasetNotFound(f"{path}: data directory not found")
     return fetch_beir(path.name, cache_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from twotower.errors import TwoTowerError
+from twotower.io import read_input_text
 
 API_KEY_HEADER = "X-API-Key"
 MIN_API_KEY_CHARS = 16
@@ -36,8 +37,6 @@ def read_api_key(path: str | Path) -> str:
     """The API key in ``path`` (first line, stripped), checked by :func:`check_api_key`."""
     path = Path(path)
     where = f"--api-key-file {path}"
-    try:
-        lines = path.read_text(encoding="utf-8").strip().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TwoTowerError(f"{where}: cannot read the API key file ({exc})") from None
+    # a regular file of at most 64 KiB (never /dev/zero or a FIFO), UTF-8 with or without a byte-order mark
+    lines = read_input_text(path, "--api-key-file", limit=64 * 1024, what="API key file").strip().splitlines()
     return check_api_key(lines[0].strip() if lines else "", where)

@@ -142,12 +142,13 @@ class TrainConfig:
     def from_toml(cls, path: str | Path, **overrides) -> "TrainConfig":
         import tomllib
 
+        from twotower.io import read_input_text
+
         path = Path(path)
-        if not path.is_file():
-            raise TwoTowerError(f"--config {path}: {'is not a file' if path.exists() else 'file not found'} "
-                                "(give a TOML file with [[stage]] tables)")
+        if not path.exists():  # anything else that is not a regular file: read_input_text names it
+            raise TwoTowerError(f"--config {path}: file not found (give a TOML file with [[stage]] tables)")
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomllib.loads(read_input_text(path, "--config", limit=16 << 20, what="TOML config"))
         except tomllib.TOMLDecodeError as exc:
             raise TwoTowerError(f"{path}: invalid TOML ({exc})") from None
         except (OSError, UnicodeDecodeError) as exc:
