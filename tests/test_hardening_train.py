@@ -93,3 +93,71 @@ def test_fit_dev_score_is_what_eval_gives_with_the_stored_choices(tiny_bert_dir,
                                    hybrid_lambda=round(1 - choices["lambda"], 2), metrics=tuple(choices["dev"]),
                                    precision="fp32", show_progress=False))
     assert any(round(mirrored.metrics[m], 4) != pytest.approx(v, abs=1e-4) for m, v in choices["dev"].items())
+
+
+# ---------------------------------------------------------------- case 13: judged documents without title or text
+
+
+def _with_empty_documents(root: Path, empty: tuple[str, ...] = ("d5",)) -> Path:
+    corpus = [{"_id": f"d{i}", "title": "" if f"d{i}" in empty else w, "text": "" if f"d{i}" in empty else
+               f"{w} is about {w} and {WORDS[(i + 3) % len(WORDS)]}"} for i, w in enumerate(WORDS)]
+    queries = [{"_id": f"q{i}", "text": f"what is {w}"} for i, w in enumerate(WORDS)]
+    qrels = [(f"q{i}", f"d{i}", 1) for i in range(len(WORDS))]
+    return write_beir(root, corpus, queries, qrels, split="train")
+
+
+def test_pairs_skip_judged_documents_without_text_with_one_warning(tmp_path, caplog):
+    from twotower.data.beir import BeirDataset
+    from twotower.data.pairs import pairs_from_beir
+
+    data = _with_empty_documents(tmp_path / "d", ("d5", "d9"))
+    ds = BeirDataset.load(data, "train")
+    with caplog.at_level(logging.WARNING):
+        pairs = pairs_from_beir(ds)
+    assert sorted(p.pid for p in pairs) == sorted(f"d{i}" for i in range(len(WORDS)) if i not in (5, 9))
+    assert all(p.positive.strip() for p in pairs)
+    warned = [r.getMessage() for r in caplog.records if "neither title nor text" in r.getMessage()]
+    assert len(warned) == 1 and "2 judged pair(s)" in warned[0] and "d5, d9" in warned[0], warned
+    assert "d5" in ds.corpus and "d9" in ds.corpus  # still documents of the collection
+
+
+def test_every_judged_document_empty_is_a_data_error(tmp_path):
+    from twotower.data.beir import BeirDataset
+    from twotower.data.pairs import pairs_from_beir
+    from twotower.errors import DataError
+
+    data = _with_empty_documents(tmp_path / "d", tuple(f"d{i}" for i in range(len(WORDS))))
+    with pytest.raises(DataError, match=r"train\.tsv: no training pairs .*every judged document \(16\) is empty"):
+        pairs_from_beir(BeirDataset.load(data, "train"))
+
+
+def test_fit_trains_past_an_empty_judged_document_and_eval_still_judges_it(tiny_bert_dir, tmp_path, caplog):
+    """fit stopped at fine-tuning with an error about its own stages/split/train_pairs.jsonl; now the pair is left
+    out (one warning naming d5) and the fit finishes. The document stays retrievable: eval's run holds it."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+    from twotower.training.fit import FitOptions, FitRecipe, run_fit
+
+    data = _with_empty_documents(tmp_path / "d")
+    recipe = FitRecipe(model=str(tiny_bert_dir), min_dev=2, dev_fraction=0.1, batch_size=4, epochs=1, mine=False)
+    with caplog.at_level(logging.WARNING):
+        result = run_fit(data, tmp_path / "out", recipe, FitOptions(show_progress=False, precision="fp32"))
+    assert result.report["stages"]["finetune"]["model"]
+    warned = [r.getMessage() for r in caplog.records if "neither title nor text" in r.getMessage()]
+    assert warned and all("d5" in w for w in warned)
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq5\td5\t1\n")
+    got = run_eval(EvalConfig(data=data, split="test", model=str(result.model), retriever="dense",
+                              precision="fp32", show_progress=False))
+    assert "d5" in got.run["q5"]  # judged, retrieved and scored like any document
+    assert got.metrics["recall@1000"] == 1.0
+
+
+def test_train_data_skips_the_empty_pair(tmp_path, tiny_bert_dir):
+    data = _with_empty_documents(tmp_path / "d")
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--data", str(data), "--model", str(tiny_bert_dir), "--out", str(out),
+                              "--steps", "1", "--batch-size", "2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    from twotower.training.objective import stage_examples
+
+    examples = stage_examples(StageConfig(data=str(data)))
+    assert len(examples) == len(WORDS) - 1 and "d5" not in {e.pid for e in examples}

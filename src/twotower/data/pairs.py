@@ -8,12 +8,15 @@ is JSONL, one example per line: ``{"query": str, "positive": str, "negatives": [
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset, iter_json_records
 from twotower.errors import DataError
 from twotower.io import atomic_write_text
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,21 +29,40 @@ class TrainExample:
     negative_ids: list[str] = field(default_factory=list)
 
 
+SHOWN_IDS = 10  # document ids named in the warning about judged documents without text
+
+
 def pairs_from_beir(ds: BeirDataset) -> list[TrainExample]:
     """One example per judged relevant (query, document) pair, in qrels order.
 
-    A split without any pair (every judgement scored 0) is a :class:`DataError` naming its qrels file."""
-    pairs = [
-        TrainExample(query=ds.queries[qid], positive=ds.corpus[did].full_text, qid=qid, pid=did)
-        for qid, rels in ds.qrels.items()
-        for did, score in rels.items()
-        if score > 0
-    ]
+    A pair whose document has neither title nor text (real collections hold such records) teaches nothing and
+    would be an empty positive: it is skipped, with one warning that counts them and names the documents (they
+    stay in the corpus: evaluation still retrieves and scores them). A split without any pair (every judgement
+    scored 0, or every judged document empty) is a :class:`DataError` naming its qrels file."""
+    pairs, empty = [], []
+    for qid, rels in ds.qrels.items():
+        for did, score in rels.items():
+            if score <= 0:
+                continue
+            text = ds.corpus[did].full_text
+            if not text.strip():
+                empty.append(did)
+                continue
+            pairs.append(TrainExample(query=ds.queries[qid], positive=text, qid=qid, pid=did))
+    qrels_path = Path(ds.root) / "qrels" / f"{ds.split}.tsv"
+    if empty:
+        ids = sorted(set(empty))
+        named = ", ".join(ids[:SHOWN_IDS]) + (f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
+        log.warning("%s: %d judged pair(s) left out of training: their document has neither title nor text "
+                    "(%d document(s): %s); give those documents text in corpus.jsonl to train on them",
+                    qrels_path, len(empty), len(ids), named)
     if not pairs:
+        why = (f"every judged document ({len(set(empty))}) is empty" if empty
+               else "none of its judgements has a score > 0")
         raise DataError(
-            Path(ds.root) / "qrels" / f"{ds.split}.tsv",
-            f"no training pairs in split '{ds.split}': none of its judgements has a score > 0",
-            hint="train on a split with relevant (score > 0) judgements, e.g. --split train, or pass --pairs FILE",
+            qrels_path, f"no training pairs in split '{ds.split}': {why}",
+            hint="train on a split with relevant (score > 0) judgements of documents with text, e.g. --split train, "
+                 "or pass --pairs FILE",
         )
     return pairs
 
