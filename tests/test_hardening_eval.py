@@ -80,3 +80,79 @@ def test_train_refuses_it_before_writing(tmp_path, tiny_bert_dir):
                                   "--steps", "1", "--batch-size", "2", "--no-progress", option, "2"])
         assert res.exit_code == 2 and "at least 3" in _flat(res.output), res.output
         assert not (out / "model").exists() and not (out / "train_config.json").exists()
+
+
+# ---------------------------------------------------------------- case 6 and "numbers in qrels outside any sane range"
+
+
+def _eval(data, *extra):
+    return runner.invoke(app, ["eval", "--data", str(data), "--no-progress", *extra])
+
+
+def test_qrels_where_nothing_is_relevant_are_refused(tmp_path):
+    """All grades ≤ 0: every metric is 0 whatever the retriever; said, not printed as a table of zeros."""
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, [("q1", "d1", 0), ("q2", "d4", 0), ("q3", "d5", -1)])
+    res = _eval(data)
+    out = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert "test.tsv" in out and "none of the 3 judgements has a score > 0" in out and "ndcg@10" not in out, out
+
+
+@pytest.mark.parametrize("grade", ["1000000000000", "-5000000000", "101", "-101"])
+def test_a_grade_outside_any_sane_range_is_named_by_line(tmp_path, grade):
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, [("q1", "d1", 1), ("q2", "d4", grade), ("q3", "d5", 1)])
+    res = _eval(data)
+    out = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert f"test.tsv, line 3, field 'score': relevance grade {grade} is outside any sane range" in out, out
+
+
+def test_grades_at_the_edges_of_the_range_evaluate(tmp_path):
+    """-100 and 100 are accepted; pytrec_eval then computes NDCG with the grade as the gain (hand-computed: q2's
+    only judged document graded 100 found at rank r gives 1/log2(r+1) · 100 / 100)."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, [("q1", "d1", -100), ("q1", "d2", 1),
+                                                                  ("q2", "d4", 100), ("q3", "d5", 1)])
+    got = run_eval(EvalConfig(data=data, metrics=("ndcg@10",), show_progress=False))
+    rank = sorted(got.run["q2"], key=lambda d: -got.run["q2"][d]).index("d4") + 1
+    from twotower.evaluation.metrics import per_query
+
+    assert per_query({"q2": {"d4": 100}}, got.run, ("ndcg@10",))["ndcg@10"]["q2"] == pytest.approx(1 / np.log2(rank + 1))
+
+
+def test_in_memory_qrels_get_the_same_range_check(tmp_path):
+    """qrels built in memory (no file, no line) go through the same check before any retrieval."""
+    from twotower.data.beir import BeirDataset, Document
+    from twotower.errors import DataError
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    corpus = {d["_id"]: Document(id=d["_id"], title=d["title"], text=d["text"]) for d in TINY_CORPUS}
+    ds = BeirDataset.from_parts(None, "test", corpus, {q["_id"]: q["text"] for q in TINY_QUERIES},
+                                {"q1": {"d1": 10**12}, "q2": {"d4": 1}})
+    with pytest.raises(DataError, match=r"query 'q1', document 'd1': relevance grade 1000000000000 is outside"):
+        run_eval(EvalConfig(data=tmp_path, show_progress=False), dataset=ds)
+
+
+def test_queries_without_a_relevant_document_are_counted(tmp_path):
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, [("q1", "d1", 1), ("q2", "d4", 0), ("q3", "d5", 1)])
+    res = _eval(data)
+    out = _flat(res.output)
+    assert res.exit_code == 0, res.output
+    assert "1 of 3 judged queries have no relevant document" in out and "'q2'" in out, out
+
+
+def test_a_relevant_document_dropped_by_the_identical_id_rule_is_reported(tmp_path):
+    """BEIR drops a retrieved document whose id equals the query's: a relevant one can then never be found. The
+    warning counts it; the metrics show why (reference: pytrec_eval with and without the rule)."""
+    from twotower.evaluation.metrics import evaluate
+
+    corpus = TINY_CORPUS + [{"_id": "q1", "title": "Purring", "text": "which feline purrs: the cat"}]
+    data = write_beir(tmp_path / "d", corpus, TINY_QUERIES, [("q1", "q1", 1), ("q2", "d4", 1), ("q3", "d5", 1)])
+    res = _eval(data)
+    out = _flat(res.output)
+    assert res.exit_code == 0, res.output
+    assert "1 relevant judgement(s) name a document with its query's own id ('q1')" in out, out
+    qrels = {"q1": {"q1": 1}}
+    assert evaluate(qrels, {"q1": {"q1": 1.0}}, ("recall@100",), ignore_identical_ids=False)["recall@100"] == 1.0
+    assert evaluate(qrels, {"q1": {"q1": 1.0}}, ("recall@100",))["recall@100"] == 0.0

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.data.grades import check_grade
 from twotower.errors import DataError
 from twotower.io import open_input
 
@@ -174,6 +175,7 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
             raise DataError(
                 path, f"score must be an integer, got '{score_text}'", line=number, field="score"
             ) from None
+        check_grade(score, path, number)  # 10**12 or -5e9: a wrong column, not a grade
         seen = qrels.setdefault(qid, {})
         if did in seen and seen[did] != score:  # which one holds? the last silently won
             raise DataError(path, f"query '{qid}' judges document '{did}' twice, with scores {seen[did]} and {score}",

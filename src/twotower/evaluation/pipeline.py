@@ -10,6 +10,7 @@ from pathlib import Path
 from twotower.data.beir import BeirDataset
 from twotower.encoders.device import describe, resolve_device
 from twotower.errors import TwoTowerError
+from twotower.evaluation.judgements import check_judgements
 from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, evaluate
 from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
@@ -349,6 +350,8 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
     if cfg.prf_depth and cfg.prf_depth > len(ds.corpus):  # before any encoding
         raise TwoTowerError(f"--prf-depth {cfg.prf_depth}: {ds.root or name} has only {len(ds.corpus)} documents to feed "
                             "back; lower --prf-depth")
+    qrels_source = Path(ds.root) / "qrels" / f"{ds.split}.tsv" if ds.root is not None else f"qrels of '{ds.split}'"
+    judged = check_judgements(ds.qrels, qrels_source)  # nothing relevant, absurd grades: before any encoding
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)
@@ -371,5 +374,5 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
         fusion_norm=(cfg.fusion_norm or "minmax") if cfg.retriever == "hybrid" else None,
         rerank=cfg.rerank,
         prf={"depth": cfg.prf_depth, "weight": _prf_weight(cfg)} if cfg.prf_depth else None,
-        warnings=index_check.warnings,  # the data set's own warnings were logged once by its loader
+        warnings=[*judged, *index_check.warnings],  # the data set's own warnings were logged once by its loader
     )
