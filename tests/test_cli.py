@@ -151,7 +151,7 @@ def test_eval_out_naming_a_folder_fails_before_the_evaluation(tiny_beir, tmp_pat
     import twotower.evaluation.pipeline as pipeline
 
     real = pipeline.run_eval
-    monkeypatch.setattr(pipeline, "run_eval", lambda cfg: calls.append(cfg) or real(cfg))
+    monkeypatch.setattr(pipeline, "run_eval", lambda cfg, **kw: calls.append(cfg) or real(cfg, **kw))
     res = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--out", str(tmp_path), "--no-progress"])
     assert res.exit_code == 2 and "exists and is a directory" in " ".join(res.output.split()), res.output
     assert calls == []  # nothing was evaluated (and lost)

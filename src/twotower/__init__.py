@@ -23,7 +23,7 @@ Analyses (the papers' studies)
 Data sets on disk
     :func:`fetch_beir`, :func:`locate_beir`
 Output files
-    :func:`check_output_file`, :func:`check_output_dir`, :func:`write_json`
+    :func:`check_output_file`, :func:`check_outputs`, :func:`check_output_dir`, :func:`write_json`
 Errors
     :class:`TwoTowerError` and its subclasses :class:`DataError`, :class:`ModelError`, :class:`DatasetNotFound`
 
@@ -104,6 +104,7 @@ _EXPORTS: dict[str, str] = {
     # output files
     "check_output_file": "twotower.api.tools",
     "check_output_dir": "twotower.api.tools",
+    "check_outputs": "twotower.api.tools",
     "write_json": "twotower.api.tools",
 }
 

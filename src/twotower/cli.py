@@ -14,6 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import typer
 from rich.table import Table
 
+import twotower as tt
+
 from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
 from twotower.console import console, warn
 from twotower.console import fail as _fail
@@ -94,36 +96,25 @@ def eval_cmd(
     prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
-    from twotower.evaluation.pipeline import EvalConfig, run_eval
-    from twotower.evaluation.runs import write_run
-    from twotower.data.beir import beir_files
-    from twotower.io import atomic_write_json, check_not_inputs, check_output_files
-
-    cfg = EvalConfig(
-        data=data, split=split, retriever=retriever, model=model, top_k=top_k, batch_size=batch_size,
-        precision=precision, device=device, query_max_length=query_max_length, doc_max_length=doc_max_length,
-        pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress,
-        metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
-    )
     if rerank_depth is not None and rerank is None:
         _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
-    cfg.index, cfg.rerank, cfg.rerank_depth, cfg.hybrid_lambda, cfg.multivector, cfg.compile = (
-        index, rerank, 100 if rerank_depth is None else rerank_depth, hybrid_lambda, multivector, compile_)
-    cfg.language, cfg.fusion_norm, cfg.rerank_weight = language, fusion_norm, rerank_weight
-    cfg.prf_depth, cfg.prf_weight = prf_depth, prf_weight
     try:
-        check_output_files(("--out", out), ("--run", run_file))  # before any loading: fail now, not after the run
-        check_not_inputs((("--out", out), ("--run", run_file)), beir_files(data))
-        result = run_eval(cfg)
+        tt.check_outputs(("--out", out), ("--run", run_file), data=data)  # before any loading: fail now, not later
+        chosen = tt.Index.open(index, model=model, device=device, precision=precision) if index else None
+        result = tt.evaluate(
+            chosen, data, split=split, mode=retriever, model=None if index else model,
+            k=top_k, metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()), batch_size=batch_size,
+            precision=precision, device=device, query_max_length=query_max_length, doc_max_length=doc_max_length,
+            pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress, rerank=rerank,
+            rerank_depth=100 if rerank_depth is None else rerank_depth, lam=hybrid_lambda, multivector=multivector,
+            compile=compile_, language=language, norm=fusion_norm, rerank_weight=rerank_weight,
+            prf_depth=prf_depth, prf_weight=prf_weight)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     for message in result.warnings:
         warn(message)
+    result.save(out, run_file=run_file)
     payload = result.to_json()
-    if out:
-        atomic_write_json(out, payload)
-    if run_file:
-        write_run(result.run, run_file, tag=f"twotower-{result.retriever}")
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
 
 
@@ -159,10 +150,8 @@ def data_fetch(
     cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
 ) -> None:
     """Download a BEIR data set (checksum verified) and print its directory."""
-    from twotower.data.fetch import fetch_beir
-
     try:
-        print(fetch_beir(name, cache))
+        print(tt.fetch_beir(name, cache))
     except TwoTowerError as exc:
         _fail(exc)
 
@@ -173,10 +162,8 @@ def data_locate(
     cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
 ) -> None:
     """Print a usable data directory: PATH itself, or the cached/downloaded copy of its data set."""
-    from twotower.data.fetch import resolve_data
-
     try:
-        print(resolve_data(path, cache))
+        print(tt.locate_beir(path, cache))
     except TwoTowerError as exc:
         _fail(exc)
 

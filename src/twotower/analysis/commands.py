@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
+import twotower as tt
 from twotower.console import BATCH_HELP, DEVICE_HELP
-from twotower.io import check_not_inputs, check_output_dir, check_output_file
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
@@ -25,8 +25,6 @@ def rows_table(result: dict):
     """A rich table of an analysis' ``rows`` (the same columns and number format as the markdown report)."""
     from rich.table import Table
 
-    from twotower.analysis.report import _fmt
-
     rows = result.get("rows", [])
     cols = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (list, dict))))
     table = Table(title=result.get("title"))
@@ -34,17 +32,26 @@ def rows_table(result: dict):
         table.add_column(c, justify="right" if all(isinstance(r.get(c), (int, float)) or r.get(c) is None
                                                    for r in rows) else "left")
     for r in rows:
-        table.add_row(*(_fmt(r.get(c)).replace("\\|", "|") for c in cols))
+        table.add_row(*(_fmt(r.get(c)) for c in cols))
     return table
 
 
-def _finish(result: dict, writer, out: Path) -> None:
-    from twotower.analysis._common import machine_info
+def _fmt(value) -> str:
+    """A table cell, numbers as the markdown report writes them."""
+    if value is None or isinstance(value, float) and value != value:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def _finish(analyze, config, out: Path) -> None:
     from twotower.console import console
 
-    result["command"] = _command_line()
-    result["machine"] = machine_info()
-    paths = writer(result, out)
+    result = analyze(config, out, command=_command_line())
+    paths = result.get("written", [])
     if result.get("rows"):
         console.print(rows_table(result))
     for note in result.get("notes", []):
@@ -83,8 +90,7 @@ def fidelity_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Random-projection fidelity of BM25: k* vs. margin (Fig. 2), margins and recall by document length."""
-    _run(lambda: check_output_dir(out, "--out"))  # before any loading
-    from twotower.analysis.fidelity import FidelityConfig, run_fidelity, write_fidelity
+    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
 
     def parse_ints(text: str, name: str, allow_full: bool = False) -> tuple:
         values = []
@@ -106,14 +112,14 @@ def fidelity_cmd(
 
     def go() -> None:
         k_chunk = 512 if 512 % k_step == 0 else k_step * max(1, 512 // k_step)
-        cfg = FidelityConfig(
+        cfg = tt.FidelityConfig(
             data=data, split=split, max_queries=max_queries, max_docs=max_docs, pairs_per_query=pairs_per_query,
             k_max=k_max, k_step=k_step, k_chunk=k_chunk, draws=draws,
             doc_lengths=parse_ints(doc_lengths, "--doc-lengths", allow_full=True),
             recall_ks=parse_ints(recall_ks, "--recall-ks"), target_accuracy=target_accuracy, seed=seed,
             show_progress=progress,
         )
-        _finish(run_fidelity(cfg), write_fidelity, out)
+        _finish(tt.analyze_fidelity, cfg, out)
 
     _run(go)
 
@@ -132,12 +138,10 @@ def towers_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """t-SNE of query- and document-tower embeddings per model, with a linear probe's separability."""
-    _run(lambda: check_output_dir(out, "--out"))  # before any loading
-    from twotower.analysis.embedding_space import TowersConfig, run_towers, write_towers
-
-    cfg = TowersConfig(data=data, models=list(model) if model else [None], n=n, perplexity=perplexity,
+    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    cfg = tt.TowersConfig(data=data, models=list(model) if model else [None], n=n, perplexity=perplexity,
                        precision=precision, device=device, seed=seed, show_progress=progress)
-    _run(lambda: _finish(run_towers(cfg), write_towers, out))
+    _run(lambda: _finish(tt.analyze_towers, cfg, out))
 
 
 @analyze_app.command("doclength")
@@ -154,13 +158,11 @@ def doclength_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Median length (words, tokens) of the top-10 documents each retriever returns (GTR §6.4)."""
-    _run(lambda: check_output_dir(out, "--out"))  # before any loading
-    from twotower.analysis.doclength import DocLengthConfig, run_doclength, write_doclength
-
-    cfg = DocLengthConfig(data=data, split=split, retrievers=tuple(retriever) if retriever else ("bm25", "dense"),
+    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    cfg = tt.DocLengthConfig(data=data, split=split, retrievers=tuple(retriever) if retriever else ("bm25", "dense"),
                           models=list(model) if model else [None], top_k=top_k, batch_size=batch_size,
                           precision=precision, device=device, show_progress=progress)
-    _run(lambda: _finish(run_doclength(cfg), write_doclength, out))
+    _run(lambda: _finish(tt.analyze_doclength, cfg, out))
 
 
 @analyze_app.command("latency")
@@ -181,14 +183,12 @@ def latency_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Batch-1 query latency (p50/p95) and documents/s per model and precision (GTR §8)."""
-    _run(lambda: check_output_dir(out, "--out"))  # before any loading
-    from twotower.analysis.latency import LatencyConfig, run_latency, write_latency
-
-    cfg = LatencyConfig(models=list(model) if model else [None],
+    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    cfg = tt.LatencyConfig(models=list(model) if model else [None],
                         precisions=tuple(precision) if precision else ("fp32", "auto"),
                         query_length=query_length, runs=runs, warmup=warmup, data=data, n_docs=n_docs,
                         doc_batch_size=doc_batch_size, device=device, show_progress=progress)
-    _run(lambda: _finish(run_latency(cfg), write_latency, out))
+    _run(lambda: _finish(tt.analyze_latency, cfg, out))
 
 
 @analyze_app.command("report")
@@ -197,13 +197,10 @@ def report_cmd(
     page: Optional[Path] = typer.Option(None, "--page", help="Markdown file to write (default: <out>/report.md)."),
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
-    _run(lambda: check_output_file(page or folder / "report.md", "--page" if page else "--out"))
-    if page is not None and folder.is_dir():  # the analyses' own JSON and plots are the page's inputs
-        _run(lambda: check_not_inputs((("--page", page),), [*folder.glob("*.json"), *folder.glob("*.png")]))
-    from twotower.analysis.report import build_report
+    _run(lambda: tt.check_output_file(page or folder / "report.md", "--page" if page else "--out"))
     from twotower.console import console
 
-    path = _run(lambda: build_report(folder, page))
+    path = _run(lambda: tt.build_report(folder, page))
     console.print(f"wrote {path}", highlight=False)
 
 

@@ -99,5 +99,10 @@ def build_report(folder: str | Path, page: str | Path | None = None) -> Path:
         path = tt.build_report("analysis")
     """
     from twotower.analysis.report import build_report as _build
+    from twotower.io import check_not_inputs, check_output_file
 
+    folder = Path(folder)
+    check_output_file(page or folder / "report.md", "page" if page else "folder")
+    if page is not None and folder.is_dir():  # the analyses' own JSON and plots are the page's inputs
+        check_not_inputs((("--page", page),), [*folder.glob("*.json"), *folder.glob("*.png")])
     return _build(folder, page)

@@ -73,7 +73,7 @@ def _dataset(dataset, split: str | None, strict: bool):
             return Dataset.load(dataset.root, split, strict=strict)
         return dataset
     if isinstance(dataset, (str, Path)):
-        return Dataset.load(dataset, split or "test", strict=strict)
+        return None  # run_eval loads it, after checking every option
     raise TwoTowerError(f"dataset: give a Dataset (twotower.load_beir / Dataset.from_lists) or a BEIR folder path, "
                         f"not {type(dataset).__name__}")
 
@@ -110,12 +110,17 @@ def evaluate(
     """
     from twotower.api.encoder import Encoder
     from twotower.api.index import Index
-    from twotower.evaluation.metrics import DEFAULT_METRICS, per_query
+    from twotower.evaluation.metrics import DEFAULT_METRICS
     from twotower.evaluation.pipeline import EvalConfig, run_eval
 
     index = None
-    if isinstance(retriever, Index):
-        index, retriever_name = retriever.path, mode
+    if retriever is None:  # decided by the model: a fitted model's own mode, else dense; no model: BM25
+        retriever_name = mode
+    elif isinstance(retriever, Index):
+        index = retriever.path
+        model = model or retriever._searcher._model_override
+        # the mode twotower fit chose for the index's model (read by run_eval), else dense
+        retriever_name = mode or (None if retriever._searcher.defaults is not None else "dense")
     elif isinstance(retriever, Encoder):
         if model is not None:
             raise TwoTowerError("model: the Encoder given as the retriever is the model; drop model=")
@@ -137,8 +142,12 @@ def evaluate(
     metric_names = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if isinstance(metrics, str):
         metric_names = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    if ds is None:
+        data, split = Path(dataset), split or "test"
+    else:
+        data, split = (Path(ds.root) if ds.root is not None else Path(".")), ds.split
     cfg = EvalConfig(
-        data=Path(ds.root) if ds.root is not None else Path("."), split=ds.split, retriever=retriever_name,
+        data=data, split=split, retriever=retriever_name,
         model=model, top_k=k, batch_size=batch_size, precision=precision, device=device,
         query_max_length=query_max_length, doc_max_length=doc_max_length, pooling=pooling, k1=k1, b=b, strict=strict,
         metrics=metric_names, show_progress=show_progress, index=index, rerank=rerank, rerank_depth=rerank_depth,
@@ -151,7 +160,7 @@ def evaluate(
     return EvalResult(
         dataset=result.dataset, split=result.split, retriever=result.retriever, model=result.model,
         num_queries=result.num_queries, device=result.device, metrics=result.metrics,
-        per_query=per_query(ds.qrels, result.run, metric_names), timings=result.timings, run=result.run,
+        per_query=result.per_query, timings=result.timings, run=result.run,
         warnings=list(result.warnings), details=details,
     )
 

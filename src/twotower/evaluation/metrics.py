@@ -86,4 +86,9 @@ def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identic
 def evaluate(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identical_ids: bool = True) -> dict[str, float]:
     """Mean of each metric over the judged queries."""
     pq = per_query(qrels, run, metrics, ignore_identical_ids=ignore_identical_ids)
-    return {m: float(np.mean(list(v.values()))) if v else 0.0 for m, v in pq.items()}
+    return mean_metrics(pq)
+
+
+def mean_metrics(scores: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over queries, from :func:`per_query`'s ``{metric: {query_id: value}}``."""
+    return {m: float(np.mean(list(v.values()))) if v else 0.0 for m, v in scores.items()}

@@ -11,7 +11,7 @@ from twotower.data.beir import BeirDataset
 from twotower.encoders.device import describe, resolve_device
 from twotower.errors import TwoTowerError
 from twotower.evaluation.judgements import check_judgements
-from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, evaluate
+from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, mean_metrics, per_query
 from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
 
@@ -69,6 +69,7 @@ class EvalResult:
     fusion_norm: str | None = None  # and its normalisation
     rerank: str | None = None  # the re-ranker used, if any
     prf: dict | None = None  # {"depth", "weight"} of the dense side's pseudo-relevance feedback, if any
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
 
     def to_json(self) -> dict:
         return {
@@ -355,7 +356,8 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?
     timings: dict[str, float] = {}
     run = _retrieve(cfg, ds, timings)
-    metrics = evaluate(ds.qrels, run, cfg.metrics)
+    scores = per_query(ds.qrels, run, cfg.metrics)
+    metrics = mean_metrics(scores)
     model_name = None
     if cfg.retriever != "bm25":
         model_name = index_check.model or cfg.model or "all-MiniLM-L6-v2"
@@ -375,4 +377,5 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
         rerank=cfg.rerank,
         prf={"depth": cfg.prf_depth, "weight": _prf_weight(cfg)} if cfg.prf_depth else None,
         warnings=[*judged, *index_check.warnings],  # the data set's own warnings were logged once by its loader
+        per_query=scores,
     )

@@ -12,10 +12,10 @@ import typer
 
 def register(app: typer.Typer) -> None:
     from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
+    import twotower as tt
     from twotower.console import console
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.io import check_output_dir
 
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
     app.add_typer(index_app, name="index")
@@ -59,40 +59,18 @@ def register(app: typer.Typer) -> None:
         gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0, help="Ray: GPUs per actor."),
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
-        from twotower.retrieval.bm25 import BM25Params
-        from twotower.retrieval.searcher import EncodeConfig, build_index, spec_for_model
-        from twotower.retrieval.store import IndexSpec
-
-        cfg = EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress, compile=compile_,
-                           device=device)
         try:
-            check_output_dir(out, "--out")  # before any loading or encoding
-            spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
-                             bm25=bm25 or bigrams or language is not None,
-                             bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"),
-                             vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor)
-            spec = spec_for_model(spec, model, language_given=language is not None)  # a fitted hybrid needs BM25
-            if use_ray:
-                from twotower.scale.ray_encode import RayConfig, build_index_ray
-
-                if multivector or project:
-                    raise TwoTowerError("--ray encodes single-vector indexes; drop --multivector/--project")
-                store = build_index_ray(data, out, model=model, spec=spec, cfg=cfg, ray_cfg=RayConfig(
-                    address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
-            else:
-                store = build_index(data, out, model=model, spec=spec, multivector=multivector, project_dim=project,
-                                    cfg=cfg)
+            tt.check_output_dir(out, "--out")  # before any loading or encoding
+            index = tt.Index.build(
+                out, data, encoder=model, kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
+                pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
+                batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
+                ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
-        m = store.manifest
-        v = m.get("vectors") or {}
-        stored = "" if v.get("type", "fp32") == "fp32" else f" {v['type']}"
-        if v.get("type") == "binary":
-            stored += (", no rescoring" if v.get("rescore") == "none"
-                       else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
-        cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
-        console.print(f"{out}: version {store.version}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
-                      f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
+        m = index.info()
+        console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
+                      f"{m['dim']} dims, {m['factory']}{', BM25' if m['bm25'] else ''}")
 
     @index_app.command("add")
     def index_add(
@@ -107,15 +85,12 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, help="Show progress bars."),
     ) -> None:
         """Encode only the new documents and add them as a new index version."""
-        from twotower.retrieval.searcher import EncodeConfig, add_documents
-
         try:
-            store = add_documents(index, docs, replace=replace, model=model,
-                                  cfg=EncodeConfig(batch_size=batch_size, precision=precision, show_progress=progress,
-                                                   compile=compile_, device=device))
+            opened = tt.Index.open(index, model=model, device=device, precision=precision)
+            opened.add(docs, replace=replace, batch_size=batch_size, compile=compile_, show_progress=progress)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
-        console.print(f"{index}: version {store.version}, {len(store)} documents")
+        console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
 
     @index_app.command("remove")
     def index_remove(
@@ -123,13 +98,11 @@ def register(app: typer.Typer) -> None:
         ids: list[str] = typer.Argument(..., help="Document ids to remove."),
     ) -> None:
         """Remove documents (a new index version without them)."""
-        from twotower.retrieval.store import IndexStore
-
         try:
-            store = IndexStore.open(index).remove(ids, show_progress=False)
+            opened = tt.Index.open(index).remove(ids)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
-        console.print(f"{index}: version {store.version}, {len(store)} documents")
+        console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
 
     @index_app.command("info")
     def index_info(
@@ -137,13 +110,11 @@ def register(app: typer.Typer) -> None:
         verify: bool = typer.Option(False, help="Check every file's sha256."),
     ) -> None:
         """Print the live version's manifest."""
-        from twotower.retrieval.store import IndexStore
-
         try:
-            store = IndexStore.open(index, verify=verify)
+            manifest = tt.Index.open(index, verify=verify).store.manifest
         except TwoTowerError as exc:
             _fail(exc)
-        print(json.dumps(store.manifest, indent=2))
+        print(json.dumps(manifest, indent=2))
 
     @app.command("search")
     def search_cmd(
@@ -171,65 +142,43 @@ def register(app: typer.Typer) -> None:
         """Print the top-k documents for QUERY: rank, id, score, title."""
         from rich.table import Table
 
-        from twotower.retrieval.searcher import Searcher
-
         try:
             if not query.strip():
                 raise TwoTowerError("QUERY is empty: give the text to search for, e.g. twotower search --index DIR "
                                     "'how is green tea made'")
             if rerank_depth is not None and rerank is None:
                 raise TwoTowerError("--rerank-depth sets how many hits --rerank re-ranks: pass --rerank DIR or drop it")
-            rerank_depth = 100 if rerank_depth is None else rerank_depth
             if lam is not None and mode not in (None, "hybrid"):  # mode None: the fitted model's, checked below
                 raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
                                     "it: drop --lambda or pass --mode hybrid")
-            searcher = Searcher(index, device=device)
-            fitted = searcher.defaults
-            weight = None
-            if rerank is None and mode is None and fitted is not None and fitted.rerank:
-                rerank = Path(fitted.rerank_path(searcher.store.manifest["model"]["path"]))
-                rerank_depth, weight = fitted.rerank_depth, fitted.rerank_weight
-            if rerank is not None and str(rerank) == "none":
-                rerank = None
-            asked_lam = lam
-            mode, lam = searcher.resolve(mode, lam)  # a fitted model's own mode and λ unless given
-            if asked_lam is not None and mode != "hybrid":
-                raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
-                                    "it: drop --lambda or pass --mode hybrid")
-            depth = max(k, rerank_depth) if rerank else k
-            if fusion_norm is not None and mode != "hybrid":
-                raise TwoTowerError(f"--fusion-norm normalises the two sides of --mode hybrid; --mode {mode} does not "
-                                    "use it: drop it or pass --mode hybrid")
-            from twotower.retrieval.prf import check_prf
-
-            check_prf(prf_depth, prf_weight, mode=mode, mode_option="--mode")
-            hits = searcher.search(query, depth, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe,
-                                   norm=fusion_norm, prf_depth=prf_depth, prf_weight=prf_weight)
-            if rerank:
-                from twotower.retrieval.rerank import Reranker, blend
-
-                store = searcher.store
-                ce = Reranker(rerank, device=device)
-                top = hits[:rerank_depth]
-                scores = ce.score([(query, _doc_text(store, h.doc_id)) for h in top])
-                scored = {h.doc_id: float(s) for h, s in zip(top, scores)}
-                if weight is not None:  # the fitted blend with the first stage (retrieval.rerank.blend)
-                    scored = blend({h.doc_id: h.score for h in top}, scored, weight)
-                for h in top:
-                    h.score = scored[h.doc_id]
-                hits = sorted(hits[:rerank_depth], key=lambda h: -h.score)
-            hits = hits[:k]
+            opened = tt.Index.open(index, device=device)
+            resolved, _ = opened.resolve(mode, lam)  # a fitted model's own mode unless given
+            if lam is not None and resolved != "hybrid":
+                raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {resolved} does not "
+                                    "use it: drop --lambda or pass --mode hybrid")
+            if fusion_norm is not None and resolved != "hybrid":
+                raise TwoTowerError(f"--fusion-norm normalises the two sides of --mode hybrid; --mode {resolved} does "
+                                    "not use it: drop it or pass --mode hybrid")
+            if prf_weight is not None and prf_depth is None:
+                raise TwoTowerError("--prf-weight needs --prf-depth (how many top documents feed back)")
+            if prf_depth is not None and resolved == "bm25":
+                raise TwoTowerError("--prf-depth feeds the top documents' vectors back into a dense query; --mode bm25 "
+                                    "has none: drop it or pass --mode dense | hybrid | rrf")
+            hits = opened.search(query, k, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe, norm=fusion_norm,
+                                 prf_depth=prf_depth, prf_weight=prf_weight,
+                                 rerank=str(rerank) if rerank is not None else None, rerank_depth=rerank_depth)
+            mode = resolved
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         if as_json:
             for rank, h in enumerate(hits, start=1):
-                print(json.dumps({"rank": rank, "id": h.doc_id, "score": round(h.score, 6), "title": h.title}))
+                print(json.dumps({"rank": rank, "id": h.id, "score": round(h.score, 6), "title": h.title}))
             return
         table = Table(title=f"{mode}: {query}")
         for name in ("rank", "id", "score", "title"):
             table.add_column(name, justify="right" if name in ("rank", "score") else "left")
         for rank, h in enumerate(hits, start=1):
-            table.add_row(str(rank), h.doc_id, f"{h.score:.4f}", h.title)
+            table.add_row(str(rank), h.id, f"{h.score:.4f}", h.title)
         console.print(table)
 
     @app.command("train-reranker")
@@ -252,19 +201,13 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, help="Show progress bars."),
     ) -> None:
         """Train a cross-encoder re-ranker: judged positives vs BM25-mined negatives, softmax over each group."""
-        from twotower.retrieval.rerank import RerankerTrainConfig, train_reranker
-
         try:
-            cfg = RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs,
+            cfg = tt.RerankerTrainConfig(negatives=negatives, mine_depth=mine_depth, epochs=epochs,
                                       batch_queries=batch_queries, lr=lr, max_length=max_length, precision=precision,
                                       seed=seed, max_queries=max_queries, show_progress=progress, device=device)
-            check_output_dir(out, "--out", replaced=True)  # before any loading or training
-            stats = train_reranker(data, out, base=base, split=split, cfg=cfg)
+            tt.check_output_dir(out, "--out", replaced=True)  # before any loading or training
+            stats = tt.train_reranker(data, out, base=base, split=split, config=cfg)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{out}: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
 
-
-def _doc_text(store, doc_id: str) -> str:
-    d = store.document(store.row_of[doc_id])
-    return f"{d['title']} {d['text']}".strip() if d["title"] else d["text"]

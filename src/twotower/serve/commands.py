@@ -36,31 +36,26 @@ def serve_cmd(
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve search, document reads and (with an API key) document writes over HTTP."""
+    import twotower as tt
     from twotower.console import fail as _fail, console
     from twotower.errors import TwoTowerError
 
-    try:
-        import uvicorn
-
-        from twotower.encoders.device import describe
-        from twotower.serve.app import ServeLimits, create_app
-        from twotower.serve.auth import read_api_key
-    except ImportError as exc:
-        _fail(TwoTowerError(f"serving needs FastAPI, uvicorn and prometheus_client ({exc}): "
-                            f"pip install 'twotower[serve]'"))
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         _fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
     try:
-        key = read_api_key(api_key_file) if api_key_file else None
-        limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
-        api = create_app(index, api_key=key, open_reads=not keyed_reads, limits=limits, model=model, precision=precision,
-                         query_runtime=query_runtime, device=device)
+        api = tt.create_app(index, api_key_file=api_key_file, keyed_reads=keyed_reads, model=model,
+                            precision=precision, query_runtime=query_runtime, device=device, max_k=max_k,
+                            max_batch=max_batch, max_body_bytes=max_body_bytes)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     searcher = api.state.service.searcher
     store = searcher.store
+    keyed = api_key_file is not None
     console.print(f"serving {index} (version {store.version}, {len(store)} documents) on http://{host}:{port}"
-                  f" — writes {'need the API key' if key else 'disabled (no --api-key-file)'}; queries encoded by "
-                  f"{'ONNX Runtime' if searcher.onnx_queries is not None else 'torch on ' + describe(searcher.encoder.device)}")
+                  f" — writes {'need the API key' if keyed else 'disabled (no --api-key-file)'}; queries encoded by "
+                  f"{'ONNX Runtime' if searcher.onnx_queries is not None else 'torch on ' + str(searcher.encoder.device)}")
     # one process: writes are serialized in it and every read sees one whole index version
-    uvicorn.run(api, host=host, port=port, log_level=log_level.lower(), workers=1)
+    try:
+        tt.serve_index(api, host=host, port=port, log_level=log_level)
+    except (TwoTowerError, ValueError) as exc:
+        _fail(exc)

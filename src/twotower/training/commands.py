@@ -69,14 +69,10 @@ def train_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
+    import twotower as tt
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.io import check_output_dir
-    from twotower.training.pipeline import TrainRequest, run_training
-    from twotower.training.tensorboard_log import require_tensorboard
-    from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
-    maybe_init_distributed()
     try:
         mrl = _number_list(matryoshka, int, "--matryoshka")
         mrl_weights = _number_list(matryoshka_weights, float, "--matryoshka-weights")
@@ -88,23 +84,23 @@ def train_cmd(
                   multivector=multivector, attention_dropout=attention_dropout,
                   freeze_embeddings=freeze_embeddings or None, matryoshka=mrl, matryoshka_weights=mrl_weights)
     try:
-        check_output_dir(out, "--out")  # before any loading
+        tt.check_output_dir(out, "--out")  # before any loading
         if config is not None:
-            cfg = TrainConfig.from_toml(config, **{k: v for k, v in common.items() if k == "out" or v is not None})
+            train_config = config
+            overrides = {k: v for k, v in common.items() if k == "out" or v is not None}
         else:
             if data is None and pairs is None:
                 raise TwoTowerError("give --data (a BEIR directory), --pairs (a JSONL file) or --config (stages TOML)")
-            stage = StageConfig(
+            stage = tt.StageConfig(
                 name="finetune", data=str(data) if data else None, split=split, pairs=str(pairs) if pairs else None,
                 epochs=epochs if epochs is not None else (None if steps else 1.0), steps=steps,
                 batch_size=batch_size, lr=lr, temperature=temperature, optimizer=optimizer, cache_chunk=cache_chunk,
                 bucket_size=bucket_size,
             )
-            cfg = TrainConfig(stages=[stage], **{**common, "freeze_embeddings": freeze_embeddings})
-        if cfg.tensorboard:
-            require_tensorboard()  # before a model is loaded or the run directory written
-        result = run_training(TrainRequest(config=cfg, hard_negatives=hard_negatives, num_negatives=num_negatives,
-                                           data=data, split=split), resume=resume)
+            train_config = tt.TrainConfig(stages=[stage], **{**common, "freeze_embeddings": freeze_embeddings})
+            overrides = {}
+        result = tt.train(train_config, hard_negatives=hard_negatives, num_negatives=num_negatives, data=data,
+                          split=split, resume=resume, **overrides)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"model saved to {result}")
@@ -138,18 +134,15 @@ def mine_cmd(
     progress: bool = typer.Option(True),
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
+    import twotower as tt
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.data.beir import beir_files
-    from twotower.io import check_not_inputs, check_output_file
-    from twotower.training.pipeline import mine_pairs
 
     try:
-        check_output_file(out, "--out")  # before any loading
-        check_not_inputs((("--out", out),), beir_files(data))
-        n = mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
-                       rank_range=(rank_from, rank_to), seed=seed, show_progress=progress, device=device,
-                       language=language)
+        tt.check_outputs(("--out", out), data=data)  # before any loading
+        n = tt.mine(data, out, split=split, retriever=retriever, model=model, num_negatives=num_negatives,
+                    rank_from=rank_from, rank_to=rank_to, seed=seed, show_progress=progress, device=device,
+                    language=language)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"wrote {n} examples to {out}")

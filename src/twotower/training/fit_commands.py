@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from twotower.console import DEVICE_HELP, LANGUAGE_HELP
-from twotower.training.fit.recipe import FitRecipe
+from twotower import FitRecipe
 
 _D = FitRecipe()  # the recipe's defaults are the options' defaults
 
@@ -49,28 +49,27 @@ def fit_cmd(
     The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it. Without train
     labels: BM25, dense or hybrid from the data's and the encoder's languages (a multilingual encoder across
     languages also gets its language directions removed)."""
+    import twotower as tt
     from twotower.console import console, warn
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
-    from twotower.training.fit import FitOptions, run_fit
 
     try:
         grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
     except ValueError:
         _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
-    recipe = FitRecipe(**({"margins": grid} if grid else {}), model=model, split=split, dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
-                       lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
-                       rerank_depth=rerank_depth)
-    opts = FitOptions(precision=precision, device=device, show_progress=progress)
     try:
         if out.exists() and not out.is_dir():
             raise TwoTowerError(f"--out {out}: exists and is not a directory")
-        result = run_fit(data, out, recipe, opts)
+        result = tt.fit(data, out, **({"margins": grid} if grid else {}), model=model, split=split,
+                        dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
+                        lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
+                        rerank_depth=rerank_depth, precision=precision, device=device, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     if result.message:
         warn(result.message)
-    c = result.report["choices"]
+    c = result.choices
     resumed = [s for s in result.report["stages"] if s not in result.computed]
     if resumed:
         console.print(f"resumed: {', '.join(resumed)} were already done")

@@ -55,37 +55,30 @@ def pretrain_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
+    import twotower as tt
     from twotower.console import fail as _fail
-    from twotower.data.augment import ViewConfig
     from twotower.errors import TwoTowerError
-    from twotower.io import check_output_dir
-    from twotower.training.pretrain import PretrainConfig, pretrain
-    from twotower.training.tensorboard_log import require_tensorboard
-    from twotower.training.trainer import StageConfig, TrainConfig, maybe_init_distributed
 
-    maybe_init_distributed()
     try:
-        check_output_dir(out, "--out")  # before any loading
+        tt.check_output_dir(out, "--out")  # before any loading
         moco_given = [name for name, v in (("--queue-size", queue_size), ("--momentum", momentum)) if v is not None]
         if moco_given and negatives != "moco":
             raise TwoTowerError(f"{'/'.join(moco_given)} set the MoCo queue and key encoder, which --negatives "
                                 f"{negatives} does not use: drop them or pass --negatives moco")
         if ict_keep is not None and augment != "ict":
             raise TwoTowerError(f"--ict-keep applies to --augment ict, not {augment}: drop it or pass --augment ict")
-        views = ViewConfig(augment=augment, chunk_tokens=chunk_tokens, ratio_min=ratio_min, ratio_max=ratio_max,
+        views = tt.ViewConfig(augment=augment, chunk_tokens=chunk_tokens, ratio_min=ratio_min, ratio_max=ratio_max,
                            delete=delete, replace=replace, **({} if ict_keep is None else {"ict_keep": ict_keep}))
         moco = {k: v for k, v in (("queue_size", queue_size), ("momentum", momentum)) if v is not None}
-        pre = PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, limit_docs=limit_docs, **moco)
-        stage = StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
+        pre = tt.PretrainConfig(corpus=str(corpus), views=views, negatives=negatives, limit_docs=limit_docs, **moco)
+        stage = tt.StageConfig(name="pretrain", epochs=None if steps else 1.0, steps=steps, batch_size=batch_size,
                             lr=lr, warmup=warmup, temperature=temperature, cache_chunk=cache_chunk,
                             bucket_size=bucket_size)
-        cfg = TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
+        cfg = tt.TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage],
                           freeze_embeddings=freeze_embeddings)
-        if tensorboard:
-            require_tensorboard()  # before a model is loaded or the run directory written
-        result = pretrain(cfg, pre, resume=resume)
+        result = tt.pretrain(cfg, pre, resume=resume)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"model saved to {result}")
