@@ -161,3 +161,39 @@ def test_train_data_skips_the_empty_pair(tmp_path, tiny_bert_dir):
 
     examples = stage_examples(StageConfig(data=str(data)))
     assert len(examples) == len(WORDS) - 1 and "d5" not in {e.pid for e in examples}
+
+
+# ---------------------------------------------------------------- case 7: mining ranks beyond the collection
+
+
+def test_mine_refuses_ranks_past_the_collection(tmp_path, tiny_beir):
+    out = tmp_path / "mined.jsonl"
+    res = runner.invoke(app, ["mine", "--data", str(tiny_beir), "--split", "test", "--out", str(out),
+                              "--rank-from", "20", "--rank-to", "50", "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "--rank-from 20: the collection has only 6 documents" in _flat(res.output)
+    assert not out.exists()
+
+
+def test_mine_says_when_examples_get_fewer_negatives(tmp_path, tiny_beir, caplog):
+    """Ranks 6..50 of a 6-document collection hold one document: asked for 2 negatives, every example gets at most
+    1 (and none where rank 6 is its positive); the file is written, and the shortfall counted in a warning."""
+    from twotower.data.beir import BeirDataset
+    from twotower.training.mining import add_hard_negatives
+
+    out = tmp_path / "mined.jsonl"
+    with caplog.at_level(logging.WARNING):
+        res = runner.invoke(app, ["mine", "--data", str(tiny_beir), "--split", "test", "--out", str(out),
+                                  "--rank-from", "6", "--rank-to", "50", "--num-negatives", "2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(len(r["negative_ids"]) <= 1 for r in rows)
+    assert any("3 of 3 examples got fewer than 2 negatives" in r.getMessage() for r in caplog.records), caplog.text
+    # every example without a negative: refused, not written as a file of positives only
+    ds = BeirDataset.load(tiny_beir, "test")
+    from twotower.data.pairs import pairs_from_beir
+
+    pairs = pairs_from_beir(ds)
+    ranked = {p.qid: [p.pid] for p in pairs}  # each ranking holds its positive alone
+    with pytest.raises(Exception, match="no example got a negative"):
+        add_hard_negatives(pairs, ds, ranked, num_negatives=1, rank_range=(1, 5))
