@@ -67,9 +67,9 @@ def doc_url(doc_id: str) -> str:
     return "/documents/" + quote(doc_id, safe="").replace(".", "%2E")
 
 
-# ids a document may have, each reachable over HTTP
-ODD_IDS = ["a/b", "/leading", "trailing/", "a//b", "a/../b", ".", "..", "100%", "50%25off", "a%2Fb", "with space",
-           " padded ", "tab\there", "q?x=1#frag", "+plus&amp;", "日本語/ü", "émoji 🎉", "back\\slash", "x" * 256]
+# ids a document may have, each reachable over HTTP (whitespace is not among them: the one id rule, data.ids)
+ODD_IDS = ["a/b", "/leading", "trailing/", "a//b", "a/../b", ".", "..", "100%", "50%25off", "a%2Fb", "with_underscore",
+           "-dashed-", "q?x=1#frag", "+plus&amp;", "日本語/ü", "émoji🎉", "back\\slash", "x" * 256]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_real_server_process(index, tmp_path):
             assert c.post("/documents", json={"documents": [{"_id": "r1", "text": "t"}]}).status_code == 401
             assert c.post("/documents", json={"documents": [{"_id": "r1", "text": "real"}]}, headers=HEADERS).status_code == 200
             assert c.get("/documents/r1").json()["text"] == "real"
-            odd = ["r/2", "50%25 off/ü", "..", "a%2Fb"]
+            odd = ["r/2", "50%25off/ü", "..", "a%2Fb"]
             assert c.post("/documents", json={"documents": [{"_id": d, "text": d} for d in odd]},
                           headers=HEADERS).status_code == 200
             for d in odd:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.data.ids import id_problem, text_problem
 from twotower.data.grades import check_grade
 from twotower.errors import DataError
 from twotower.io import open_input
@@ -77,8 +78,9 @@ def _require_id(path: Path, number: int, record: dict) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataError(path, f"id must be a string, got {type(value).__name__}", line=number, field="_id")
     value = str(value)
-    if not value.strip():
-        raise DataError(path, "empty id", line=number, field="_id")
+    problem = id_problem(value)
+    if problem:
+        raise DataError(path, f"id {value!r} {problem}", line=number, field="_id")
     return value
 
 
@@ -90,6 +92,10 @@ def _require_text(path: Path, number: int, record: dict, name: str, *, required:
     value = record[name]
     if not isinstance(value, str):
         raise DataError(path, f"{name} must be a string, got {type(value).__name__}", line=number, field=name)
+    problem = text_problem(value)
+    if problem:  # here, not as a codec error from the tokenizer or the index writer after minutes of encoding
+        where = f" (record '{record['_id']}')" if isinstance(record.get("_id"), (str, int)) else ""
+        raise DataError(path, f"{name}{where} {problem}", line=number, field=name)
     return value
 
 
@@ -165,10 +171,10 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
                 line=number,
             )
         qid, did, score_text = (p.strip() for p in parts)
-        if not qid:
-            raise DataError(path, "empty query id", line=number, field="query-id")
-        if not did:
-            raise DataError(path, "empty document id", line=number, field="corpus-id")
+        for value, column in ((qid, "query-id"), (did, "corpus-id")):
+            problem = id_problem(value)
+            if problem:
+                raise DataError(path, f"{column} {value!r} {problem}", line=number, field=column)
         try:
             score = int(score_text)
         except ValueError:

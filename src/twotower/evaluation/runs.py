@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from twotower.data.ids import first_bad_id
 from twotower.errors import DataError
 from twotower.io import atomic_write_text
 
@@ -22,6 +23,9 @@ def format_run(run: Run, tag: str = "twotower") -> str:
 def write_run(run: Run, path: str | Path, tag: str = "twotower") -> None:
     if any(c.isspace() for c in tag):
         raise ValueError(f"run tag '{tag}' must not contain whitespace")
+    bad = first_bad_id(run) or first_bad_id(d for docs in run.values() for d in docs)
+    if bad:  # a line 'qid Q0 docid rank score tag' split on whitespace would read other columns
+        raise DataError(path, f"cannot write the TREC run: id {bad[0]!r} {bad[1]}")
     atomic_write_text(path, format_run(run, tag))
 
 

@@ -31,129 +31,20 @@ limit, 422 for anything the request models reject (query length, ``k``, batch si
 # no `from __future__ import annotations`: FastAPI and pydantic resolve the request models defined
 # inside create_app from their (local) annotations at run time.
 
-import copy
 import hmac
 import logging
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 from urllib.parse import unquote
 
 from twotower.errors import TwoTowerError
 from twotower.serve.auth import API_KEY_HEADER, check_api_key, read_api_key  # noqa: F401  (read_api_key: re-exported)
 from twotower.serve.body_limit import BodySizeLimit
+from twotower.serve.models import build_models
+from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServeLimits:
-    """Input limits; requests over them get a 4xx, never reach the model."""
-
-    max_query_chars: int = 2048
-    max_k: int = 1000
-    max_batch_queries: int = 64
-    max_docs_per_request: int = 256
-    max_id_chars: int = 256
-    max_title_chars: int = 2048
-    max_text_chars: int = 100_000
-    max_body_bytes: int = 4 * 1024 * 1024
-
-
-class ServiceState:
-    """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
-
-    def __init__(
-        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
-        device: str = "auto",
-    ) -> None:
-        from twotower.retrieval.searcher import EncodeConfig, Searcher
-
-        self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
-                                 device=device)
-        self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
-        self.cfg = EncodeConfig(precision=precision, show_progress=False, device=device)
-        # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
-        # and FAISS use every core anyway: one search or encode at a time.
-        self.compute_lock = threading.Lock()
-        self.write_lock = threading.Lock()
-        self._refresh_lock = threading.Lock()
-
-    # ---- snapshots ----------------------------------------------------------------------
-
-    def snapshot(self):
-        """The live index version (picking up writes by other processes); one object per request."""
-        with self._refresh_lock:
-            try:
-                self.searcher.refresh()
-            except TwoTowerError as exc:  # a half-visible foreign write: keep serving what we have
-                log.warning("index refresh failed, serving version %s: %s", self.searcher.store.version, exc)
-            return self.searcher.store
-
-    def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
-               prf_weight: float | None = None) -> tuple[object, list[list]]:
-        store = self.snapshot()
-        view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
-        view.store = store
-        kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
-                  "prf_depth": prf_depth, "prf_weight": prf_weight}
-        k = min(k, len(store))
-        with self.compute_lock:
-            run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
-        results = []
-        for i in range(len(queries)):
-            ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
-            results.append([(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked])
-        return store, results
-
-    # ---- writes -------------------------------------------------------------------------
-
-    def add(self, docs: list, replace: bool):
-        from twotower.data.beir import Document
-        from twotower.retrieval.searcher import encode_new_docs
-        from twotower.retrieval.store import IndexStoreError
-
-        with self.write_lock:
-            store = self.snapshot()
-            dup = [d.id for d in docs if d.id in store.row_of]
-            if dup and not replace:
-                raise _Conflict(f"{len(dup)} document id(s) already in the index: "
-                                + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
-            with self.compute_lock:
-                new = encode_new_docs(self.searcher.encoder, [Document(d.id, d.title, d.text) for d in docs], self.cfg,
-                                      multivector=store.multivector, projection=store.projection)
-            try:
-                live = store.add(new, replace=replace, show_progress=False)
-            except IndexStoreError as exc:
-                if "already in the index" in str(exc):  # another process added them meanwhile
-                    raise _Conflict(str(exc)) from None
-                raise
-            with self._refresh_lock:
-                self.searcher.store = live
-            return live, len(dup)
-
-    def remove(self, doc_id: str):
-        with self.write_lock:
-            store = self.snapshot()
-            if doc_id not in store.row_of:
-                raise _NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
-            if len(store) == 1:
-                raise _Conflict("cannot delete the last document: an index needs at least one")
-            live = store.remove([doc_id], show_progress=False)
-            with self._refresh_lock:
-                self.searcher.store = live
-            return live
-
-
-class _NotFound(TwoTowerError):
-    pass
-
-
-class _Conflict(TwoTowerError):
-    pass
 
 
 # ------------------------------------------------------------------------------------------
@@ -183,7 +74,6 @@ def create_app(
     from fastapi.responses import JSONResponse, PlainTextResponse
     from fastapi.security import APIKeyHeader
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-    from pydantic import BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.routing import Match
 
@@ -196,80 +86,11 @@ def create_app(
         raise TwoTowerError("keyed reads (open_reads=False) need an API key (--api-key-file)")
     state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
 
-    Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars, pattern=r"\S")]  # not blank
-    K = Annotated[int, Field(ge=1, le=limits.max_k)]
-    Mode = Literal["dense", "bm25", "hybrid", "rrf"]
-    Lambda = Annotated[float | None, Field(default=None, ge=0.0, le=1.0)]
-    PrfDepth = Annotated[int | None, Field(default=None, ge=1, le=limits.max_k, description="documents fed back (off)")]
-    PrfWeight = Annotated[float | None, Field(default=None, gt=0.0, allow_inf_nan=False, description="their share (1)")]
-    DocId = Annotated[str, Field(min_length=1, max_length=limits.max_id_chars)]
-
-    class Strict(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-
-    class SearchRequest(Strict):
-        query: Query
-        k: K = 10
-        mode: Mode | None = Field(default=None, description="default: the model's fitted mode (twotower fit), else dense")
-        lam: Lambda = Field(default=None, alias="lambda", description="hybrid weight of dense (default: tuned)")
-        prf_depth: PrfDepth = None
-        prf_weight: PrfWeight = None
-
-    class BatchSearchRequest(Strict):
-        queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
-        k: K = 10
-        mode: Mode | None = None
-        lam: Lambda = Field(default=None, alias="lambda")
-        prf_depth: PrfDepth = None
-        prf_weight: PrfWeight = None
-
-    class Hit(BaseModel):
-        id: str
-        score: float
-        title: str
-
-    class SearchResponse(BaseModel):
-        version: str
-        took_ms: float
-        hits: list[Hit]
-
-    class BatchSearchResponse(BaseModel):
-        version: str
-        took_ms: float
-        results: list[list[Hit]]
-
-    class DocumentIn(Strict):
-        id: DocId = Field(alias="_id")
-        title: Annotated[str, Field(max_length=limits.max_title_chars)] = ""
-        text: Annotated[str, Field(max_length=limits.max_text_chars)]
-
-    class AddRequest(Strict):
-        documents: Annotated[list[DocumentIn], Field(min_length=1, max_length=limits.max_docs_per_request)]
-        replace: bool = True
-
-    class DocumentOut(BaseModel):
-        id: str
-        title: str
-        text: str
-        version: str
-
-    class WriteResponse(BaseModel):
-        version: str
-        documents: int
-        added: int = 0
-        replaced: int = 0
-        deleted: int = 0
-
-    class Health(BaseModel):
-        status: str
-        version: str
-        documents: int
-        dim: int
-        model: str | None
-
-    class ErrorBody(BaseModel):
-        error: str
-        detail: object
+    m = build_models(limits)
+    SearchRequest, BatchSearchRequest, SearchResponse, BatchSearchResponse = (
+        m.SearchRequest, m.BatchSearchRequest, m.SearchResponse, m.BatchSearchResponse)
+    Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
+        m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -320,6 +141,11 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(request: Request, exc: RequestValidationError):
+        content_type = request.headers.get("content-type", "")
+        if request.method == "POST" and content_type.split(";")[0].strip().lower() != "application/json":
+            # FastAPI reads a body as JSON only under this header: say so, not "Input should be a valid dictionary"
+            return error(422, "invalid_request", f"send the request body as JSON with the header 'Content-Type: "
+                                                 f"application/json' (this request sent {content_type or 'none'!r})")
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         return error(422, "invalid_request", detail)
 
@@ -331,12 +157,12 @@ def create_app(
             response.headers[name] = value
         return response
 
-    @app.exception_handler(_NotFound)
+    @app.exception_handler(NotFound)
     @app.exception_handler(UnknownIdError)
     async def on_not_found(request: Request, exc: TwoTowerError):
         return error(404, "not_found", str(exc))
 
-    @app.exception_handler(_Conflict)
+    @app.exception_handler(Conflict)
     async def on_conflict(request: Request, exc: TwoTowerError):
         return error(409, "conflict", str(exc))
 
@@ -422,7 +248,7 @@ def create_app(
         store = state.snapshot()
         row = store.row_of.get(doc_id)
         if row is None:
-            raise _NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
+            raise NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
         d = store.document(row)
         return DocumentOut(id=d["_id"], title=d["title"], text=d["text"], version=store.version)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from twotower.data.ids import first_bad_id
 from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25
 from twotower.retrieval.index import codecs, fingerprint, kinds
@@ -54,6 +55,9 @@ class NewDocs:
             raise ValueError(f"offsets must have {len(self.ids) + 1} entries, got {len(self.offsets)}")
         if len(self.vectors) != expected:
             raise ValueError(f"{len(self.ids)} documents need {expected} vectors, got {len(self.vectors)}")
+        bad = first_bad_id(self.ids)
+        if bad:  # the rule every loader and the service apply (data.ids)
+            raise IndexStoreError(f"document id {bad[0]!r} {bad[1]}")
         seen: set[str] = set()
         for doc_id in self.ids:
             if doc_id in seen:

@@ -1,0 +1,141 @@
+"""The service's state: its input limits, the searcher over the live index version, and the locks that keep reads
+and writes consistent (one immutable version per request, writes serialized). No HTTP here: serve.app maps this
+onto endpoints, and the errors below onto status codes."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """Input limits; requests over them get a 4xx, never reach the model."""
+
+    max_query_chars: int = 2048
+    max_k: int = 1000
+    max_batch_queries: int = 64
+    max_docs_per_request: int = 256
+    max_id_chars: int = 256
+    max_title_chars: int = 2048
+    max_text_chars: int = 100_000
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+class ServiceState:
+    """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
+
+    def __init__(
+        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
+        device: str = "auto",
+    ) -> None:
+        from twotower.retrieval.searcher import EncodeConfig, Searcher
+
+        self.index = Path(index)
+        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
+                                 device=device)
+        self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
+        self.cfg = EncodeConfig(precision=precision, show_progress=False, device=device)
+        # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
+        # and FAISS use every core anyway: one search or encode at a time.
+        self.compute_lock = threading.Lock()
+        self.write_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+
+    # ---- snapshots ----------------------------------------------------------------------
+
+    def snapshot(self):
+        """The live index version (picking up writes by other processes); one object per request."""
+        with self._refresh_lock:
+            try:
+                self.searcher.refresh()
+            except TwoTowerError as exc:  # a half-visible foreign write: keep serving what we have
+                log.warning("index refresh failed, serving version %s: %s", self.searcher.store.version, exc)
+            return self.searcher.store
+
+    def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
+               prf_weight: float | None = None) -> tuple[object, list[list]]:
+        store = self.snapshot()
+        check_feedback(store, mode, prf_depth, prf_weight)
+        view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
+        view.store = store
+        kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
+                  "prf_depth": prf_depth, "prf_weight": prf_weight}
+        k = min(k, len(store))
+        with self.compute_lock:
+            run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
+        results = []
+        for i in range(len(queries)):
+            ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
+            results.append([(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked])
+        return store, results
+
+    # ---- writes -------------------------------------------------------------------------
+
+    def add(self, docs: list, replace: bool):
+        from twotower.data.beir import Document
+        from twotower.retrieval.searcher import encode_new_docs
+        from twotower.retrieval.store import IndexStoreError
+
+        with self.write_lock:
+            store = self.snapshot()
+            dup = [d.id for d in docs if d.id in store.row_of]
+            if dup and not replace:
+                raise Conflict(f"{len(dup)} document id(s) already in the index: "
+                                + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
+            with self.compute_lock:
+                new = encode_new_docs(self.searcher.encoder, [Document(d.id, d.title, d.text) for d in docs], self.cfg,
+                                      multivector=store.multivector, projection=store.projection)
+            try:
+                live = store.add(new, replace=replace, show_progress=False)
+            except IndexStoreError as exc:
+                if "already in the index" in str(exc):  # another process added them meanwhile
+                    raise Conflict(str(exc)) from None
+                raise
+            with self._refresh_lock:
+                self.searcher.store = live
+            return live, len(dup)
+
+    def remove(self, doc_id: str):
+        with self.write_lock:
+            store = self.snapshot()
+            if doc_id not in store.row_of:
+                raise NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
+            if len(store) == 1:
+                raise Conflict("cannot delete the last document: an index needs at least one")
+            live = store.remove([doc_id], show_progress=False)
+            with self._refresh_lock:
+                self.searcher.store = live
+            return live
+
+
+class NotFound(TwoTowerError):
+    """An unknown document id: the service answers 404."""
+
+
+class Conflict(TwoTowerError):
+    """Ids already in the index without ``replace``, or deleting the last document: 409."""
+
+
+def check_feedback(store, mode: str | None, depth: int | None, weight: float | None) -> None:
+    """The pseudo-relevance feedback settings of a request, refused in the request's own words (its JSON fields
+    ``prf_depth``, ``prf_weight``, ``mode``), not in the command line's."""
+    from twotower.retrieval.prf import check_prf
+
+    check_prf(depth, weight, mode=mode, mode_option='"mode"', depth_option='"prf_depth"',
+              weight_option='"prf_weight"')
+    if depth is None:
+        return
+    if store.multivector:
+        raise TwoTowerError('"prf_depth": pseudo-relevance feedback needs one vector per document and this index is '
+                            'multi-vector: drop "prf_depth"')
+    if depth > len(store):
+        raise TwoTowerError(f'"prf_depth" {depth}: the index holds only {len(store)} documents to feed back; send a '
+                            f'smaller "prf_depth"')
