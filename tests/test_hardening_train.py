@@ -197,3 +197,44 @@ def test_mine_says_when_examples_get_fewer_negatives(tmp_path, tiny_beir, caplog
     ranked = {p.qid: [p.pid] for p in pairs}  # each ranking holds its positive alone
     with pytest.raises(Exception, match="no example got a negative"):
         add_hard_negatives(pairs, ds, ranked, num_negatives=1, rank_range=(1, 5))
+
+
+# ---------------------------------------------------------------- kind: settings in a stages file overridden by CLI defaults
+
+
+def _stages_file(tmp_path, model, data) -> Path:
+    path = tmp_path / "stages.toml"
+    path.write_text(f'model = "{model}"\nseed = 7\nsimilarity = "dot"\ncheckpoint_every = 3\nprecision = "fp32"\n'
+                    f'towers = "ade"\nlayer_norm = false\n'
+                    f'[[stage]]\nname = "a"\ndata = "{data}"\nsplit = "train"\nsteps = 1\nbatch_size = 2\n')
+    return path
+
+
+def test_a_stages_file_keeps_its_settings_where_no_option_is_typed(tmp_path, tiny_bert_dir, train_beir):
+    """seed, similarity, checkpoint_every, precision and towers from the file; today the options' defaults (42,
+    cosine, 100, auto, sde) replaced them."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--config", str(_stages_file(tmp_path, tiny_bert_dir, train_beir)),
+                              "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    saved = json.loads((out / "train_config.json").read_text())
+    assert {k: saved[k] for k in ("seed", "similarity", "checkpoint_every", "precision", "towers")} == \
+        {"seed": 7, "similarity": "dot", "checkpoint_every": 3, "precision": "fp32", "towers": "ade"}
+    assert saved["show_progress"] is False  # typed: --no-progress
+
+
+def test_a_typed_option_still_overrides_the_file(tmp_path, tiny_bert_dir, train_beir):
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--config", str(_stages_file(tmp_path, tiny_bert_dir, train_beir)),
+                              "--out", str(out), "--seed", "42", "--towers", "sde", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    saved = json.loads((out / "train_config.json").read_text())
+    assert (saved["seed"], saved["towers"], saved["similarity"]) == (42, "sde", "dot")
+
+
+def test_a_stage_option_with_a_stages_file_is_refused(tmp_path, tiny_bert_dir, train_beir):
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--config", str(_stages_file(tmp_path, tiny_bert_dir, train_beir)),
+                              "--out", str(out), "--lr", "1e-3", "--batch-size", "4", "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "--lr, --batch-size set a stage" in _flat(res.output) and not out.exists()

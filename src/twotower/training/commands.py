@@ -16,6 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def train_cmd(
+    ctx: typer.Context,
     out: Path = typer.Option(
         ..., "--out", help="Run directory: train_config.json, checkpoints/ (every --checkpoint-every steps), "
         "model/ (final), train_log.json; the README lists the rest."),
@@ -87,7 +88,7 @@ def train_cmd(
         tt.check_output_dir(out, "--out")  # before any loading
         if config is not None:
             train_config = config
-            overrides = {k: v for k, v in common.items() if k == "out" or v is not None}
+            overrides = _given_on_the_command_line(ctx, common)  # a default must not override the file's value
         else:
             if data is None and pairs is None:
                 raise TwoTowerError("give --data (a BEIR directory), --pairs (a JSONL file) or --config (stages TOML)")
@@ -104,6 +105,31 @@ def train_cmd(
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"model saved to {result}")
+
+
+# TrainConfig field -> the train option that sets it, where the names differ
+_OPTION_OF = {"doc_max_length": "max_length", "show_progress": "progress"}
+# options that set a stage, which a --config file's [[stage]] tables set instead
+_STAGE_OPTIONS = ("epochs", "steps", "lr", "batch_size", "temperature", "optimizer", "cache_chunk", "bucket_size",
+                  "pairs")
+
+
+def _given_on_the_command_line(ctx: typer.Context, common: dict) -> dict:
+    """The run settings of ``common`` the user typed (``--out`` always): with ``--config`` only these override the
+    file, never an option's default (``--seed``'s 42 replaced the file's ``seed = 7``). A stage option typed with
+    ``--config`` is refused: the file's [[stage]] tables set those."""
+    from twotower.errors import TwoTowerError
+
+    def typed(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name != "DEFAULT"  # typed, or from the environment
+
+    stage_given = [name for name in _STAGE_OPTIONS if typed(name)]
+    if stage_given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in stage_given)
+        raise TwoTowerError(f"{flags} set a stage, and --config's [[stage]] tables set the stages: put them in the "
+                            "file's [[stage]] tables, or train without --config")
+    return {k: v for k, v in common.items() if k == "out" or (v is not None and typed(_OPTION_OF.get(k, k)))}
 
 
 def _number_list(text: str | None, kind: type, option: str) -> list | None:
