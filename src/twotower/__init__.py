@@ -12,7 +12,7 @@ Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info``), :class:`Hit`,
     :class:`Reranker`, :func:`create_app` and :func:`serve_index` (the HTTP service)
 Evaluation
-    :func:`evaluate`, :class:`EvalResult`, :func:`score_run`, :func:`read_run`, :func:`write_run`
+    :func:`evaluate`, :class:`EvalResult`, :func:`read_result`, :func:`score_run`, :func:`read_run`, :func:`write_run`
 Training
     :func:`fit`, :class:`FitResult`, :class:`FitRecipe`, :func:`train`, :class:`TrainConfig`, :class:`StageConfig`,
     :func:`pretrain`, :class:`PretrainConfig`, :class:`ViewConfig`, :func:`mine`, :func:`train_reranker`,
@@ -77,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "EvalResult": "twotower.api.evaluate",
     "score_run": "twotower.api.evaluate",
     "read_run": "twotower.api.evaluate",
+    "read_result": "twotower.api.evaluate",
     "write_run": "twotower.api.evaluate",
     # training
     "fit": "twotower.api.training",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -121,26 +120,12 @@ def eval_cmd(
 @app.command("table")
 def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files written by 'twotower eval --out'.")) -> None:
     """Print several evaluation results side by side."""
-    from twotower.io import MiB, read_input_text
-
     rows = []
     for path in results:
         try:
-            row = json.loads(read_input_text(path, what="results JSON", limit=16 * MiB))
+            rows.append(tt.read_result(path))
         except TwoTowerError as exc:
             _fail(exc)
-        except json.JSONDecodeError as exc:
-            _fail(TwoTowerError(f"{path}: cannot read results JSON ({exc})"))
-        metrics = row.get("metrics") if isinstance(row, dict) else None
-        if (not isinstance(metrics, dict) or not isinstance(row.get("retriever"), str)
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values())
-                or not isinstance(row.get("timings", {}), dict)):
-            _fail(TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a "
-                                "'metrics' object of numbers)"))
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.get("timings", {}).values()):
-            _fail(TwoTowerError(f"{path}: 'timings' must map names to numbers (seconds, queries/s), as "
-                                "'twotower eval --out' writes them"))
-        rows.append({**row, "timings": row.get("timings", {})})
     console.print(metrics_table(rows))
 
 

@@ -9,11 +9,29 @@ from pathlib import Path
 
 
 class TwoTowerError(Exception):
-    """Base class: the message is meant to be shown to a person as is."""
+    """Base class: the message is meant to be shown to a person as is.
+
+    Example::
+
+        import twotower as tt
+
+        try:
+            tt.load_beir("no-such-folder")
+        except tt.TwoTowerError as exc:  # every error twotower reports to a person
+            print(exc)
+    """
 
 
 class DataError(TwoTowerError):
-    """Bad input data, located by file, line and field."""
+    """Bad input data, located by file, line and field.
+
+    Example::
+
+        try:
+            tt.Dataset.from_lists([{"_id": "", "text": "x"}], {"q": "x"}, {"q": {"d": 1}})
+        except tt.DataError as exc:
+            print(exc.path, exc.field, exc)  # corpus[0] _id ...
+    """
 
     def __init__(
         self,
@@ -40,8 +58,24 @@ class DataError(TwoTowerError):
 
 
 class ModelError(TwoTowerError):
-    """A model directory that cannot be loaded or used."""
+    """A model directory that cannot be loaded or used.
+
+    Example::
+
+        try:
+            tt.Encoder.load("./no-such-model-dir/")
+        except tt.ModelError as exc:
+            print(exc)
+    """
 
 
 class DatasetNotFound(TwoTowerError):
-    """A data set that is neither on disk nor downloadable."""
+    """A data set that is neither on disk nor downloadable.
+
+    Example::
+
+        try:
+            tt.fetch_beir("no-such-dataset", cache="/tmp/beir")
+        except tt.DatasetNotFound as exc:
+            print(exc)
+    """

@@ -4,6 +4,8 @@ plots) and, given ``out``, writes ``<name>.json`` and PNG plots there."""
 
 from __future__ import annotations
 
+from twotower.api._errors import user_errors
+
 import importlib
 from pathlib import Path
 
@@ -38,6 +40,7 @@ def _analyze(module: str, run: str, write: str, config, out, command: str | None
     return result
 
 
+@user_errors
 def analyze_fidelity(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
     """How many random-projection dimensions keep BM25's ranking (Luan et al. §3): k* against the normalised margin
     (Figure 2, with the bound k ≥ 12·ε⁻²·ln(4/β)), margins and recall@r by document length. ``config``: a
@@ -54,6 +57,7 @@ def analyze_fidelity(config, out: str | Path | None = None, *, command: str | No
     return _analyze("twotower.analysis.fidelity", "run_fidelity", "write_fidelity", config, out, command)
 
 
+@user_errors
 def analyze_towers(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
     """Where each tower puts questions and answers (Dong et al. Figure 2): a t-SNE of both towers' embeddings per
     model and a linear probe's accuracy at telling them apart. ``config``: a :class:`~twotower.TowersConfig`.
@@ -66,6 +70,7 @@ def analyze_towers(config, out: str | Path | None = None, *, command: str | None
     return _analyze("twotower.analysis.embedding_space", "run_towers", "write_towers", config, out, command)
 
 
+@user_errors
 def analyze_doclength(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
     """The median length (words, tokens) of the top documents each retriever returns (GTR §6.4): dense models
     favour shorter documents than BM25. ``config``: a :class:`~twotower.DocLengthConfig`.
@@ -78,6 +83,7 @@ def analyze_doclength(config, out: str | Path | None = None, *, command: str | N
     return _analyze("twotower.analysis.doclength", "run_doclength", "write_doclength", config, out, command)
 
 
+@user_errors
 def analyze_latency(config, out: str | Path | None = None, *, command: str | None = None) -> dict:
     """Batch-1 query latency (p50 / p95) and documents per second per model and precision (GTR §8).
     ``config``: a :class:`~twotower.LatencyConfig`.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels
+from twotower.api._errors import user_errors
 from twotower.errors import DataError
 from twotower.io import atomic_directory
 
@@ -96,6 +97,7 @@ class Dataset(BeirDataset):
     """
 
     @classmethod
+    @user_errors
     def from_lists(cls, corpus, queries, qrels, *, split: str = "test", strict: bool = False) -> "Dataset":
         """A data set from Python objects, checked as :func:`load_beir` checks files.
 
@@ -171,6 +173,7 @@ class Dataset(BeirDataset):
         return root
 
 
+@user_errors
 def load_beir(root: str | Path, split: str = "test", *, strict: bool = False) -> Dataset:
     """Load one split of a BEIR-format folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
     (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``).

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 
 __all__ = ["Encoder", "document_text"]
@@ -66,6 +67,7 @@ class Encoder:
         self.batch_size = batch_size
 
     @classmethod
+    @user_errors
     def load(
         cls, name_or_dir: str | Path | None = None, *, device: str = "auto", precision: str = "auto",
         batch_size: int | None = None, pooling: str | None = None, query_max_length: int | None = None,
@@ -130,6 +132,7 @@ class Encoder:
         return EncodeOptions(batch_size=batch_size or self.batch_size, precision=self.precision,
                              show_progress=show_progress)
 
+    @user_errors
     def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None,
                        show_progress: bool = False) -> np.ndarray:
         """Embed queries with the query tower (behind the model's query prefix): an ``(n, dim)`` float32 array.
@@ -145,6 +148,7 @@ class Encoder:
             raise TwoTowerError(f"queries[{bad}]: a query is a string, got {type(texts[bad]).__name__}")
         return self.model.encode_queries(texts, self._options(show_progress, batch_size))
 
+    @user_errors
     def encode_documents(self, docs: Sequence, *, batch_size: int | None = None,
                          show_progress: bool = False) -> np.ndarray:
         """Embed documents with the document tower: strings, ``{"title", "text"}`` dicts or
@@ -159,6 +163,7 @@ class Encoder:
         texts = [document_text(d) for d in _texts(docs, "documents")]
         return self.model.encode_documents(texts, self._options(show_progress, batch_size))
 
+    @user_errors
     def encode_multivector(self, docs: Sequence, m: int | None = None, *, batch_size: int | None = None,
                            show_progress: bool = False) -> list[np.ndarray]:
         """ME-BERT document vectors: for each document its first ``m`` contextual token vectors (default: the m the

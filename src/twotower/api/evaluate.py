@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 
-__all__ = ["EvalResult", "evaluate", "read_run", "score_run", "write_run"]
+__all__ = ["EvalResult", "evaluate", "read_result", "read_run", "score_run", "write_run"]
 
 RETRIEVER_NAMES = ("bm25", "dense", "hybrid", "rrf", "multivector")
 
@@ -78,6 +79,7 @@ def _dataset(dataset, split: str | None, strict: bool):
                         f"not {type(dataset).__name__}")
 
 
+@user_errors
 def evaluate(
     retriever, dataset, *, split: str | None = None, metrics: Sequence[str] | None = None, k: int = 1000,
     mode: str | None = None, model: str | None = None, lam: float | None = None, norm: str | None = None,
@@ -165,6 +167,7 @@ def evaluate(
     )
 
 
+@user_errors
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],
               metrics: Sequence[str] | None = None, *, per_query: bool = False) -> dict:
     """Score any run ``{query_id: {doc_id: score}}`` (yours, or one read with :func:`read_run`) against qrels, with
@@ -207,3 +210,32 @@ def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = 
 
     check_output_file(path, "path")
     _write(run, path, tag=tag)
+
+
+def read_result(path: str | Path) -> dict:
+    """Read a results JSON written by :meth:`EvalResult.save` or ``twotower eval --out``, checked: a regular file of
+    at most 16 MiB holding ``retriever``, ``metrics`` and ``timings`` as numbers (what ``twotower table`` shows).
+
+    Example::
+
+        row = tt.read_result("bm25.json")
+        print(row["retriever"], row["metrics"]["ndcg@10"])
+    """
+    import json
+
+    from twotower.io import MiB, read_input_text
+
+    try:
+        row = json.loads(read_input_text(path, what="results JSON", limit=16 * MiB))
+    except json.JSONDecodeError as exc:
+        raise TwoTowerError(f"{path}: cannot read results JSON ({exc})") from None
+    metrics = row.get("metrics") if isinstance(row, dict) else None
+    if (not isinstance(metrics, dict) or not isinstance(row.get("retriever"), str)
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values())
+            or not isinstance(row.get("timings", {}), dict)):
+        raise TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a 'metrics' "
+                            "object of numbers)")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.get("timings", {}).values()):
+        raise TwoTowerError(f"{path}: 'timings' must map names to numbers (seconds, queries/s), as "
+                            "'twotower eval --out' writes them")
+    return {**row, "timings": row.get("timings", {})}

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "Reranker", "corpus_documents"]
@@ -24,7 +25,13 @@ def __getattr__(name: str):
 
 @dataclass
 class Hit:
-    """One search result: the document's ``id``, its ``score`` (higher is better), ``title`` and ``text``."""
+    """One search result: the document's ``id``, its ``score`` (higher is better), ``title`` and ``text``.
+
+    Example::
+
+        hit = index.search("green tea", k=1)[0]
+        print(hit.id, round(hit.score, 3), hit.title, hit.document)
+    """
 
     id: str
     score: float
@@ -92,6 +99,7 @@ class Index:
                                   precision=precision, device=device)
 
     @classmethod
+    @user_errors
     def open(cls, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
              query_runtime: str = "torch", verify: bool = False) -> "Index":
         """Open an index written by :meth:`build` or ``twotower index build``. ``model`` overrides the encoder the
@@ -106,6 +114,7 @@ class Index:
         return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime, verify=verify)
 
     @classmethod
+    @user_errors
     def build(
         cls, path: str | Path, corpus, *, encoder=None, kind: str = "flat", bm25: bool = False,
         language: str | None = None, bigrams: bool = False, multivector: int | None = None,
@@ -218,6 +227,7 @@ class Index:
         return [{"_id": i, **store.document(r)} for i, r in zip(ids, store.rows(list(ids)))]
 
     # ------------------------------------------------------------------ search
+    @user_errors
     def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
                norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
@@ -296,6 +306,7 @@ class Index:
             out.append(sorted(((d, scored[d]) for d, _ in top), key=lambda kv: -kv[1]))
         return out
 
+    @user_errors
     def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``{query_id: text}`` (the options of :meth:`search` but
         re-ranking), as :func:`twotower.evaluate` and TREC run files use.
@@ -308,6 +319,7 @@ class Index:
         return self._searcher.run(dict(queries), k, **options)
 
     # ------------------------------------------------------------------ writes
+    @user_errors
     def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
             show_progress: bool = False) -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
@@ -329,6 +341,7 @@ class Index:
         searcher.refresh()
         return self
 
+    @user_errors
     def remove(self, ids: Sequence[str]) -> "Index":
         """Remove documents by id (a new version without them; an unknown id is an error). Returns the index.
 

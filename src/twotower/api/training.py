@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 from twotower.training.fit.recipe import FitRecipe
 
@@ -82,6 +83,7 @@ def _fit_data(data, out: Path, split: str | None) -> tuple[Path, str | None]:
     return folder, split or ds.split
 
 
+@user_errors
 def fit(data, out: str | Path, *, model: str | None = None, split: str | None = None, epochs: float | None = None,
         lr: float | None = None, batch_size: int | None = None, mine: bool | None = None,
         mined_epochs: float | None = None, reranker: bool = False, language: str | None = None,
@@ -125,6 +127,7 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
                      message=result.message)
 
 
+@user_errors
 def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, data: str | Path | None = None,
           split: str = "train", resume: bool = False, **overrides) -> Path:
     """Train a dual encoder (GTR-style bi-directional in-batch softmax, optional hard negatives, one or more
@@ -161,6 +164,7 @@ def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, data:
                                      data=Path(data) if data is not None else None, split=split), resume=resume)
 
 
+@user_errors
 def pretrain(config, pretraining, *, resume: bool = False) -> Path:
     """Contriever-style pre-training without labels: two views of one text chunk (independent cropping or the
     inverse cloze task, word deletion / replacement) are a positive pair, against in-batch or MoCo-queue negatives.
@@ -186,6 +190,7 @@ def pretrain(config, pretraining, *, resume: bool = False) -> Path:
     return _pretrain(config, pretraining, resume=resume)
 
 
+@user_errors
 def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: str = "bm25",
          model: str | None = None, num_negatives: int = 4, rank_from: int = 3, rank_to: int = 50, seed: int = 0,
          language: str = "en", precision: str = "auto", device: str = "auto", show_progress: bool = True) -> int:
@@ -208,6 +213,7 @@ def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: 
                       device=device, language=language)
 
 
+@user_errors
 def train_reranker(data: str | Path, out: str | Path, *, base: str | None = None, split: str = "train",
                    config=None) -> dict:
     """Train a cross-encoder re-ranker on a BEIR split: each judged positive against BM25-mined negatives, a
