@@ -30,7 +30,13 @@ RETRIEVERS = ("bm25", "dense")
 class DocLengthConfig:
     """Settings of :func:`twotower.analyze_doclength` (``twotower analyze doclength``): the BEIR folder and split,
     the retrievers (``bm25``, ``dense``) and dense models compared, and the ``top_k`` documents whose length is
-    measured per query (GTR §6.4)."""
+    measured per query (GTR §6.4).
+
+    Example::
+
+        cfg = tt.DocLengthConfig(data="my-beir-dir", retrievers=("bm25", "dense"), top_k=10)
+        result = tt.analyze_doclength(cfg, out="analysis")
+    """
 
     data: Path
     split: str = "test"

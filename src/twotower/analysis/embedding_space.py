@@ -30,7 +30,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class TowersConfig:
     """Settings of :func:`twotower.analyze_towers` (``twotower analyze towers``): the BEIR folder whose judged pairs
-    give ``n`` questions and answers, the models compared, t-SNE ``perplexity`` and the linear probe's ``folds``."""
+    give ``n`` questions and answers, the models compared, t-SNE ``perplexity`` and the linear probe's ``folds``.
+
+    Example::
+
+        cfg = tt.TowersConfig(data="my-beir-dir", models=["runs/ade/model", None], n=200)
+        result = tt.analyze_towers(cfg, out="analysis")
+    """
 
     data: Path
     models: Sequence[str | None] = field(default_factory=lambda: [None])  # None: the default model

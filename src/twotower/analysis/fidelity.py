@@ -186,7 +186,13 @@ def margins_to_all(vecs: BM25Vectors, top1: np.ndarray, scores: np.ndarray) -> n
 class FidelityConfig:
     """Settings of :func:`twotower.analyze_fidelity` (``twotower analyze fidelity``): the BEIR folder, how many
     queries and documents to sample, the grid of projection sizes k (``k_step`` up to ``k_max``), the projection
-    kinds and draws, the document truncation lengths and the pairwise accuracy that defines k* (Luan et al. §2)."""
+    kinds and draws, the document truncation lengths and the pairwise accuracy that defines k* (Luan et al. §2).
+
+    Example::
+
+        cfg = tt.FidelityConfig(data="my-beir-dir", max_queries=100, k_max=1024, recall_ks=(256, 1024))
+        result = tt.analyze_fidelity(cfg, out="analysis")
+    """
 
     data: Path
     split: str = "test"

@@ -38,7 +38,13 @@ _FILLER = ("retrieval of scientific claims needs evidence from abstracts that de
 class LatencyConfig:
     """Settings of :func:`twotower.analyze_latency` (``twotower analyze latency``): the models and precisions
     timed, the query length in tokens, timed and warm-up runs of the batch-1 query, and the documents encoded for
-    documents/s (GTR §8)."""
+    documents/s (GTR §8).
+
+    Example::
+
+        cfg = tt.LatencyConfig(models=[None, "mpnet-base"], precisions=("fp32", "auto"), runs=50)
+        result = tt.analyze_latency(cfg, out="analysis")
+    """
 
     models: Sequence[str | None] = field(default_factory=lambda: [None])
     precisions: Sequence[str] = ("fp32", "auto")

@@ -41,7 +41,12 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 @dataclass
 class ViewConfig:
-    """How two views of a chunk are made."""
+    """How two views of a chunk are made.
+
+    Example::
+
+        views = tt.ViewConfig(augment="crop", ratio_min=0.1, ratio_max=0.5, delete=0.1)
+    """
 
     augment: str = "crop"
     chunk_tokens: int = 256

@@ -47,7 +47,14 @@ def _check_has_head(path: Path) -> None:
 
 
 class Reranker:
-    """A cross-encoder scoring (query, document) pairs."""
+    """A cross-encoder scoring (query, document) pairs.
+
+    Example::
+
+        ce = tt.Reranker("my-reranker")  # a directory written by tt.train_reranker
+        scores = ce.score([("how is green tea made", "Green tea leaves are steamed.")])
+        hits = index.search("how is green tea made", k=10, rerank=ce)
+    """
 
     def __init__(self, model_dir: str | Path, *, max_length: int | None = None, batch_size: int = 32,
                  precision: str = "auto", device: str = "auto") -> None:
@@ -132,7 +139,13 @@ def blend(first: Mapping[str, float], ce: Mapping[str, float], weight: float) ->
 class RerankerTrainConfig:
     """Settings of :func:`twotower.train_reranker` (``twotower train-reranker``): BM25-mined ``negatives`` per
     judged positive from the top ``mine_depth``, epochs, (query, positive) groups per step, learning rate and
-    warm-up, the pair's max length in tokens."""
+    warm-up, the pair's max length in tokens.
+
+    Example::
+
+        cfg = tt.RerankerTrainConfig(epochs=1, negatives=2, max_queries=100)
+        stats = tt.train_reranker("my-beir-dir", "my-reranker", config=cfg)
+    """
 
     negatives: int = 3
     mine_depth: int = 30

@@ -16,7 +16,13 @@ _SIMPLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 @dataclass
 class StageConfig:
-    """One training stage. Data: a BEIR directory + split (judged pairs), or a pairs JSONL file."""
+    """One training stage. Data: a BEIR directory + split (judged pairs), or a pairs JSONL file.
+
+    Example::
+
+        stage = tt.StageConfig(name="finetune", data="my-beir-dir", split="train", epochs=2, batch_size=32, lr=5e-5,
+                               temperature=0.05)
+    """
 
     name: str = "finetune"
     data: str | None = None
@@ -82,7 +88,14 @@ class TrainConfig:
     """A training run (:func:`twotower.train`, ``twotower train``): the run folder ``out``, the starting ``model``
     (default all-MiniLM-L6-v2), the towers (``sde`` | ``ade`` | ``ade-ste`` | ``ade-fte`` | ``ade-spl``), an optional
     projection ``dim``, precision and device, checkpointing, and its :class:`~twotower.StageConfig` list, run in
-    order. ``TrainConfig.from_toml`` reads one from a stages file."""
+    order. ``TrainConfig.from_toml`` reads one from a stages file.
+
+    Example::
+
+        cfg = tt.TrainConfig(out="runs/gtr", towers="sde", dim=256,
+                             stages=[tt.StageConfig(pairs="pairs.jsonl", epochs=1), tt.StageConfig(data="my-beir-dir")])
+        model_dir = tt.train(cfg, hard_negatives="bm25")
+    """
 
     out: str
     model: str | None = None

@@ -37,7 +37,13 @@ NEGATIVES = ("inbatch", "moco")
 class PretrainConfig:
     """What :func:`twotower.pretrain` learns from: the ``corpus`` (a BEIR folder, JSONL or plain text), how two
     views of a chunk are made (:class:`~twotower.ViewConfig`), and the negatives: ``inbatch`` or ``moco`` (a queue
-    of ``queue_size`` keys from a momentum encoder updated with ``momentum``)."""
+    of ``queue_size`` keys from a momentum encoder updated with ``momentum``).
+
+    Example::
+
+        pre = tt.PretrainConfig(corpus="my-beir-dir/corpus.jsonl", views=tt.ViewConfig(augment="ict"),
+                                negatives="moco", queue_size=1024)
+    """
 
     corpus: str
     views: ViewConfig = field(default_factory=ViewConfig)

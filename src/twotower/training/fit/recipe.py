@@ -20,7 +20,14 @@ RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker'
 class FitRecipe:
     """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split, the fine-tuning,
     the mining and retraining, the retriever candidates (λ grid, n-best) and the optional re-ranker. Stored in
-    ``fit.json``; a rerun with another recipe is refused (the re-ranker settings excepted)."""
+    ``fit.json``; a rerun with another recipe is refused (the re-ranker settings excepted).
+
+    Example::
+
+        recipe = tt.FitRecipe(epochs=2, lambdas=(0.3, 0.5, 0.7))
+        print(recipe.to_json()["epochs"])
+        result = tt.fit("my-beir-dir", "fitted", epochs=2, lambdas=(0.3, 0.5, 0.7))  # the same, by name
+    """
 
     model: str | None = None  # the starting encoder (default all-MiniLM-L6-v2)
     split: str = "train"  # the judged queries fit learns from; the test split is never read
