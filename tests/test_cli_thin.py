@@ -69,3 +69,18 @@ def test_library_modules_never_import_the_cli():
             if any(n == "twotower.cli" or n.endswith("commands") or n == "twotower.console" for n in names):
                 offenders.append(str(path.relative_to(PACKAGE)))
     assert offenders == []
+
+
+def test_library_modules_never_print_or_exit():
+    """Output is the CLI's: library code logs and raises, it never prints or ends the process."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path in command_modules() or path.name == "console.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("print", "sys.exit", "exit", "quit", "os._exit", "typer.Exit", "SystemExit"):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
+    assert offenders == []
