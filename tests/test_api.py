@@ -210,3 +210,16 @@ def test_help_lists_the_api():
     text = pydoc.render_doc(tt, renderer=pydoc.plaintext)
     for name in ("Encoder", "Index", "Dataset", "evaluate", "fit", "train", "load_beir", "TwoTowerError"):
         assert name in text
+
+
+def test_evaluate_an_encoder_is_dense_retrieval_over_its_own_vectors(tiny_bert_dir, tmp_path):
+    data = _data(tmp_path / "data")
+    enc = tt.Encoder.load(str(tiny_bert_dir), precision="fp32")
+    res = tt.evaluate(enc, data, metrics=["ndcg@10"])
+    assert res.retriever == "dense" and res.metrics == tt.evaluate(str(tiny_bert_dir), data, metrics=["ndcg@10"],
+                                                                   precision="fp32").metrics
+    ds = tt.load_beir(data)
+    ids = list(ds.corpus)
+    scores = enc.encode_queries(list(ds.queries.values())) @ enc.encode_documents(list(ds.corpus.values())).T
+    run = {q: {ids[j]: float(row[j]) for j in np.argsort(-row)[:10]} for q, row in zip(ds.queries, scores)}
+    assert res.metrics["ndcg@10"] == pytest.approx(_ndcg10(ds.qrels, run), abs=1e-5)

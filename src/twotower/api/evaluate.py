@@ -94,9 +94,9 @@ def evaluate(
     (pytrec_eval with BEIR's conventions: graded relevance, a document with the query's own id left out).
     ``twotower eval`` is this function.
 
-    ``retriever``: an :class:`~twotower.Index` (searched as stored), an :class:`~twotower.Encoder` or a model
-    name / directory (dense over the corpus, encoded now; ``mode`` picks ``hybrid``, ``rrf`` or ``multivector``
-    instead), or a retriever name (``bm25``; ``dense`` / ``hybrid`` / ``rrf`` / ``multivector`` with ``model``).
+    ``retriever``: an :class:`~twotower.Index` (searched as stored), an :class:`~twotower.Encoder` (loaded again
+    from its name or directory with its pooling, lengths and precision) or a model name / directory (dense over
+    the corpus, encoded now; ``mode`` picks ``hybrid``, ``rrf`` or ``multivector`` instead), or a retriever name (``bm25``; ``dense`` / ``hybrid`` / ``rrf`` / ``multivector`` with ``model``).
     A model fitted by :func:`twotower.fit` brings its own mode, λ and re-ranker unless given. ``dataset``: a
     :class:`~twotower.Dataset` or a BEIR folder (``split``, default ``test``). ``metrics``: e.g. ``("ndcg@10",
     "recall@100", "map@1000", "mrr@10", "p@1", "acc@5")``; by default nDCG@10, Recall@100, MRR@10, P@1, Recall@1000.
@@ -126,9 +126,14 @@ def evaluate(
     elif isinstance(retriever, Encoder):
         if model is not None:
             raise TwoTowerError("model: the Encoder given as the retriever is the model; drop model=")
-        model, retriever_name = retriever.source, mode or "dense"
-        if retriever.source is None:  # the default model
-            model = "all-MiniLM-L6-v2"
+        model, retriever_name = retriever.source or "all-MiniLM-L6-v2", mode or "dense"
+        # loaded again from its source, with the settings it was loaded with
+        dual = retriever.model
+        pooling = pooling or dual.doc_tower.pooling
+        query_max_length = query_max_length or dual.query_max_length
+        doc_max_length = doc_max_length or dual.doc_max_length
+        batch_size = batch_size or retriever.batch_size
+        precision = retriever.precision if precision == "auto" else precision
     elif isinstance(retriever, (str, Path)) and str(retriever) in RETRIEVER_NAMES:
         if mode is not None and mode != str(retriever):
             raise TwoTowerError(f"retriever '{retriever}' and mode '{mode}' disagree: give one")
