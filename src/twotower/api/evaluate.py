@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.api._errors import user_errors
@@ -14,53 +13,12 @@ __all__ = ["EvalResult", "evaluate", "read_result", "read_run", "score_run", "wr
 RETRIEVER_NAMES = ("bm25", "dense", "hybrid", "rrf", "multivector")
 
 
-@dataclass
-class EvalResult:
-    """What :func:`evaluate` measured: ``metrics`` (mean over queries), ``per_query`` (``{metric: {query_id:
-    value}}``), the ``run`` (``{query_id: {doc_id: score}}``), timings and what ran (retriever, model, device).
+def __getattr__(name: str):
+    if name == "EvalResult":  # the pipeline's own result (numpy, the metrics) loads on first use
+        from twotower.evaluation.pipeline import EvalResult
 
-    Example::
-
-        res = tt.evaluate("bm25", ds)
-        print(res.metrics["ndcg@10"], min(res.per_query["ndcg@10"].values()))
-        res.save("bm25.json", run_file="bm25.trec")
-    """
-
-    dataset: str
-    split: str
-    retriever: str
-    model: str | None
-    num_queries: int
-    device: str | None
-    metrics: dict[str, float]
-    per_query: dict[str, dict[str, float]]
-    timings: dict[str, float]
-    run: dict[str, dict[str, float]] = field(repr=False)
-    warnings: list[str] = field(default_factory=list)
-    details: dict = field(default_factory=dict)  # λ, normalisation, re-ranker, PRF: what the retriever used
-
-    def to_json(self) -> dict:
-        """The JSON that ``twotower eval --out`` writes (``twotower table`` reads it)."""
-        return {"dataset": self.dataset, "split": self.split, "retriever": self.retriever, "model": self.model,
-                "num_queries": self.num_queries, "device": self.device, "metrics": self.metrics,
-                "timings": self.timings, **self.details}
-
-    def save(self, path: str | Path | None = None, *, run_file: str | Path | None = None, tag: str | None = None) -> None:
-        """Write the results JSON to ``path`` and/or the run as a TREC run file (``qid Q0 docid rank score tag``)
-        to ``run_file``, each atomically (a directory, link or special file there is refused).
-
-        Example::
-
-            res.save("results.json", run_file="run.trec")
-        """
-        from twotower.evaluation.runs import write_run as _write_run
-        from twotower.io import atomic_write_json, check_output_files
-
-        check_output_files(("path", path), ("run_file", run_file))
-        if path is not None:
-            atomic_write_json(path, self.to_json())
-        if run_file is not None:
-            _write_run(self.run, run_file, tag=tag or f"twotower-{self.retriever}")
+        return EvalResult
+    raise AttributeError(name)
 
 
 def _dataset(dataset, split: str | None, strict: bool):
@@ -161,18 +119,9 @@ def evaluate(
         hybrid_lambda=lam, multivector=multivector, compile=compile, language=language, fusion_norm=norm,
         rerank_weight=rerank_weight, prf_depth=prf_depth, prf_weight=prf_weight,
     )
-    result = run_eval(cfg, dataset=ds)
-    details = {key: value for key, value in result.to_json().items()
-               if key in ("lambda", "fusion_norm", "rerank", "prf")}
-    return EvalResult(
-        dataset=result.dataset, split=result.split, retriever=result.retriever, model=result.model,
-        num_queries=result.num_queries, device=result.device, metrics=result.metrics,
-        per_query=result.per_query, timings=result.timings, run=result.run,
-        warnings=list(result.warnings), details=details,
-    )
+    return run_eval(cfg, dataset=ds)
 
 
-@user_errors
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],
               metrics: Sequence[str] | None = None, *, per_query: bool = False) -> dict:
     """Score any run ``{query_id: {doc_id: score}}`` (yours, or one read with :func:`read_run`) against qrels, with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["align_languages", "check_output_dir", "check_output_file", "check_outputs", "create_app", "fetch_beir", "fetch_model",
+__all__ = ["align_languages", "check_output_dir", "check_output_file", "check_outputs", "check_port", "create_app", "fetch_beir", "fetch_model",
            "list_models", "locate_beir", "serve_index", "write_json"]
 
 
@@ -127,6 +127,20 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
     limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
     return _create(index, api_key=api_key, open_reads=not keyed_reads, limits=limits, model=model,
                    precision=precision, query_runtime=query_runtime, device=device)
+
+
+def check_port(host: str, port: int, option: str = "--port") -> None:
+    """Check that a server can listen on ``host:port`` (bind once and let go), before anything is loaded: a port in
+    use, a privileged port or an address this machine lacks is a :class:`~twotower.TwoTowerError` naming
+    ``option``. Port 0 (any free port) always passes.
+
+    Example::
+
+        tt.check_port("127.0.0.1", 8000)
+    """
+    from twotower.serve.port import check_port as _check
+
+    _check(host, port, option)
 
 
 def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:

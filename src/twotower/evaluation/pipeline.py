@@ -55,6 +55,18 @@ class EvalConfig:
 
 @dataclass
 class EvalResult:
+    """What :func:`twotower.evaluate` (``twotower eval``) measured: ``metrics`` (means over the judged queries),
+    ``per_query`` (``{metric: {query_id: value}}``), the ``run`` (``{query_id: {doc_id: score}}``), ``timings``,
+    what ran (``retriever``, ``model``, ``device``; a hybrid's λ and normalisation, the re-ranker, PRF) and
+    ``warnings`` about the judgements or the index.
+
+    Example::
+
+        res = tt.evaluate("bm25", ds)
+        print(res.metrics["ndcg@10"], min(res.per_query["ndcg@10"].values()))
+        res.save("bm25.json", run_file="bm25.trec")
+    """
+
     dataset: str
     split: str
     retriever: str
@@ -86,6 +98,25 @@ class EvalResult:
             **({"rerank": self.rerank} if self.rerank else {}),
             **({"prf": self.prf} if self.prf else {}),
         }
+
+    def save(self, path: str | Path | None = None, *, run_file: str | Path | None = None,
+             tag: str | None = None) -> None:
+        """Write the results JSON (:meth:`to_json`, what ``twotower table`` reads) to ``path`` and/or the run as a
+        TREC run file (``qid Q0 docid rank score tag``) to ``run_file``, each atomically (a directory, link or
+        special file there is refused, before anything is written).
+
+        Example::
+
+            res.save("results.json", run_file="run.trec")
+        """
+        from twotower.evaluation.runs import write_run
+        from twotower.io import atomic_write_json, check_output_files
+
+        check_output_files(("path", path), ("run_file", run_file))
+        if path is not None:
+            atomic_write_json(path, self.to_json())
+        if run_file is not None:
+            write_run(self.run, run_file, tag=tag or f"twotower-{self.retriever}")
 
 
 def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "EvalConfig":
@@ -155,9 +186,9 @@ def _bm25_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     timings["index_s"] = time.perf_counter() - t0
     qids = list(ds.queries)
     t0 = time.perf_counter()
-    scores, idx = bm25.search([ds.queries[q] for q in qids], cfg.top_k, show_progress=cfg.show_progress)
+    run = bm25.search_run(qids, [ds.queries[q] for q in qids], cfg.top_k, show_progress=cfg.show_progress)
     timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
-    return to_run(qids, doc_ids, scores, idx)
+    return run  # documents matching no query term left out
 
 
 def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
