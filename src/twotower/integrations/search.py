@@ -1,0 +1,105 @@
+"""What the framework retrievers share: the index they take (an Index or its path), their search options checked
+when the retriever is made, one search at a time per index, and a hit's text as twotower joins title and text."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from pathlib import Path
+
+from twotower.api.index import Hit, Index
+from twotower.errors import TwoTowerError
+from twotower.retrieval.prf import check_prf
+
+__all__ = ["as_index", "joined_text", "search", "search_options"]
+
+# the values Index.search documents
+MODES = ("dense", "bm25", "hybrid", "rrf")
+NORMS = ("minmax", "zscore")
+
+
+def as_index(index, option: str = "index") -> Index:
+    """``index`` itself when it is an :class:`~twotower.Index`; the index opened at it when it is a path."""
+    if isinstance(index, Index):
+        return index
+    if isinstance(index, (str, Path)) and str(index).strip():
+        return Index.open(index)
+    raise TwoTowerError(f"{option}: give a twotower.Index or the path of an index directory, "
+                        f"not {type(index).__name__} {index!r}")
+
+
+def _whole(name: str, value, minimum: int = 1) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        raise TwoTowerError(f"{name} {value!r}: a whole number ≥ {minimum}")
+
+
+def _number(name: str, value, low: float, high: float) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                              not low <= value <= high):
+        raise TwoTowerError(f"{name} {value!r}: a number from {low:g} to {high:g}")
+
+
+def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth=None, prf_weight=None, rerank=None,
+                   rerank_depth=None, ef_search=None, nprobe=None) -> dict:
+    """The options of :meth:`Index.search` checked against ``index`` now, before any query (each error names the
+    option), with a re-ranker given as a directory loaded once here rather than on every search."""
+    _whole("k", k)
+    if mode is not None and mode not in MODES:
+        raise TwoTowerError(f"mode {mode!r}: choose one of {', '.join(MODES)} (or leave it out: the model's fitted "
+                            "mode, else dense)")
+    resolved, _ = index.resolve(mode, lam)
+    if lam is not None:
+        _number("lam", lam, 0.0, 1.0)
+        if resolved != "hybrid":
+            raise TwoTowerError(f"lam weighs dense against BM25 in mode hybrid; mode {resolved} does not use it: drop "
+                                "it or set mode='hybrid'")
+    if norm is not None:
+        if norm not in NORMS:
+            raise TwoTowerError(f"norm {norm!r}: choose one of {', '.join(NORMS)}")
+        if resolved != "hybrid":
+            raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {resolved} does not use it")
+    if resolved != "dense" and not index.info().get("bm25"):
+        raise TwoTowerError(f"mode {resolved} needs the index's BM25 part and {index.path} has none: rebuild it with "
+                            "bm25=True (twotower index build --bm25) or use mode='dense'")
+    _whole("prf_depth", prf_depth)
+    _number("prf_weight", prf_weight, 0.0, float("inf"))
+    check_prf(prf_depth, prf_weight, mode=resolved, mode_option="mode", depth_option="prf_depth",
+              weight_option="prf_weight")
+    _whole("rerank_depth", rerank_depth)
+    _whole("ef_search", ef_search)
+    _whole("nprobe", nprobe)
+    if rerank_depth is not None and rerank is None:
+        raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
+    if isinstance(rerank, (str, Path)) and str(rerank) != "none":
+        from twotower import Reranker
+
+        rerank = Reranker(rerank, device=index.device, precision=index.precision)
+    return {"mode": mode, "lam": lam, "norm": norm, "prf_depth": prf_depth, "prf_weight": prf_weight,
+            "rerank": rerank, "rerank_depth": rerank_depth, "ef_search": ef_search, "nprobe": nprobe}
+
+
+# Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed"), and the encoder and FAISS use every
+# core anyway: one search at a time per index (serve/state.py does the same), whichever thread or retriever asks.
+_LOCKS: "weakref.WeakKeyDictionary[Index, threading.Lock]" = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock(index: Index) -> threading.Lock:
+    with _LOCKS_LOCK:
+        lock = _LOCKS.get(index)
+        if lock is None:
+            lock = _LOCKS[index] = threading.Lock()
+        return lock
+
+
+def search(index: Index, query: str, k: int, options: dict) -> list[Hit]:
+    """``index.search(query, k, **options)``, one at a time per index."""
+    if not isinstance(query, str) or not query.strip():
+        raise TwoTowerError(f"query {query!r}: empty or not a string; give the text to search for")
+    with _lock(index):
+        return index.search(query, k, **options)
+
+
+def joined_text(hit: Hit) -> str:
+    """Title and text as twotower joins them for the document encoder: ``"title text"``, or the text alone."""
+    return f"{hit.title} {hit.text}".strip() if hit.title else hit.text
