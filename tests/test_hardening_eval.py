@@ -156,3 +156,47 @@ def test_a_relevant_document_dropped_by_the_identical_id_rule_is_reported(tmp_pa
     qrels = {"q1": {"q1": 1}}
     assert evaluate(qrels, {"q1": {"q1": 1.0}}, ("recall@100",), ignore_identical_ids=False)["recall@100"] == 1.0
     assert evaluate(qrels, {"q1": {"q1": 1.0}}, ("recall@100",))["recall@100"] == 0.0
+
+
+# ---------------------------------------------------------------- kind: lexical search returning documents that match nothing
+
+
+def test_bm25_drops_documents_that_match_nothing_in_eval(tmp_path):
+    """q1 ("which feline purrs") matches only d1 ("... felines that purr"), a query of unknown words matches no
+    document: eval's BM25 run holds exactly the matching documents, not k of them."""
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    queries = TINY_QUERIES + [{"_id": "q9", "text": "quantum chromodynamics"}]
+    data = write_beir(tmp_path / "d", TINY_CORPUS, queries, TINY_QRELS + [("q9", "d3", 1)])
+    got = run_eval(EvalConfig(data=data, retriever="bm25", show_progress=False))
+    assert got.run["q9"] == {}
+    # by hand, stemmed words shared with the query: feline/purr; memory, system, programming, language; green, tea
+    expected = {"q1": {"d1"}, "q2": {"d3", "d4"}, "q3": {"d5"}}
+    assert {q: set(got.run[q]) for q in expected} == expected
+    assert all(s > 0 for q in expected for s in got.run[q].values())
+
+
+def test_bm25_search_and_the_service_agree(tmp_path, tiny_bert_dir):
+    """The index's BM25 (search, the service, eval --index) leaves them out alike."""
+    from fastapi.testclient import TestClient
+
+    from conftest import flat_index
+    from twotower.retrieval.searcher import Searcher
+    from twotower.serve.app import create_app
+
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    index = flat_index(data, tiny_bert_dir, tmp_path / "idx")
+    searcher = Searcher(index, precision="fp32")
+    assert searcher.search("quantum chromodynamics", k=5, mode="bm25") == []
+    hits = searcher.search("green tea leaves", k=5, mode="bm25")
+    assert [h.doc_id for h in hits] == ["d5"]
+    client = TestClient(create_app(index, precision="fp32", api_key=None))
+    res = client.post("/search", json={"query": "quantum chromodynamics", "k": 5, "mode": "bm25"})
+    assert res.status_code == 200 and res.json()["hits"] == [], res.json()
+    res = client.post("/search", json={"query": "green tea leaves", "k": 5, "mode": "bm25"})
+    assert [h["id"] for h in res.json()["hits"]] == ["d5"]
+    # hybrid: the documents BM25 does not match get its minimum (0 after min-max), as a missing document always did
+    from twotower.evaluation.pipeline import EvalConfig, run_eval
+
+    got = run_eval(EvalConfig(data=data, index=index, retriever="bm25", show_progress=False))
+    assert set(got.run["q3"]) == {"d5"}

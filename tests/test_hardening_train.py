@@ -176,19 +176,21 @@ def test_mine_refuses_ranks_past_the_collection(tmp_path, tiny_beir):
 
 
 def test_mine_says_when_examples_get_fewer_negatives(tmp_path, tiny_beir, caplog):
-    """Ranks 6..50 of a 6-document collection hold one document: asked for 2 negatives, every example gets at most
-    1 (and none where rank 6 is its positive); the file is written, and the shortfall counted in a warning."""
+    """BM25 ranks only the documents that match a query: q1 and q3 match their positive alone, q2 matches d4 (its
+    positive, 4 shared words) then d3 (2): from rank 2 on, asked for 2 negatives, q2 gets d3 and the others none;
+    the file is written, and the shortfall counted in a warning."""
     from twotower.data.beir import BeirDataset
     from twotower.training.mining import add_hard_negatives
 
     out = tmp_path / "mined.jsonl"
     with caplog.at_level(logging.WARNING):
         res = runner.invoke(app, ["mine", "--data", str(tiny_beir), "--split", "test", "--out", str(out),
-                                  "--rank-from", "6", "--rank-to", "50", "--num-negatives", "2", "--no-progress"])
+                                  "--rank-from", "2", "--rank-to", "50", "--num-negatives", "2", "--no-progress"])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rows and all(len(r["negative_ids"]) <= 1 for r in rows)
-    assert any("3 of 3 examples got fewer than 2 negatives" in r.getMessage() for r in caplog.records), caplog.text
+    rows = {r["qid"]: r["negative_ids"] for r in map(json.loads, out.read_text().splitlines())}
+    assert rows == {"q1": [], "q2": ["d3"], "q3": []}
+    assert any("3 of 3 examples got fewer than 2 negatives (2 got none)" in r.getMessage() for r in caplog.records), \
+        caplog.text
     # every example without a negative: refused, not written as a file of positives only
     ds = BeirDataset.load(tiny_beir, "test")
     from twotower.data.pairs import pairs_from_beir

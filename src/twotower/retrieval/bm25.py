@@ -124,6 +124,12 @@ class BM25:
             scores[unmatched] = 0.0
         return scores, indices
 
+    def search_run(self, query_ids: Sequence[str], queries: Sequence[str], k: int = 1000, *,
+                   show_progress: bool = True) -> dict[str, dict[str, float]]:
+        """A run ``{query_id: {doc_id: score}}`` of each query's ``k`` best that match it (:func:`matching_run`)."""
+        scores, indices = self.search(queries, k, show_progress=show_progress)
+        return matching_run(query_ids, self.doc_ids, scores, indices)
+
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         self.index_.save(directory, show_progress=False)
@@ -163,3 +169,13 @@ class BM25:
             return BM25Params.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, TypeError) as exc:
             raise TwoTowerError(f"{path}: cannot read the BM25 params ({exc}); rebuild the index") from exc
+
+
+def matching_run(query_ids: Sequence[str], doc_ids: Sequence[str], scores: np.ndarray,
+                 indices: np.ndarray) -> dict[str, dict[str, float]]:
+    """BM25's search output as a run, without the documents that match nothing: every BM25 term weight is above
+    0, so a score of 0 means no query term is in the document, and bm25s fills the top k with such documents in
+    index order. Every BM25 ranking (eval, search, the service, fit, mining) goes through here, so a query whose
+    terms are in no document gets no hits rather than k arbitrary ones."""
+    return {qid: {doc_ids[j]: float(s) for s, j in zip(row_s, row_i) if s > 0 and j >= 0}
+            for qid, row_s, row_i in zip(query_ids, scores, indices)}

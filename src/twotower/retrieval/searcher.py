@@ -216,7 +216,7 @@ def add_documents_from(
     """Encode ``docs`` (with ``encoder``, a loaded DualEncoder, or the index's own model) and add them to ``index``
     as a new version; ``source`` names them in errors."""
     cfg = cfg or EncodeConfig()
-    store = index if isinstance(index, IndexStore) else IndexStore.open(index)
+    store = IndexStore.open(index) if isinstance(index, (str, Path)) else index  # an IndexStore or a MilvusStore
     index = store.root
     dup = [d.id for d in docs if d.id in store.row_of]
     if dup and not replace:  # fail before spending time encoding
@@ -251,7 +251,7 @@ class Searcher:
         ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster (in fp32).
         ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's; ``device`` its device (auto:
         the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU)."""
-        self.store = index if isinstance(index, IndexStore) else IndexStore.open(index)
+        self.store = IndexStore.open(index) if isinstance(index, (str, Path)) else index  # IndexStore | MilvusStore
         self._model_override = model
         self._encoder = None
         self.query_runtime = query_runtime
@@ -340,8 +340,10 @@ class Searcher:
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
         if mode != "dense":
+            from twotower.retrieval.bm25 import matching_run
+
             scores, rows = store.bm25.search(texts, depth, show_progress=False)
-            runs["bm25"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr)} for q, rs, rr in zip(qids, scores, rows)}
+            runs["bm25"] = matching_run(qids, store.doc_ids, scores, rows)  # no document that matches nothing
         if mode in ("dense", "bm25"):
             return runs[mode]
         if mode == "hybrid":

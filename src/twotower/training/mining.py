@@ -25,7 +25,8 @@ def retrieve_for_mining(ds: BeirDataset, retriever: str, *, model=None, depth: i
         from twotower.retrieval.bm25 import BM25, BM25Params
 
         bm = BM25(BM25Params(language=language)).index(doc_ids, [ds.corpus[d].full_text for d in doc_ids], show_progress=show_progress)
-        _, idx = bm.search(queries, depth, show_progress=show_progress)
+        run = bm.search_run(qids, queries, depth, show_progress=show_progress)  # matching documents only
+        return {qid: list(docs) for qid, docs in run.items()}  # best first
     elif retriever == "model":
         if model is None:
             raise ValueError("mining with 'model' needs a model")

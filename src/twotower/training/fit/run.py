@@ -184,8 +184,7 @@ class _Fit:
         dev = self.split()["dev"]
         bm = BM25(BM25Params(language=self.recipe.language)).index(
             self.doc_ids, [self.doc_text(d) for d in self.doc_ids], show_progress=self.opts.show_progress)
-        scores, idx = bm.search([self.ds.queries[q] for q in dev], self.recipe.n_best, show_progress=False)
-        sparse = {q: {self.doc_ids[j]: float(s) for s, j in zip(rs, ri)} for q, rs, ri in zip(dev, scores, idx)}
+        sparse = bm.search_run(dev, [self.ds.queries[q] for q in dev], self.recipe.n_best, show_progress=False)
         atomic_write_json(self.stages.dir("zeroshot") / "bm25_dev_run.json", sparse)
         qrels = self.dev_qrels()
         return {"dev_dense": select.score(qrels, dense), "dev_bm25": select.score(qrels, sparse),
