@@ -207,7 +207,8 @@ def load_chunks(path: str | Path, tokenizer, cfg: ViewConfig | None = None, *, l
     bar.close()
     if not chunks:
         raise DataError(path, f"no chunk of at least {cfg.min_tokens} tokens in this corpus",
-                        hint="check the file format, or lower min_tokens")
+                        hint=f"pre-training cuts documents into chunks and keeps those of {cfg.min_tokens} tokens or "
+                        "more: check the file format (a 'text' field per line), or give longer documents")
     log.info("%s: %d chunks of ≤ %d tokens", path, len(chunks), cfg.chunk_tokens)
     return chunks
 

@@ -23,7 +23,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One corpus document: its ``id`` (``_id`` in corpus.jsonl), ``title`` (may be empty) and ``text``."""
+    """One corpus document: its ``id`` (``_id`` in corpus.jsonl), ``title`` (may be empty) and ``text``.
+
+    Example::
+
+        doc = tt.load_beir("my-beir-dir").corpus["d1"]
+        print(doc.id, doc.title, doc.text, doc.full_text)
+    """
 
     id: str
     title: str
@@ -55,7 +61,25 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 ) from None
             if number == 1:
                 line = line.removeprefix("\ufeff")
+            _check_line(path, number, line)
             yield number, line
+
+
+def _check_line(path: Path, number: int, line: str) -> None:
+    """Name the two things that make a text file's lines unreadable, before a parser reports a symptom: a NUL byte
+    (a UTF-16 or binary file; JSON would say "Extra data") and carriage returns inside a line (CR-only line
+    endings: the whole file reads as one line, with a wrong column count)."""
+    nul = line.find("\x00")
+    if nul >= 0:
+        utf16 = "\x00" in line[1::2] or "\x00" in line[0::2]
+        raise DataError(path, f"a NUL byte at column {nul + 1}", line=number,
+                        hint="the file looks like UTF-16: save it as UTF-8" if utf16 and line.count("\x00") > 2
+                        else "a text file holds no NUL bytes: is it binary or corrupted? remove them")
+    body = line.rstrip("\r\n")
+    if "\r" in body:
+        raise DataError(path, f"a carriage return inside the line (column {body.index(chr(13)) + 1}): the file has "
+                        "CR-only (old Mac) line endings", line=number,
+                        hint="convert them to newlines, e.g. tr '\\r' '\\n' < FILE > FILE.new")
 
 
 def iter_json_records(path: Path) -> Iterator[tuple[int, dict]]:
@@ -164,6 +188,11 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
         parts = stripped.split("\t")
         if number == 1 and tuple(p.strip() for p in parts) == _QRELS_HEADER:
             continue
+        if number == 1 and len(parts) == 3 and not _is_number(parts[2]):
+            raise DataError(path, f"the first row {stripped!r} is not a judgement (its score is not a number) nor "
+                            "the header BEIR files start with", line=number,
+                            hint="write the header as 'query-id\\tcorpus-id\\tscore' (hyphens, tab-separated) or "
+                            "drop it")
         if len(parts) != 3:
             raise DataError(
                 path,
@@ -188,6 +217,14 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
                             line=number, field="score", hint="keep one row per (query-id, corpus-id) pair")
         seen[did] = score
     return qrels
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def beir_files(root: str | Path) -> list[Path]:

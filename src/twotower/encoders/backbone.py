@@ -37,6 +37,8 @@ def resolve_model(name_or_path: str | Path | None) -> str:
     if path.exists():
         if not path.is_dir():
             raise ModelError(f"{path}: a model must be a directory (config.json + weights)")
+        if not (path / "config.json").exists():
+            _refuse_other_outputs(path)
         return str(path)
     if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
         return str(default_model_path())
@@ -45,6 +47,25 @@ def resolve_model(name_or_path: str | Path | None) -> str:
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelError(f"{name}: model directory not found")
     return str(name_or_path)  # a hub id, for users with network access
+
+
+def _refuse_other_outputs(path: Path) -> None:
+    """A folder twotower wrote that is not a model itself -- a fit's output, an index -- named for what it is, with
+    the model to use instead (Hugging Face would report a missing ``model_type``)."""
+    import json
+
+    if (path / "fit.json").is_file() or (path / "model" / "config.json").is_file():
+        raise ModelError(f"{path} is a 'twotower fit' output folder, not a model directory: use {path / 'model'}")
+    current = path / "CURRENT"
+    if current.is_file() and (path / "versions").is_dir():
+        try:
+            manifest = json.loads((path / "versions" / current.read_text().strip() / "manifest.json").read_text())
+            model = manifest["model"].get("path") or manifest["model"].get("name")
+        except (OSError, ValueError, KeyError, AttributeError, TypeError):
+            model = None
+        its = f"; its model is {model} (--model {model})" if model else ""
+        raise ModelError(f"{path} is an index (twotower index build), not a model directory: search it with --index "
+                         f"{path}{its}")
 
 
 def hub_offline() -> bool:
