@@ -121,7 +121,8 @@ class Index:
         project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
         compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
-        workers: int | None = None, gpus_per_worker: float = 0.0, **options,
+        workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
+        collection: str | None = None, **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -130,8 +131,10 @@ class Index:
         :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
         gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
         string. ``bm25`` (implied by ``language`` or ``bigrams``) adds the lexical side for ``bm25`` / ``hybrid`` /
-        ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. Everything is
-        checked before any encoding.
+        ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
+        puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
+        ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
+        name; ``kind`` flat | hnsw | ivf); the folder keeps the manifest. Everything is checked before any encoding.
 
         Example::
 
@@ -156,6 +159,23 @@ class Index:
         spec = replace(spec, **options)
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
                            compile=compile)
+        if backend not in ("faiss", "milvus"):
+            raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
+        if backend == "faiss" and (uri is not None or collection is not None):
+            raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus' (--backend milvus)")
+        if backend == "milvus":
+            if ray:
+                raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
+            from twotower.retrieval.milvus.build import build_milvus_from, check_options
+
+            check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
+            model, source = _encoder_parts(encoder, device)
+            spec = spec_for_model(spec, source, language_given=language is not None)
+            build_milvus_from(corpus_documents(corpus), path, model, model=source, spec=spec, cfg=cfg, uri=uri,
+                              collection=collection)
+            index = cls(path, device=device, precision=precision)
+            index._searcher._encoder = model
+            return index
         if ray:
             if multivector or project:
                 raise TwoTowerError("ray encodes single-vector indexes; drop multivector/project")

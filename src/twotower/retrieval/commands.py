@@ -57,6 +57,12 @@ def register(app: typer.Typer) -> None:
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="auto | local | ray://host:port"),
         workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Ray actors (default: one per CPU/GPU)."),
         gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0, help="Ray: GPUs per actor."),
+        backend: str = typer.Option("faiss", "--backend", help="faiss (vectors, documents and BM25 in --out) | milvus "
+                                    "(in a Milvus collection; --out keeps the manifest)."),
+        uri: Optional[str] = typer.Option(None, "--uri", help="--backend milvus: a Milvus Lite file (path ending in "
+                                          ".db) or a server http(s)://host:19530 (token: $TWOTOWER_MILVUS_TOKEN)."),
+        collection: Optional[str] = typer.Option(None, "--collection", help="--backend milvus: the collection "
+                                                 "(default: twotower_<name of --out>)."),
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
         try:
@@ -65,7 +71,9 @@ def register(app: typer.Typer) -> None:
                 out, data, encoder=model, kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
                 pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
                 batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
-                ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
+                ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+                **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
+                   else {}))
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         m = index.info()

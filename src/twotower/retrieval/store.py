@@ -117,6 +117,10 @@ class IndexStore:
             version_dir = root / "versions" / version
             try:
                 manifest = read_manifest(version_dir / "manifest.json")
+                if manifest.get("backend") == "milvus":  # vectors and documents in Milvus (issue #32)
+                    from twotower.retrieval.milvus.store import MilvusStore
+
+                    return MilvusStore(root, version_dir, manifest)
                 return cls(root, version_dir, manifest, verify=verify)
             except FileNotFoundError:
                 if attempt == 2 or current_version(root) == version:

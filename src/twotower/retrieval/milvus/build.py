@@ -1,0 +1,141 @@
+"""``index build --backend milvus``: check everything, encode the corpus, fill a collection, write the manifest.
+
+Everything that can fail without encoding is checked first: the URI (a server must answer, a Lite file's folder
+must exist), the collection name and that no other index (or anything not made by twotower) owns that collection,
+the index kind, and the options a Milvus index does not take (multi-vector, compressed vectors). Re-building an
+index directory into the collection it already names drops and re-fills that collection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from twotower.errors import TwoTowerError
+from twotower.retrieval.index import fingerprint
+from twotower.retrieval.index.lock import writer_lock
+from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, is_index_dir, read_manifest
+from twotower.retrieval.index.writer import check_target, discard_unfinished
+from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.lexical import SparseBM25
+from twotower.retrieval.milvus.store import MilvusStore, client_for
+from twotower.retrieval.milvus.writes import check_sizes, upsert, write_version
+
+log = logging.getLogger(__name__)
+
+LEXICAL = "twotower-bm25-sparse"  # the manifest's milvus.lexical: twotower's BM25 weights as sparse vectors
+
+
+def check_options(root: Path, spec, *, uri: str | None, collection: str | None, multivector=None, project=None,
+                  num_docs: int = 0):
+    """(uri, collection, index settings, client) for a build at ``root``, or the error of the first bad option."""
+    if multivector or project:
+        raise TwoTowerError("--multivector/--project: a Milvus index holds one vector per document; use --backend "
+                            "faiss for multi-vector indexes")
+    if spec.vectors != "fp32" or spec.dim is not None:
+        raise TwoTowerError(f"--vectors {spec.vectors}{' --dim' if spec.dim else ''}: a Milvus index stores fp32 "
+                            "vectors at the model's dimension; use --backend faiss for compressed vectors")
+    uri = mc.check_uri(uri)
+    collection = mc.check_collection_name(collection or mc.default_collection(root))
+    index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
+                              num_docs=num_docs)
+    check_target(root)
+    client = client_for(uri, "--uri")
+    props = mc.owner_properties(client, collection, uri)
+    if props is not None and not _ours(root, uri, collection, props):
+        owner = (f"the index of model {props.get('model')} ({props.get('field_dim')}-d)" if props.get("index_id")
+                 else "a collection twotower did not make")
+        raise TwoTowerError(f"--collection {collection}: {uri} already holds a collection of that name ({owner}); "
+                            "choose another --collection, or drop that one first")
+    return uri, collection, index, client
+
+
+def _ours(root: Path, uri: str, collection: str, props: dict) -> bool:
+    """Whether the collection belongs to the index at ``root`` (a rebuild may replace it)."""
+    if not is_index_dir(root):
+        return False
+    try:
+        m = read_manifest(root / "versions" / current_version(root) / "manifest.json").get("milvus") or {}
+    except (OSError, TwoTowerError):
+        return False
+    return m.get("uri") == uri and m.get("collection") == collection and m.get("index_id") == props.get("index_id")
+
+
+def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
+                      collection: str | None) -> MilvusStore:
+    """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``."""
+    from twotower.encoders.inference import PRECISIONS
+    from twotower.retrieval.searcher import encode_new_docs, model_info
+
+    out = Path(out)
+    if cfg.precision not in PRECISIONS:
+        raise TwoTowerError(f"unknown --precision '{cfg.precision}': choose one of {', '.join(PRECISIONS)}")
+    if not docs:
+        raise TwoTowerError("the corpus holds no documents to index")
+    if encoder.multivector:
+        raise TwoTowerError("this model was trained with --multivector; a Milvus index holds one vector per document "
+                            "(use --backend faiss)")
+    uri, collection, index, client = check_options(out, spec, uri=uri, collection=collection, num_docs=len(docs))
+    new = encode_new_docs(encoder, docs, cfg)
+    check_sizes(new)
+    return build_store(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
+                       index=index, client=client, show_progress=cfg.show_progress)
+
+
+def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str, index: dict, client,
+                show_progress: bool = True) -> MilvusStore:
+    """Fill ``collection`` with the encoded documents ``new`` (a ``NewDocs``) and publish the manifest at ``root``."""
+    root = Path(root)
+    created = not root.exists()
+    first = created or not (root / "CURRENT").exists()
+    dim = int(new.vectors.shape[1])
+    corpus = fingerprint.entry(fingerprint.combine(zip(new.ids, new.titles, new.texts)))
+    index_id = uuid.uuid4().hex
+    made = False
+    try:
+        with writer_lock(root):
+            t0 = time.perf_counter()
+            lexicon, sparse = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
+                                                          zip(new.titles, new.texts)], spec.bm25_params,
+                                                show_progress=show_progress) if spec.bm25 else (None, None))
+            if mc.owner_properties(client, collection, uri) is not None:  # this index's own: re-filled
+                log.warning("dropping Milvus collection '%s' at %s to rebuild it", collection, uri)
+                with mc.milvus_errors(uri, collection, "dropping the old collection"):
+                    client.drop_collection(collection)
+            mc.create_collection(client, collection, dim=dim, lexical=spec.bm25, index=index, uri=uri, properties={
+                "index_id": index_id, "model": model.get("name"), "dim": dim, "schema": mc.SCHEMA_VERSION,
+                "corpus": corpus["fingerprint"]})
+            made = True
+            upsert(client, uri, collection, new, sparse, show_progress=show_progress, insert=True)
+            with mc.milvus_errors(uri, collection, "loading the collection"):
+                client.load_collection(collection)
+            manifest = {
+                "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim, "vectors": "fp32",
+                "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
+                "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
+                "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,
+                "bm25": asdict(lexicon.params) if lexicon is not None else None, "corpus": corpus,
+                "milvus": {"uri": uri, "collection": collection, "index_id": index_id,
+                           "schema_version": mc.SCHEMA_VERSION, "index_type": index["index_type"],
+                           "index_params": index["params"], "metric": "IP",
+                           "search": {"ef_search": mc.DEFAULT_EF_SEARCH, "nprobe": 1},
+                           "lexical": LEXICAL if lexicon is not None else None},
+                "build_s": round(time.perf_counter() - t0, 3),
+            }
+            final = write_version(root, manifest, lexicon)
+    except BaseException:
+        if made:
+            with contextlib.suppress(Exception):
+                client.drop_collection(collection)
+        if first:
+            discard_unfinished(root, created=created)
+        raise
+    return MilvusStore(root, final, manifest, check=False)
+
+
+__all__ = ["LEXICAL", "build_milvus_from", "build_store", "check_options"]

@@ -1,0 +1,219 @@
+"""Talking to Milvus: the URI and token, Milvus' errors in twotower's words, the collection's schema and index types,
+and the checks that a collection is the one an index directory names.
+
+A URI is a local ``.db`` path (Milvus Lite: embedded in this process, nothing to start; one process at a time may
+open a file) or ``http(s)://host:port`` (a Milvus standalone or distributed server). A server's token (``user:password``
+or an API key) is read from the ``TWOTOWER_MILVUS_TOKEN`` environment variable, never from the command line or a
+file twotower writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+# pymilvus logs every failed RPC with a traceback at ERROR; the failures reach the user as TwoTowerErrors instead
+logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
+TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
+SCHEMA_VERSION = 1
+MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
+MAX_ID_BYTES = 1_024
+DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
+DENSE, SPARSE = "dense", "sparse"
+# index kinds twotower builds on Milvus: --kind -> Milvus index type
+INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
+PROPERTY = "twotower"  # collection properties: twotower.index_id, twotower.model, twotower.dim, twotower.schema
+
+
+class MilvusError(TwoTowerError):
+    """Milvus refused or could not be reached; the message names the URI, the collection and what to do."""
+
+
+def is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_uri(uri: str | None, option: str = "--uri") -> str:
+    """The URI to store: a server's as given (no credentials in it), a Milvus Lite file's as an absolute path."""
+    if not uri or not isinstance(uri, str):
+        raise TwoTowerError(f"{option}: give a Milvus Lite file (a path ending in .db) or a Milvus server "
+                            "(http://host:19530) for --backend milvus")
+    if is_server(uri):
+        parts = urlsplit(uri)
+        if parts.username or parts.password:
+            raise TwoTowerError(f"{option} {parts.scheme}://…@{parts.hostname}: credentials do not go in the URI; "
+                                f"set the environment variable {TOKEN_ENV}=user:password (or an API key)")
+        if not parts.hostname:
+            raise TwoTowerError(f"{option} {uri!r}: no host; give http://host:19530")
+        return uri
+    if "://" in uri:
+        raise TwoTowerError(f"{option} {uri!r}: a Milvus URI is http(s)://host:port or a local .db file")
+    path = Path(uri).expanduser()
+    if path.suffix != ".db":
+        raise TwoTowerError(f"{option} {uri}: a Milvus Lite file must end in .db (e.g. {path.with_suffix('.db')})")
+    if not path.parent.is_dir():
+        raise TwoTowerError(f"{option} {uri}: the folder {path.parent} does not exist; create it first")
+    return str(path.resolve())
+
+
+def check_collection_name(name: str, option: str = "--collection") -> str:
+    """Milvus' rule for names: a letter or _ first, then letters, digits and _ (255 at most)."""
+    ok = bool(name) and len(name) <= 255 and (name[0].isascii() and (name[0].isalpha() or name[0] == "_")) and all(
+        c.isascii() and (c.isalnum() or c == "_") for c in name)
+    if not ok:
+        raise TwoTowerError(f"{option} {name!r}: a Milvus collection name starts with a letter or _ and holds only "
+                            "letters, digits and _ (at most 255)")
+    return name
+
+
+def default_collection(index_dir: str | Path) -> str:
+    """A collection name from the index directory's name (``my-index`` -> ``twotower_my_index``)."""
+    stem = "".join(c if c.isascii() and c.isalnum() else "_" for c in Path(index_dir).resolve().name)
+    return f"twotower_{stem}"[:255]
+
+
+def connect(uri: str, option: str = "--uri"):
+    """A ``MilvusClient`` on ``uri``; a file another process holds, a server that does not answer or refuses the
+    token: a :class:`MilvusError` naming ``option``."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError:
+        raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
+    token = os.environ.get(TOKEN_ENV, "")
+    timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
+    try:
+        if is_server(uri):
+            return MilvusClient(uri=uri, token=token, timeout=timeout)
+        return MilvusClient(uri=uri)
+    except Exception as exc:  # pymilvus raises MilvusException and its subclasses, grpc errors, OSError
+        msg = _message(exc)
+        if is_server(uri):
+            if any(w in msg.lower() for w in ("auth", "token", "credential", "password", "permission")):
+                raise MilvusError(f"{option} {uri}: Milvus refused the token ({msg}); set {TOKEN_ENV} to a valid "
+                                  "user:password or API key") from None
+            raise MilvusError(f"{option} {uri}: cannot reach a Milvus server there ({msg or type(exc).__name__}); "
+                              "check the host and port, that the server runs, and "
+                              f"{TIMEOUT_ENV} (seconds, default 10)") from None
+        raise MilvusError(f"{option} {uri}: cannot open the Milvus Lite file ({msg or type(exc).__name__}); only one "
+                          "process at a time can open a Milvus Lite file: stop the other one (e.g. a running "
+                          "'twotower serve') or use a Milvus server") from None
+
+
+def _message(exc: BaseException) -> str:
+    message = getattr(exc, "message", None)
+    if isinstance(message, str) and message.strip():
+        return message.strip()
+    details = getattr(exc, "details", None)
+    if callable(details):  # grpc errors
+        with contextlib.suppress(Exception):
+            return str(details()).strip()
+    return str(exc).strip()
+
+
+@contextlib.contextmanager
+def milvus_errors(uri: str, collection: str, what: str) -> Iterator[None]:
+    """Milvus' exceptions inside the block as a :class:`MilvusError` naming the collection and ``what`` failed."""
+    try:
+        yield
+    except TwoTowerError:
+        raise
+    except Exception as exc:
+        if not _is_milvus(exc):
+            raise
+        msg = _message(exc) or type(exc).__name__
+        low = msg.lower()
+        if ("not exist" in low or "not found" in low) and "collection" in low:
+            raise MilvusError(f"Milvus collection '{collection}' at {uri} does not exist (dropped?): rebuild the "
+                              "index with 'twotower index build --backend milvus'") from None
+        if any(w in low for w in ("auth", "token", "credential", "permission denied")):
+            raise MilvusError(f"Milvus at {uri} refused the token while {what} (collection '{collection}'): set "
+                              f"{TOKEN_ENV} to a valid token ({msg})") from None
+        raise MilvusError(f"Milvus at {uri}, collection '{collection}': {what} failed: {msg}") from None
+
+
+def _is_milvus(exc: BaseException) -> bool:
+    mod = type(exc).__module__ or ""
+    return mod.startswith(("pymilvus", "grpc", "milvus_lite")) or isinstance(exc, ConnectionError)
+
+
+def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int) -> dict:
+    """The Milvus index for ``--kind``: ``{"index_type", "params"}`` (metric IP on normalised vectors)."""
+    if kind not in INDEX_TYPES:
+        raise TwoTowerError(f"--kind {kind!r}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
+                            "strings and ivfpq need --backend faiss)")
+    if kind == "hnsw":
+        return {"index_type": "HNSW", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction)}}
+    if kind == "ivf":
+        n = nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
+        return {"index_type": "IVF_FLAT", "params": {"nlist": int(n)}}
+    return {"index_type": "FLAT", "params": {}}
+
+
+def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
+                      uri: str) -> None:
+    """The collection: ``id`` (primary key), ``title``, ``text``, ``dense`` (``dim`` floats) and, with ``lexical``,
+    ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP."""
+    from pymilvus import DataType
+
+    with milvus_errors(uri, name, "creating the collection"):
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
+        schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field(DENSE, DataType.FLOAT_VECTOR, dim=int(dim))
+        if lexical:
+            schema.add_field(SPARSE, DataType.SPARSE_FLOAT_VECTOR)
+        params = client.prepare_index_params()
+        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP", params=dict(index["params"]))
+        if lexical:
+            params.add_index(SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+        client.create_collection(name, schema=schema, index_params=params,
+                                 properties={f"{PROPERTY}.{k}": str(v) for k, v in properties.items()},
+                                 consistency_level="Strong")
+
+
+def owner_properties(client, name: str, uri: str) -> dict | None:
+    """The twotower properties of collection ``name`` (``{}`` for a collection twotower did not make), None when
+    there is no such collection."""
+    with milvus_errors(uri, name, "reading the collection"):
+        if not client.has_collection(name):
+            return None
+        described = client.describe_collection(name)
+    props = described.get("properties") or {}
+    out = {k.split(".", 1)[1]: v for k, v in props.items() if k.startswith(PROPERTY + ".")}
+    for field in described.get("fields", []):
+        if field.get("name") == DENSE:
+            out["field_dim"] = str((field.get("params") or {}).get("dim"))
+    return out
+
+
+def check_owner(client, manifest: dict, index_dir: Path) -> None:
+    """The collection the manifest names exists and was built for this index (its id, model and dimension)."""
+    m = manifest["milvus"]
+    uri, name = m["uri"], m["collection"]
+    props = owner_properties(client, name, uri)
+    if props is None:
+        raise MilvusError(f"{index_dir}: its Milvus collection '{name}' at {uri} does not exist (dropped?): rebuild "
+                          "the index with 'twotower index build --backend milvus'")
+    want_model = str(manifest["model"].get("name"))
+    if props.get("index_id") != m["index_id"]:
+        raise MilvusError(
+            f"{index_dir}: the Milvus collection '{name}' at {uri} belongs to another index (model "
+            f"{props.get('model', 'unknown')}, {props.get('field_dim', '?')}-d vectors, corpus "
+            f"{props.get('corpus', 'unknown')[:12]}…), not to this one (model {want_model}, {manifest['dim']}-d, corpus "
+            f"{str((manifest.get('corpus') or {}).get('fingerprint', ''))[:12]}…): rebuild this index into a "
+            "collection of its own (--collection)")
+    if props.get("field_dim") != str(manifest["dim"]) or props.get("model") != want_model:
+        raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} holds {props.get('field_dim')}-d "
+                          f"vectors of model {props.get('model')}, the manifest says {manifest['dim']}-d of "
+                          f"{want_model}: rebuild the index")

@@ -1,0 +1,386 @@
+"""An index whose vectors, documents and BM25 sparse vectors live in a Milvus collection.
+
+:class:`MilvusStore` has the methods of :class:`twotower.retrieval.store.IndexStore` that the Searcher, the API
+(``tt.Index``) and the service use — ``search``, ``bm25.search``, ``document``, ``row_of``, ``doc_ids``,
+``float_vectors`` (PRF), ``add``, ``remove``, ``refresh``, ``manifest``, ``version`` — so they work over it unchanged;
+``IndexStore.open`` returns one when the manifest says ``"backend": "milvus"``.
+
+Rows: Milvus keys documents by id, the Searcher speaks in rows. A store numbers the ids its searches return as it
+meets them (``doc_ids`` grows, ``row_of`` maps back and asks Milvus about ids it has not met), so nothing holds the
+whole id list in memory.
+
+The index directory keeps versions of the manifest and the BM25 vocabulary (``CURRENT``, ``versions/vNNNNNN``, as the
+local store); the collection itself is one mutable thing, not versioned: a search reads it as it is at that moment
+(Milvus' Strong consistency), and every write returns only after Milvus has flushed it (made it durable).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from twotower.retrieval.index import fingerprint
+from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
+from twotower.retrieval.index.lock import writer_lock
+from twotower.retrieval.index.versions import current_version, read_manifest
+from twotower.retrieval.index.writer import NewDocs
+from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.lexical import SparseBM25
+from twotower.retrieval.milvus.writes import BATCH, check_sizes, upsert, write_version
+
+log = logging.getLogger(__name__)
+
+MAX_TOPK = 16_384  # Milvus' largest limit per search
+_CLIENTS: dict[str, object] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(uri: str, option: str):
+    """One MilvusClient per URI and process (a Milvus Lite file opens once per process)."""
+    with _CLIENTS_LOCK:
+        if uri not in _CLIENTS:
+            _CLIENTS[uri] = mc.connect(uri, option)
+        return _CLIENTS[uri]
+
+
+def forget_client(uri: str) -> None:
+    """Close and drop the cached client of ``uri`` (a Milvus Lite file is then free for another process)."""
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.pop(uri, None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # closing a client whose server is gone
+            log.debug("closing the Milvus client of %s failed", uri, exc_info=True)
+
+
+class RowTable:
+    """``row_of``: id -> row for the ids a store has met; an id it has not met is looked up in Milvus."""
+
+    def __init__(self, store: "MilvusStore") -> None:
+        self._store = store
+        self._rows: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def intern(self, doc_id: str) -> int:
+        with self._lock:
+            row = self._rows.get(doc_id)
+            if row is None:
+                row = self._rows[doc_id] = len(self._store.doc_ids)
+                self._store.doc_ids.append(doc_id)
+            return row
+
+    def __contains__(self, doc_id) -> bool:
+        return self.get(doc_id) is not None
+
+    def __getitem__(self, doc_id: str) -> int:
+        row = self.get(doc_id)
+        if row is None:
+            raise KeyError(doc_id)
+        return row
+
+    def get(self, doc_id, default=None):
+        if not isinstance(doc_id, str):
+            return default
+        if doc_id in self._rows:
+            return self._rows[doc_id]
+        return self.intern(doc_id) if self._store.existing([doc_id]) else default
+
+
+class _Check:
+    """``store.files``: what the Searcher checks before a write (here: that the collection is still this index's)."""
+
+    def __init__(self, store: "MilvusStore") -> None:
+        self._store = store
+
+    def check_all(self, *, writing: bool = False, skip=()) -> None:
+        mc.check_owner(self._store.client, self._store.manifest, self._store.root)
+
+    def close(self) -> None:
+        pass
+
+
+class MilvusStore:
+    """One version of a Milvus-backed index directory, opened (see the module's docstring)."""
+
+    backend = "milvus"
+    offsets = None  # single-vector only
+    projection = None
+
+    def __init__(self, root: Path, version_dir: Path, manifest: dict, *, check: bool = True) -> None:
+        self.root = Path(root)
+        self.dir = version_dir
+        self.manifest = manifest
+        m = manifest["milvus"]
+        self.uri, self.collection = m["uri"], m["collection"]
+        self.client = client_for(self.uri, f"{version_dir / 'manifest.json'}: milvus.uri")
+        if check:
+            mc.check_owner(self.client, manifest, self.root)
+            with self._errors("loading the collection"):
+                self.client.load_collection(self.collection)
+        self.doc_ids: list[str] = []
+        self.row_of = RowTable(self)
+        self.files = _Check(self)
+        self._docs: OrderedDict[str, dict] = OrderedDict()  # recently read documents
+        self._docs_lock = threading.Lock()
+        self._lexicon: SparseBM25 | None = None
+
+    def _errors(self, what: str):
+        return mc.milvus_errors(self.uri, self.collection, what)
+
+    # ---- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: str | Path) -> "MilvusStore":
+        root = Path(root)
+        version_dir = root / "versions" / current_version(root)
+        return cls(root, version_dir, read_manifest(version_dir / "manifest.json"))
+
+    def refresh(self) -> "MilvusStore":
+        if current_version(self.root) == self.dir.name:
+            return self
+        return MilvusStore.open(self.root)
+
+    def close(self) -> None:
+        pass
+
+    # ---- facts --------------------------------------------------------------------------
+
+    @property
+    def version(self) -> str:
+        return self.dir.name
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    @property
+    def multivector(self) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return int(self.manifest["num_docs"])
+
+    def count(self) -> int:
+        """The number of documents Milvus holds now."""
+        with self._errors("counting documents"):
+            rows = self.client.query(self.collection, filter="", output_fields=["count(*)"])
+        return int(rows[0]["count(*)"])
+
+    # ---- documents ----------------------------------------------------------------------
+
+    def _query(self, ids: Sequence[str], fields: list[str]) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        ids = list(dict.fromkeys(ids))
+        with self._errors("reading documents"):
+            for i in range(0, len(ids), BATCH):
+                for e in self.client.query(self.collection, ids=ids[i:i + BATCH], output_fields=fields):
+                    out[e["id"]] = e
+        return out
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` that the collection holds."""
+        return set(self._query(ids, ["id"]))
+
+    def rows(self, ids: Sequence[str]) -> list[int]:
+        known = self.existing(ids)
+        missing = [d for d in ids if d not in known]
+        if missing:
+            shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
+            raise UnknownIdError(f"{self.root}: {len(missing)} document id(s) not in the index (Milvus collection "
+                                 f"'{self.collection}'): {shown}")
+        return [self.row_of.intern(d) for d in ids]
+
+    def document(self, row: int) -> dict:
+        """``{"_id", "title", "text"}`` of the document in ``row`` (read from Milvus, recent ones cached)."""
+        doc_id = self.doc_ids[row]
+        with self._docs_lock:
+            doc = self._docs.get(doc_id)
+        if doc is None:
+            found = self._query([doc_id], ["title", "text"]).get(doc_id)
+            if found is None:
+                raise UnknownIdError(f"{self.root}: document '{doc_id}' is no longer in the Milvus collection "
+                                     f"'{self.collection}' (removed meanwhile)")
+            doc = {"_id": doc_id, "title": found["title"], "text": found["text"]}
+            with self._docs_lock:
+                self._docs[doc_id] = doc
+                while len(self._docs) > 10_000:
+                    self._docs.popitem(last=False)
+        return dict(doc)
+
+    def document_fields(self, row: int) -> tuple[str, str, str]:
+        d = self.document(row)
+        return d["_id"], d["title"], d["text"]
+
+    def documents(self, ids: Sequence[str]) -> list[dict]:
+        return [self.document(r) for r in self.rows(ids)]
+
+    def float_vectors(self, rows) -> np.ndarray:
+        """The stored vectors of ``rows`` (any shape) as float32, shaped ``rows.shape + (dim,)``."""
+        rows = np.asarray(rows)
+        ids = [self.doc_ids[int(r)] for r in rows.reshape(-1)]
+        found = self._query(ids, [mc.DENSE])
+        missing = [d for d in ids if d not in found]
+        if missing:
+            raise UnknownIdError(f"{self.root}: document '{missing[0]}' is no longer in the Milvus collection "
+                                 f"'{self.collection}' (removed meanwhile)")
+        flat = np.asarray([found[d][mc.DENSE] for d in ids], dtype=np.float32).reshape(-1, self.dim)
+        return flat.reshape(*rows.shape, self.dim)
+
+    def doc_vectors(self, row: int) -> np.ndarray:
+        return self.float_vectors(np.asarray([row]))
+
+    def vectors_for(self, ids: Sequence[str]) -> list[np.ndarray]:
+        return [self.doc_vectors(r) for r in self.rows(ids)]
+
+    # ---- searching ----------------------------------------------------------------------
+
+    def project_queries(self, queries: np.ndarray) -> np.ndarray:
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if queries.ndim != 2:
+            raise DimensionError(f"queries must be a 2-d array (n, dim), got shape {queries.shape}")
+        if queries.shape[1] != self.dim:
+            raise DimensionError(
+                f"query vectors have dimension {queries.shape[1]} but the index at {self.root} (Milvus collection "
+                f"'{self.collection}') holds {self.dim}-d vectors (model {self.manifest['model'].get('name')}); "
+                "encode with the index's model")
+        return queries
+
+    def _search_params(self, k: int, ef_search: int | None, nprobe: int | None) -> dict:
+        index_type = self.manifest["milvus"]["index_type"]
+        if ef_search is not None and index_type != "HNSW":
+            raise IndexStoreError(f"efSearch applies to HNSW indexes; this Milvus index is {index_type}")
+        if nprobe is not None and index_type != "IVF_FLAT":
+            raise IndexStoreError(f"nprobe applies to IVF indexes; this Milvus index is {index_type}")
+        defaults = self.manifest["milvus"].get("search", {})
+        if index_type == "HNSW":
+            return {"metric_type": "IP", "params": {"ef": max(k, ef_search or defaults.get("ef_search",
+                                                                                        mc.DEFAULT_EF_SEARCH))}}
+        if index_type == "IVF_FLAT":
+            return {"metric_type": "IP", "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
+        return {"metric_type": "IP", "params": {}}
+
+    def _ranked(self, field: str, data: list, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Milvus' top ``k`` of ``field`` for each of ``data``: (scores, rows), -inf / -1 where fewer."""
+        if k > MAX_TOPK:
+            raise IndexStoreError(f"k {k}: Milvus returns at most {MAX_TOPK} hits per query; ask for fewer")
+        scores = np.full((len(data), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(data), k), -1, dtype=np.int64)
+        asked = [i for i, d in enumerate(data) if not (isinstance(d, dict) and not d)]  # {}: a query of no known term
+        with self._errors("searching"):
+            for start in range(0, len(asked), 64):
+                chunk = asked[start:start + 64]
+                hits = self.client.search(self.collection, data=[data[i] for i in chunk], anns_field=field, limit=k,
+                                          search_params=params, output_fields=["id"])
+                for i, found in zip(chunk, hits):
+                    for j, h in enumerate(found):
+                        scores[i, j] = h["distance"]
+                        rows[i, j] = self.row_of.intern(h["id"])
+        return scores, rows
+
+    def search(self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
+               candidates: int | None = None, rescore_factor: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` documents by inner product: ``(scores, rows)``, each (n_queries, k), best first."""
+        q = self.project_queries(queries)
+        k = max(1, k)
+        return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe))
+
+    @property
+    def lexicon(self) -> SparseBM25:
+        if self._lexicon is None:
+            if not self.manifest.get("bm25"):
+                raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
+            self._lexicon = SparseBM25.load(self.dir)
+        return self._lexicon
+
+    @property
+    def bm25(self) -> "MilvusBM25":
+        return MilvusBM25(self, self.lexicon)
+
+    # ---- writing ------------------------------------------------------------------------
+
+    def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
+        """Upsert ``docs`` into the collection and return after Milvus flushed them; a new manifest version. Ids
+        already in the index are an error unless ``replace``."""
+        with writer_lock(self.root):
+            live = self.refresh()
+            if docs.offsets is not None:
+                raise IndexStoreError(f"{live.root}: a Milvus index holds one vector per document; the new documents "
+                                      "are multi-vector")
+            if docs.vectors.shape[1] != live.dim:
+                raise DimensionError(
+                    f"new vectors have dimension {docs.vectors.shape[1]} but the index at {live.root} (Milvus "
+                    f"collection '{live.collection}') holds {live.dim}-d vectors (model "
+                    f"{live.manifest['model'].get('name')}); encode with the index's model")
+            check_sizes(docs)
+            old = live._query(docs.ids, ["title", "text"])
+            if old and not replace:
+                dup = [d for d in docs.ids if d in old]
+                shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
+                raise IndexStoreError(f"{live.root}: {len(dup)} document id(s) are already in the index: {shown} "
+                                      "(pass replace=True / --replace to overwrite them)")
+            lexicon = SparseBM25.load(live.dir) if live.manifest.get("bm25") else None  # a copy: its vocabulary grows
+            texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
+            sparse = lexicon.doc_vectors(texts) if lexicon is not None else None
+            upsert(live.client, live.uri, live.collection, docs, sparse, show_progress=show_progress)
+            dropped = fingerprint.combine((d, old[d]["title"], old[d]["text"]) for d in old)
+            corpus = fingerprint.entry(fingerprint.parse(live.manifest.get("corpus")) or 0,
+                                       fingerprint.combine(zip(docs.ids, docs.titles, docs.texts)), -dropped)
+            return live._publish(lexicon or live._lexicon_copy(), corpus, keep)
+
+    def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
+        """Delete ``ids`` (unknown ids are an error) and return after Milvus flushed the deletion."""
+        with writer_lock(self.root):
+            live = self.refresh()
+            ids = list(dict.fromkeys(ids))
+            old = live._query(ids, ["title", "text"])
+            missing = [d for d in ids if d not in old]
+            if missing:
+                shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
+                raise UnknownIdError(f"{live.root}: {len(missing)} document id(s) not in the index (Milvus "
+                                     f"collection '{live.collection}'): {shown}")
+            with live._errors("deleting documents"):
+                for i in range(0, len(ids), BATCH):
+                    live.client.delete(live.collection, ids=ids[i:i + BATCH])
+                live.client.flush(live.collection)
+            dropped = fingerprint.combine((d, old[d]["title"], old[d]["text"]) for d in ids)
+            corpus = fingerprint.entry(fingerprint.parse(live.manifest.get("corpus")) or 0, -dropped)
+            return live._publish(live._lexicon_copy(), corpus, keep)
+
+    def _lexicon_copy(self) -> SparseBM25 | None:
+        return SparseBM25.load(self.dir) if self.manifest.get("bm25") else None
+
+    def _publish(self, lexicon: SparseBM25 | None, corpus: dict, keep: int) -> "MilvusStore":
+        """A new manifest version (document count from Milvus, the corpus fingerprint, the lexicon's vocabulary)."""
+        manifest = dict(self.manifest)
+        n = self.count()
+        manifest.update(num_docs=n, num_vectors=n, corpus=corpus)
+        final = write_version(self.root, manifest, lexicon, keep=keep)
+        return MilvusStore(self.root, final, manifest, check=False)
+
+
+class MilvusBM25:
+    """``store.bm25``: twotower's BM25 searched on the collection's sparse vectors (:mod:`.lexical`)."""
+
+    def __init__(self, store: MilvusStore, lexicon: SparseBM25) -> None:
+        self.store = store
+        self.params = lexicon.params
+        self.lexicon = lexicon
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self.store.doc_ids
+
+    def search(self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = False,
+               n_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(scores, rows)``, best first; a document that shares no term with the query is not returned."""
+        k = max(1, min(k, len(self.store)))
+        return self.store._ranked(mc.SPARSE, self.lexicon.query_vectors(queries), k, {"metric_type": "IP"})
+
+
+__all__ = ["MilvusBM25", "MilvusStore", "client_for", "forget_client"]
