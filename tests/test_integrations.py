@@ -203,6 +203,36 @@ def test_langchain_batch_runs_searches_from_threads(index):
         assert_documents_are_hits(docs, index.search(q, k=3, mode="dense"))
 
 
+def test_searches_of_one_index_run_one_at_a_time(index, monkeypatch):
+    """Concurrent async calls of both retrievers over one index never overlap inside Index.search (its fast
+    tokenizer fails under concurrent calls): each search holds the floor for 50 ms, so without the per-index lock
+    the worker threads would overlap."""
+    active, most = [0], [0]
+    guard = threading.Lock()
+    real_search = index.search
+
+    def counting_search(*args, **kwargs):
+        with guard:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            threading.Event().wait(0.05)
+            return real_search(*args, **kwargs)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    lc, li = LangChainRetriever(index, k=2, mode="dense"), LlamaRetriever(index, k=2, mode="dense")
+    monkeypatch.setattr(index, "search", counting_search)
+
+    async def main():
+        return await asyncio.gather(*(lc.ainvoke(q) for q in QUERIES), *(li.aretrieve(q) for q in QUERIES))
+
+    results = asyncio.run(main())
+    assert len(results) == 2 * len(QUERIES) and all(len(r) == 2 for r in results)
+    assert most[0] == 1
+
+
 @pytest.mark.parametrize("framework", ["langchain", "llama_index"])
 def test_async_search_does_not_block_the_event_loop(index, framework, monkeypatch):
     """The search waits for a coroutine on the same loop to run: on the loop's own thread it would wait forever
