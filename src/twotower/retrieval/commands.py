@@ -72,13 +72,20 @@ def register(app: typer.Typer) -> None:
                 pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
                 batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
                 ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+                vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor,
                 **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
                    else {}))
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         m = index.info()
+        v = m.get("vectors") or {}  # index build --vectors / --dim (retrieval.index.codecs)
+        stored = "" if v.get("type", "fp32") == "fp32" else f" {v['type']}"
+        if v.get("type") == "binary":
+            stored += (", no rescoring" if v.get("rescore") == "none"
+                       else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
+        cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
         console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
-                      f"{m['dim']} dims, {m['factory']}{', BM25' if m['bm25'] else ''}")
+                      f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
 
     @index_app.command("add")
     def index_add(
