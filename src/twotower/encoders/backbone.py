@@ -7,6 +7,7 @@ bundled default's place (``default_model_path``) live in ``layout.py`` and are r
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 from twotower.encoders.layout import DEFAULT_MODEL, ModelLayout, default_model_path, read_layout
@@ -78,7 +79,6 @@ def hub_offline() -> bool:
 def load_backbone(model: str, *, torch_dtype=None):
     """Load tokenizer and encoder-only transformer from ``model`` (a resolved path or hub id)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer, T5EncoderModel
-    from transformers.utils import logging as hf_logging
 
     try:
         config = AutoConfig.from_pretrained(model)
@@ -94,17 +94,28 @@ def load_backbone(model: str, *, torch_dtype=None):
     if config.model_type in POOLER_MODEL_TYPES:
         kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
     loader = T5EncoderModel if config.model_type in {"t5", "mt5", "umt5"} else AutoModel
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # the load report lists the skipped pooler weights: not news
-    hf_logging.disable_progress_bar()  # a bar for loading a few MB of weights is noise
-    try:
+    with quiet_transformers():  # the load report lists the skipped pooler weights: not news
         backbone = loader.from_pretrained(model, **kwargs)
+    backbone.eval()
+    return tokenizer, backbone
+
+
+@contextmanager
+def quiet_transformers():
+    """transformers' own messages at error level and its progress bars off inside the block (loading or saving a
+    model: "Loading weights", "Writing model shards" bars for a few MB are noise, and ignore --no-progress); both
+    put back as they were."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-    backbone.eval()
-    return tokenizer, backbone
 
 
 def set_attention_dropout(backbone, p: float) -> int:

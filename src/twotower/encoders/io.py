@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, read_layout, resolve_model
+from twotower.encoders.backbone import POOLER_MODEL_TYPES, load_backbone, quiet_transformers, read_layout, resolve_model
 from twotower.encoders.encoder import Projection, TextEncoder
 from twotower.errors import ModelError, TwoTowerError
 from twotower.io import atomic_directory, atomic_write_json
@@ -178,8 +178,9 @@ def load_tower(
 def save_tower(tower: TextEncoder, path: Path) -> None:
     """Write ``tower`` as a sentence-transformers directory into the (existing, empty) ``path``."""
     path.mkdir(parents=True, exist_ok=True)
-    tower.backbone.save_pretrained(path)
-    tower.tokenizer.save_pretrained(path)
+    with quiet_transformers():  # no "Writing model shards" bar, whatever --progress says
+        tower.backbone.save_pretrained(path)
+        tower.tokenizer.save_pretrained(path)
     st_config: dict = {"max_seq_length": tower.max_length, "do_lower_case": False}
     if getattr(tower.backbone, "pooler", None) is None and tower.backbone.config.model_type in POOLER_MODEL_TYPES:
         # the backbone was loaded without its pooler (pooling is ours): tell sentence-transformers to build it

@@ -273,8 +273,10 @@ def train_reranker(
     bar.close()
     losses = torch.stack(losses).float().cpu().tolist()
     model.eval()
-    with atomic_directory(out) as tmp:  # a model stays at ``out`` except between two renames
-        ce.save(str(tmp))
+    from twotower.encoders.backbone import quiet_transformers
+
+    with atomic_directory(out) as tmp, quiet_transformers():  # no "Writing model shards" bar; atomic: a model
+        ce.save(str(tmp))                                        # stays at ``out`` except between two renames
     return {"groups": len(groups), "steps": steps, "pairs_per_step": cfg.batch_queries * group_size,
             "train_s": round(time.perf_counter() - t0, 1), "first_loss": round(float(np.mean(losses[:10])), 4),
             "last_loss": round(float(np.mean(losses[-10:])), 4), "device": describe(target)}
