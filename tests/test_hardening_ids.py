@@ -201,3 +201,29 @@ def test_service_refuses_lone_surrogates_in_text(served):
     assert "surrogate" in res.text
     res = served.post("/search", headers={"Content-Type": "application/json"}, content='{"query": "a \\udcff"}')
     assert res.status_code == 422, res.text
+
+
+@pytest.mark.parametrize("key", ["query", "positive", "negatives"])
+def test_training_pairs_refuse_lone_surrogates_naming_line_and_field(tmp_path, key):
+    from twotower.data.pairs import load_pairs
+    from twotower.errors import DataError
+
+    record = {"query": "q", "positive": "p", "negatives": ["n"]}
+    record[key] = ["n", "x \ud800"] if key == "negatives" else "x \ud800"
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"query": "a", "positive": "b"}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(DataError, match=rf"line 2, field '{key}': .*lone surrogate"):
+        load_pairs(path)
+
+
+@pytest.mark.parametrize("field", ["title", "text"])
+def test_pretraining_corpus_refuses_lone_surrogates_naming_line_and_field(tmp_path, field):
+    from twotower.data.augment import _iter_file
+    from twotower.errors import DataError
+
+    record = {"_id": "a", "title": "t", "text": "words"}
+    record[field] = "x \udcff"
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"_id": "z", "text": "fine"}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(DataError, match=rf"line 2, field '{field}': .*lone surrogate"):
+        list(_iter_file(path))

@@ -31,6 +31,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from twotower.data.beir import _iter_lines, iter_json_records
+from twotower.data.ids import text_problem
 from twotower.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,10 @@ def _doc_text(record: dict, path: Path, number: int) -> str:
         raise DataError(path, "missing text" if text is None else f"text must be a string, got {type(text).__name__}",
                         line=number, field="text", hint="every record needs a string 'text'")
     title = record.get("title")
+    for name, value in (("text", text), ("title", title)):
+        problem = text_problem(value) if isinstance(value, str) else None
+        if problem:  # before chunking, not as a tokenizer's codec error
+            raise DataError(path, f"{name} {problem}", line=number, field=name)
     return f"{title} {text}".strip() if isinstance(title, str) and title else text
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset, iter_json_records
+from twotower.data.ids import text_problem
 from twotower.errors import DataError
 from twotower.io import atomic_write_text
 
@@ -77,6 +78,10 @@ def load_pairs(path: str | Path) -> list[TrainExample]:
         negatives = rec.get("negatives", [])
         if not isinstance(negatives, list) or not all(isinstance(n, str) for n in negatives):
             raise DataError(path, "negatives must be a list of strings", line=number, field="negatives")
+        for key, text in (("query", rec["query"]), ("positive", rec["positive"]), *(("negatives", n) for n in negatives)):
+            problem = text_problem(text)
+            if problem:  # before training, not as a tokenizer's codec error
+                raise DataError(path, f"{key} {problem}", line=number, field=key)
         out.append(TrainExample(
             query=rec["query"], positive=rec["positive"], negatives=negatives,
             qid=str(rec.get("qid", "")), pid=str(rec.get("pid", "")),
