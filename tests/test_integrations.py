@@ -162,9 +162,13 @@ def test_a_reranker_directory_is_loaded_once_and_reranks_as_index_search(index, 
     options = {"mode": "dense", "rerank": str(tiny_ce_dir), "rerank_depth": 8}
     lc, li = LangChainRetriever(index, k=4, **options), LlamaRetriever(index, k=4, **options)
     assert isinstance(lc.rerank, tt.Reranker) and isinstance(li.options["rerank"], tt.Reranker)
+    # the reference's own copy, loaded as Index.search loads a directory (which it does on every call)
+    ce = tt.Reranker(tiny_ce_dir, device=index.device, precision=index.precision)
+    assert [h.id for h in index.search(QUERIES[0], k=4, **options)] == \
+        [h.id for h in index.search(QUERIES[0], k=4, **{**options, "rerank": ce})]
     changed = 0
     for q in QUERIES:
-        hits = index.search(q, k=4, **options)
+        hits = index.search(q, k=4, **{**options, "rerank": ce})
         changed += [h.id for h in hits] != [h.id for h in index.search(q, k=4, mode="dense")]
         assert_documents_are_hits(lc.invoke(q), hits)
         assert_nodes_are_hits(li.retrieve(q), hits)
