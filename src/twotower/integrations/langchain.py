@@ -24,7 +24,8 @@ _OPTIONS = ("mode", "lam", "norm", "prf_depth", "prf_weight", "rerank", "rerank_
 
 
 class TwoTowerRetriever(BaseRetriever):
-    """A LangChain retriever returning :meth:`twotower.Index.search`'s top ``k`` as ``Document``\\ s, best first.
+    """A LangChain retriever returning :meth:`twotower.Index.search`'s top ``k`` as LangChain ``Document`` objects,
+    best first.
 
     ``index``: a :class:`twotower.Index` or the path of an index directory. ``k`` (default 10) and the other
     fields are :meth:`~twotower.Index.search`'s options (``mode``, ``lam``, ``norm``, ``prf_depth``,
@@ -60,11 +61,15 @@ class TwoTowerRetriever(BaseRetriever):
     ef_search: int | None = None
     nprobe: int | None = None
 
-    def __init__(self, index: Any = None, /, **fields: Any) -> None:
-        """``TwoTowerRetriever(index, k=..., mode=..., ...)``; ``index`` may also be given by keyword."""
+    def __init__(self, index: Any = None, /, k: int = 10, *, mode: str | None = None, lam: float | None = None,
+                 norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
+                 rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
+                 nprobe: int | None = None, **fields: Any) -> None:
+        """``fields``: LangChain's own (``name``, ``tags``, ``metadata``), or ``index=`` by keyword."""
         if index is not None:
             fields["index"] = index
-        super().__init__(**fields)
+        super().__init__(k=k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth, prf_weight=prf_weight,
+                         rerank=rerank, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe, **fields)
 
     @model_validator(mode="before")
     @classmethod

@@ -24,8 +24,8 @@ _HIDDEN = ["id", "score"]
 
 
 class TwoTowerRetriever(BaseRetriever):
-    """A LlamaIndex retriever returning :meth:`twotower.Index.search`'s top ``k`` as ``NodeWithScore``\\ s of
-    ``TextNode``\\ s, best first.
+    """A LlamaIndex retriever returning :meth:`twotower.Index.search`'s top ``k`` as ``NodeWithScore`` objects
+    holding ``TextNode`` objects, best first.
 
     ``index``: a :class:`twotower.Index` or the path of an index directory. ``k`` (default 10) and the keyword
     options are :meth:`~twotower.Index.search`'s (``mode``, ``lam``, ``norm``, ``prf_depth``, ``prf_weight``,
