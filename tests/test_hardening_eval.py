@@ -200,3 +200,88 @@ def test_bm25_search_and_the_service_agree(tmp_path, tiny_bert_dir):
 
     got = run_eval(EvalConfig(data=data, index=index, retriever="bm25", show_progress=False))
     assert set(got.run["q3"]) == {"d5"}
+
+
+# ---------------------------------------------------------------- kind: an index fed vectors of a different encoder
+
+
+@pytest.fixture(scope="module")
+def other_models(tmp_path_factory):
+    """Two more tiny BERTs with the fixture's tokenizer: one of the same size (32-d) and other weights, one 48-d."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from twotower.encoders.backbone import default_model_path
+
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    out = {}
+    for name, hidden in (("same-size", 32), ("wider", 48)):
+        torch.manual_seed(7)
+        path = tmp_path_factory.mktemp(name)
+        cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)
+        BertModel(cfg, add_pooling_layer=False).save_pretrained(path)
+        tok.save_pretrained(path)
+        out[name] = path
+    return out
+
+
+@pytest.fixture()
+def built(tmp_path, tiny_bert_dir):
+    from conftest import flat_index
+
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    return data, flat_index(data, tiny_bert_dir, tmp_path / "idx")
+
+
+@pytest.mark.parametrize("which", ["same-size", "wider"])
+def test_eval_and_search_refuse_another_encoder_for_an_index(built, other_models, which):
+    """Another model's query vectors against the stored ones: eval --index reported NDCG under the index's model name
+    for a search that ranked by another encoder's vectors. Refused, naming the index's model."""
+    from twotower.retrieval.searcher import Searcher
+
+    data, index = built
+    res = runner.invoke(app, ["eval", "--data", str(data), "--index", str(index), "--model", str(other_models[which]),
+                              "--no-progress"])
+    out = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert "its documents were encoded by" in out and "is another encoder" in out and "ndcg@10" not in out, out
+    with pytest.raises(TwoTowerError, match="is another encoder"):
+        Searcher(index, model=str(other_models[which]))
+
+
+def test_index_add_refuses_another_encoder_and_keeps_the_index(built, other_models, tmp_path):
+    data, index = built
+    docs = tmp_path / "new.jsonl"
+    docs.write_text('{"_id": "n1", "title": "Coffee", "text": "Coffee is brewed from roasted beans."}\n')
+    before = (index / "CURRENT").read_text()
+    for which in ("same-size", "wider"):
+        res = runner.invoke(app, ["index", "add", "--index", str(index), "--docs", str(docs), "--model",
+                                  str(other_models[which]), "--no-progress"])
+        assert res.exit_code == 2 and "is another encoder" in _flat(res.output), res.output
+    assert (index / "CURRENT").read_text() == before
+
+
+def test_a_loaded_encoder_of_another_size_is_refused_by_add(built, other_models):
+    """The Python path: add with an encoder object whose vectors are 48-d into a 32-d index."""
+    from twotower.data.beir import Document
+    from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.searcher import EncodeConfig, add_documents_from
+
+    _, index = built
+    wide = DualEncoder.load(str(other_models["wider"]))
+    wide.name = ""  # nameless: only its size tells
+    with pytest.raises(TwoTowerError, match=r"holds 32-d vectors .* gives 48-d vectors"):
+        add_documents_from(index, [Document(id="n1", title="", text="coffee")], encoder=wide,
+                           cfg=EncodeConfig(precision="fp32", show_progress=False))
+
+
+def test_the_index_model_under_another_spelling_is_accepted(built, tiny_bert_dir, monkeypatch):
+    """The same directory named relatively: accepted (and searches the same as without --model)."""
+    from twotower.retrieval.searcher import Searcher
+
+    data, index = built
+    monkeypatch.chdir(tiny_bert_dir.parent)
+    own = Searcher(index, precision="fp32").search("green tea", k=3)
+    same = Searcher(index, model=f"./{tiny_bert_dir.name}", precision="fp32").search("green tea", k=3)
+    assert [(h.doc_id, round(h.score, 5)) for h in own] == [(h.doc_id, round(h.score, 5)) for h in same]

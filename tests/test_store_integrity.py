@@ -168,13 +168,13 @@ def test_eval_refuses_an_index_of_another_corpus(tiny_beir, tiny_bert_dir, tmp_p
     assert _eval(tiny_beir, out).num_queries == 3
     # the order of the corpus lines does not matter
     assert _eval(write_beir(tmp_path / "reordered", TINY_CORPUS[::-1], TINY_QUERIES, TINY_QRELS), out).num_queries == 3
-    # queries encoded by another model than the index's: scored, with a warning; the label stays the index's
+    # queries encoded by another model than the index's: refused, naming the index's model (issue 35: scores of
+    # another encoder's vectors were reported under the index's model name, with a warning)
     from conftest import copy_without_dropout
 
     other_model = copy_without_dropout(tiny_bert_dir, tmp_path / "other-model")
-    result = _eval(tiny_beir, out, model=str(other_model))
-    assert result.model == str(tiny_bert_dir)
-    assert [w for w in result.warnings if f"queries are encoded with --model {other_model}" in w]
+    with pytest.raises(TwoTowerError, match=f"its documents were encoded by {tiny_bert_dir}"):
+        _eval(tiny_beir, out, model=str(other_model))
     assert not [w for w in _eval(tiny_beir, out, model=str(tiny_bert_dir)).warnings if "queries are encoded" in w]
     # the fingerprint kept up to date by add/remove equals a fresh build's
     fresh = build_index(tiny_beir, tmp_path / "fresh", model=str(tiny_bert_dir), cfg=cfg)

@@ -228,7 +228,15 @@ def add_documents_from(
     # before spending time encoding: the files a write copies must still match their checksums (the
     # write checks again under the lock)
     store.files.check_all(writing=True, skip=REBUILT)
+    from twotower.retrieval.index.encoder_check import check_index_encoder
+
+    info = store.manifest.get("model") or {}
+    check_index_encoder(index, info, model if encoder is None else getattr(encoder, "name", None) or model)
     encoder = encoder or load_encoder(store.manifest["model"], model, cfg.device)
+    vectors = store.manifest.get("vectors") or {}
+    if not store.multivector:  # the encoder's output size against the stored vectors' (before a projection)
+        check_index_encoder(index, info, model, encoder_dim=int(encoder.dim),
+                            index_dim=int(vectors.get("source_dim") or store.manifest.get("dim") or encoder.dim))
     new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection)
     return store.add(new, replace=replace, show_progress=cfg.show_progress)
 
@@ -252,6 +260,10 @@ class Searcher:
         ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's; ``device`` its device (auto:
         the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU)."""
         self.store = IndexStore.open(index) if isinstance(index, (str, Path)) else index  # IndexStore | MilvusStore
+        if model:  # another encoder's queries against these vectors rank noise: refused before any loading
+            from twotower.retrieval.index.encoder_check import check_index_encoder
+
+            check_index_encoder(self.store.root, self.store.manifest.get("model") or {}, model)
         self._model_override = model
         self._encoder = None
         self.query_runtime = query_runtime
