@@ -220,9 +220,11 @@ def _write_sample(dest: Path, corpus: list[dict], queries: list[dict], qrels: di
             "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, d, s in rows), encoding="utf-8")
 
 
-def scifact_sample(src: Path, dest: Path, n_test: int = 12, n_train: int = 30, n_docs: int = 80) -> Path:
+def scifact_sample(src: Path, dest: Path, n_test: int = 12, n_train: int = 30, n_docs: int = 60,
+                   words: int = 40) -> Path:
     """SciFact cut to ``n_test`` test and ``n_train`` train queries, their judged documents and the first other
-    documents up to ``n_docs``: a real BEIR folder every command accepts, small enough to encode in seconds."""
+    documents up to ``n_docs``, each abstract cut to its first ``words`` words: a real BEIR folder every command
+    accepts, small enough to encode in a second or two."""
     test, train = _read_qrels(src / "qrels" / "test.tsv"), _read_qrels(src / "qrels" / "train.tsv")
     keep_test = list(dict.fromkeys(q for q, _, _ in test))[:n_test]
     keep_train = list(dict.fromkeys(q for q, _, _ in train))[:n_train]
@@ -232,6 +234,7 @@ def scifact_sample(src: Path, dest: Path, n_test: int = 12, n_train: int = 30, n
     corpus = _read_jsonl(src / "corpus.jsonl")
     docs = [d for d in corpus if d["_id"] in judged]
     docs += [d for d in corpus if d["_id"] not in judged][: max(0, n_docs - len(docs))]
+    docs = [{**d, "text": " ".join(d["text"].split()[:words])} for d in docs]
     wanted = set(keep_test) | set(keep_train)
     queries = [q for q in _read_jsonl(src / "queries.jsonl") if q["_id"] in wanted]
     _write_sample(dest, docs, queries, {"test": test, "train": train})
@@ -271,7 +274,7 @@ def test_scifact_sample_is_a_closed_beir_folder(tmp_path):
         rows = _read_qrels(out / "qrels" / f"{split}.tsv")
         assert len({q for q, _, _ in rows}) == n
         assert all(d in ids and q in qids for q, d, _ in rows)
-    assert len(ids) == 80
+    assert len(ids) == 60
 
 
 # -------------------------------------------------------------------------------------------- running blocks

@@ -5,6 +5,10 @@ name, so a name added to ``__all__`` appears on the next build and none can be f
 package docstring groups them (a heading line followed by an indented line of ``:func:`name```/``:class:`name```
 roles); a name no group mentions goes under "Other". Each entry points at the object's defining module and carries
 the anchor ``twotower.NAME`` (tests/test_docs.py checks that every public name has one, with a docstring).
+
+The docstrings are written with Sphinx roles (``:class:`~twotower.Index```, ``:meth:`Index.build <twotower.Index.build>```)
+and ``Example::`` blocks; mkdocstrings renders Markdown, so the rendered pages get the roles turned into code
+(linked to the entry when it names a public name) and ``Example::`` into ``Example:``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,39 @@ def api_markdown() -> str:
                       f'      toc_label: "{name}"',
                       ""]
     return "\n".join(lines)
+
+
+_ROLE_HTML = re.compile(r":(?:func|class|meth|exc|attr|data|mod|obj):<code>(?P<body>[^<]*)</code>")
+_TARGET = re.compile(r"^(?P<label>.*?)\s*&lt;(?P<target>[^&]+)&gt;$")
+
+
+def _role_html(match: re.Match, names: set[str], here: str) -> str:
+    body = match.group("body").strip()
+    labelled = _TARGET.match(body)
+    target = labelled.group("target") if labelled else body.lstrip("~")
+    label = labelled.group("label") if labelled else (body[1:].split(".")[-1] if body.startswith("~") else body)
+    parts = target.split(".")
+    if parts[0] == "twotower":
+        parts = parts[1:]
+    if parts and parts[0] in names:
+        return f'<a href="{here}#twotower.{parts[0]}"><code>{label}</code></a>'
+    return f"<code>{label}</code>"
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """Sphinx roles and ``Example::`` in rendered docstrings, as Markdown readers expect them."""
+    if ":<code>" not in html and "::</p>" not in html:
+        return html
+    package = importlib.import_module("twotower")
+    names = set(getattr(package, "__all__", []))
+    reference = next((f for f in files if f.src_uri == "reference/python.md"), None)
+    here = ""
+    if reference is not None and page.file.src_uri != "reference/python.md":
+        from mkdocs.utils import get_relative_url
+
+        here = get_relative_url(reference.url, page.file.url)
+    html = _ROLE_HTML.sub(lambda m: _role_html(m, names, here), html)
+    return re.sub(r"(\w)::</p>", r"\1:</p>", html)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
