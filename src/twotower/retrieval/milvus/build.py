@@ -115,7 +115,8 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
                 client.load_collection(collection)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim, "vectors": "fp32",
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
+                "vectors": {"type": "fp32", "dim": dim, "source_dim": dim, "stored": "milvus FLOAT_VECTOR"},
                 "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
                 "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,

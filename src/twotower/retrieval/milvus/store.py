@@ -57,6 +57,10 @@ def forget_client(uri: str) -> None:
             client.close()
         except Exception:  # closing a client whose server is gone
             log.debug("closing the Milvus client of %s failed", uri, exc_info=True)
+    if not mc.is_server(uri):  # Milvus Lite serves the file from a thread of this process until released
+        from milvus_lite import server_manager_instance
+
+        server_manager_instance.release_server(uri)
 
 
 class RowTable:
