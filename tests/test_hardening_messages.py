@@ -167,3 +167,30 @@ def test_serve_on_a_busy_port_fails_before_saying_it_serves(tmp_path, tiny_bert_
                              capture_output=True, text=True, timeout=120, env=subprocess_env())
     assert res.returncode == 2, res.stdout + res.stderr
     assert "serving" not in res.stdout and f"--port {port}" in " ".join(res.stderr.split())
+
+
+# ---- found by the bad-input pass ----------------------------------------------------------------------------------
+
+
+def test_models_list_names_a_twotower_home_that_is_a_file(tmp_path):
+    home = tmp_path / "home"
+    home.write_text("")
+    res, out = invoke("models", "list", TWOTOWER_HOME=str(home))
+    assert res.exit_code == 2, out
+    assert f"TWOTOWER_HOME={home}" in out and "Traceback" not in out
+
+
+def test_utf16_file_with_a_bom_is_named_as_utf16(tmp_path):
+    from twotower.data.beir import load_queries
+    from twotower.errors import DataError
+
+    path = tmp_path / "queries.jsonl"
+    path.write_bytes(json.dumps({"_id": "q1", "text": "x"}).encode("utf-16"))  # with its byte-order mark
+    with pytest.raises(DataError, match=r"line 1: .*\(the file is UTF-16"):
+        load_queries(path)
+
+
+def test_a_body_that_is_not_utf8_is_named(served):
+    res = served.post("/search", content=b'{"query": "\xff"}', headers={"Content-Type": "application/json"})
+    assert res.status_code == 400
+    assert "UTF-8" in res.json()["detail"], res.text

@@ -53,11 +53,13 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
+                utf16 = number == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff"))
                 raise DataError(
                     path,
                     f"bytes that are not UTF-8 at column {exc.start + 1} ({raw[exc.start:exc.start + 4]!r})",
                     line=number,
-                    hint="re-encode the file as UTF-8",
+                    hint="the file is UTF-16 (it starts with a UTF-16 byte-order mark): save it as UTF-8" if utf16
+                    else "re-encode the file as UTF-8",
                 ) from None
             if number == 1:
                 line = line.removeprefix("\ufeff")

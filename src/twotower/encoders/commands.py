@@ -18,12 +18,16 @@ def list_cmd() -> None:
     from rich.table import Table
 
     import twotower as tt
-    from twotower.console import console
+    from twotower.console import console, fail
 
+    try:
+        rows = tt.list_models()
+    except tt.TwoTowerError as exc:  # e.g. TWOTOWER_HOME naming a file
+        fail(exc)
     table = Table()
     for column in ("name", "params (M)", "dim", "installed at", "description"):
         table.add_column(column, no_wrap=column != "description")
-    for row in tt.list_models():
+    for row in rows:
         table.add_row(row["name"], f"{row['params_m']:.1f}", str(row["dim"]),
                       row["path"] or f"not installed: twotower models fetch {row['name']}", row["description"])
     console.print(table)

@@ -152,7 +152,10 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException):
         kinds = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
-        response = error(exc.status_code, kinds.get(exc.status_code, "http_error"), exc.detail)
+        detail = exc.detail
+        if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI's words for a body
+            detail = "the request body is not JSON text in UTF-8: send UTF-8 encoded JSON"  # json.loads cannot decode
+        response = error(exc.status_code, kinds.get(exc.status_code, "http_error"), detail)
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
         return response
