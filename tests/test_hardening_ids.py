@@ -32,6 +32,11 @@ def breaks_a_format(value: str) -> bool:
     return not value or any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cs") for ch in value)
 
 
+def breaks_raw(value: str) -> bool:
+    """A NUL byte or a surrogate: what a raw text line itself cannot carry."""
+    return any(ch == "\x00" or unicodedata.category(ch) == "Cs" for ch in value)
+
+
 def corpus_file(tmp_path: Path, records: list[dict]) -> Path:
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))  # ensure_ascii: surrogates as \ud800 escapes
@@ -75,6 +80,36 @@ def test_loader_refuses_lone_surrogates_in_text_naming_line_and_field(tmp_path, 
             load_corpus(path)
     else:
         assert load_corpus(path)["d1"].__getattribute__(field) == text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids, st.sampled_from(["queries", "query-id", "corpus-id"]))
+def test_queries_and_qrels_take_exactly_the_ids_no_format_breaks(tmp_path, value, where):
+    from twotower.data.beir import load_qrels, load_queries
+    from twotower.errors import DataError
+
+    if where == "queries":
+        path = tmp_path / "queries.jsonl"
+        path.write_text(json.dumps({"_id": "q0", "text": "x"}) + "\n" + json.dumps({"_id": value, "text": "y"}) + "\n")
+        load, field = load_queries, "_id"
+    else:
+        if "\n" in value or "\r" in value or "\t" in value:  # a TSV row cannot hold these at all: other messages
+            return
+        path = tmp_path / "test.tsv"
+        row = (value, "d1") if where == "query-id" else ("q1", value)
+        path.write_text("query-id\tcorpus-id\tscore\n" + "\t".join(row) + "\t1\n", errors="surrogatepass")
+        load, field = load_qrels, where
+    if value in ("q0",) or (where != "queries" and value != value.strip() and not breaks_a_format(value.strip())):
+        return  # a duplicate id; TSV cells are stripped (leading/trailing spaces are padding there)
+    try:
+        loaded = load(path)
+    except DataError as exc:
+        assert breaks_a_format(value.strip() if where != "queries" else value), f"{value!r} refused: {exc}"
+        # in a TSV a NUL or a surrogate is a byte-level problem of the line, named as such; else the field
+        assert (f"line 2, field '{field}'" if where == "queries" or not breaks_raw(value) else "line 2") in str(exc)
+    else:
+        assert not breaks_a_format(value), f"{value!r} accepted"
+        assert value in loaded or value in {d for rels in loaded.values() for d in rels}
 
 
 def test_queries_and_qrels_follow_the_same_rule(tmp_path):
