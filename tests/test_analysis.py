@@ -236,7 +236,7 @@ def test_doclength_command_tiny(tiny_beir, tiny_bert_dir, tmp_path):
     rows = {r["system"]: r for r in res["rows"]}
     assert set(rows) == {"corpus (all documents)", "relevant documents (test qrels)", "bm25",
                          f"dense: {tiny_bert_dir.name}"}
-    assert rows["bm25"]["entries"] == 6  # 3 queries × top 2
+    assert rows["bm25"]["entries"] == 4  # top 2 of the documents each query matches: q1 d1; q2 d4, d3; q3 d5
     # relevant docs d1, d4, d5 have 8, 11 and 11 words (title + text)
     assert rows["relevant documents (test qrels)"]["median_words"] == 11
     assert (out / "doclength.png").stat().st_size > 10_000

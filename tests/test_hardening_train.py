@@ -240,3 +240,62 @@ def test_a_stage_option_with_a_stages_file_is_refused(tmp_path, tiny_bert_dir, t
                               "--out", str(out), "--lr", "1e-3", "--batch-size", "4", "--no-progress"])
     assert res.exit_code == 2, res.output
     assert "--lr, --batch-size set a stage" in _flat(res.output) and not out.exists()
+
+
+# ---------------------------------------------------------------- case 4: one kind of artifact per output folder
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_label_free_fit_into_a_training_run_is_refused(tmp_path, tiny_bert_dir, train_beir):
+    """It printed 'model saved to RUN/model: zeroshot encoder, hybrid λ 0.5' and left the run's model as it was."""
+    run = tmp_path / "run"
+    Trainer(TrainConfig(out=str(run), model=str(tiny_bert_dir), precision="fp32", show_progress=False,
+                        stages=[StageConfig(data=str(train_beir), batch_size=2, steps=1)])).train()
+    before = _listing(run)
+    unlabelled = tmp_path / "nolabels"
+    unlabelled.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (unlabelled / name).write_bytes((train_beir / name).read_bytes())
+    res = runner.invoke(app, ["fit", "--data", str(unlabelled), "--out", str(run), "--model", str(tiny_bert_dir),
+                              "--no-progress"])
+    out = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert f"--out {run} holds a training run" in out and "model saved" not in out, out
+    assert _listing(run) == before
+
+
+def test_a_fit_into_an_index_folder_is_refused(tmp_path, tiny_bert_dir, train_beir):
+    from conftest import flat_index
+
+    index = flat_index(train_beir, tiny_bert_dir, tmp_path / "idx")
+    before = _listing(index)
+    res = runner.invoke(app, ["fit", "--data", str(train_beir), "--out", str(index), "--model", str(tiny_bert_dir),
+                              "--epochs", "1", "--no-progress"])
+    assert res.exit_code == 2 and f"--out {index} holds an index (CURRENT, versions)" in _flat(res.output), res.output
+    assert _listing(index) == before
+
+
+def test_train_refuses_a_fit_folder_and_analyses_refuse_a_run(tmp_path, tiny_bert_dir, train_beir):
+    from twotower.analysis._common import write_json
+    from twotower.errors import TwoTowerError
+
+    fitted = tmp_path / "fitted"  # a fit folder from before markers existed: told by its recipe.json
+    fitted.mkdir()
+    (fitted / "recipe.json").write_text("{}")
+    res = runner.invoke(app, ["train", "--data", str(train_beir), "--model", str(tiny_bert_dir), "--out", str(fitted),
+                              "--steps", "1", "--batch-size", "2", "--no-progress"])
+    assert res.exit_code == 2 and "holds a fit run (recipe.json)" in _flat(res.output), res.output
+    assert sorted(p.name for p in fitted.iterdir()) == ["recipe.json"]
+    run = tmp_path / "run"
+    Trainer(TrainConfig(out=str(run), model=str(tiny_bert_dir), precision="fp32", show_progress=False,
+                        stages=[StageConfig(data=str(train_beir), batch_size=2, steps=1)])).train()
+    with pytest.raises(TwoTowerError, match="holds a training run .* twotower analyze writes analysis results"):
+        write_json(run / "fidelity.json", {"rows": []})
+    assert not (run / "fidelity.json").exists()
+    # the same kind again is fine: a second analysis into an analysis folder
+    write_json(tmp_path / "analysis" / "a.json", {"rows": []})
+    write_json(tmp_path / "analysis" / "b.json", {"rows": []})
+    assert (tmp_path / "analysis" / "b.json").is_file()

@@ -44,8 +44,16 @@ def pyplot():
     return plt
 
 
+def _claim(path: str | Path) -> None:
+    """The analyses' output folder holds analyses only (twotower.outputs): checked before each file is written."""
+    from twotower.outputs import claim_output
+
+    claim_output(Path(path).parent, "analysis", command="twotower analyze")
+
+
 def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
     """Write ``fig`` as PNG atomically and close it."""
+    _claim(path)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     pyplot().close(fig)
@@ -54,5 +62,6 @@ def save_figure(fig, path: str | Path, *, dpi: int = 120) -> Path:
 
 
 def write_json(path: str | Path, payload: dict) -> Path:
+    _claim(path)
     atomic_write_json(path, payload)
     return Path(path)

@@ -109,11 +109,13 @@ def check_resumable(saved: dict | None, config: TrainConfig, where: Path) -> Non
 def check_run_dir(out: Path, *, resume: bool, start: dict | None) -> None:
     """What a run may do with ``out`` (``start``: the checkpoint a resume continues from, if any): never write into
     an index, never overwrite a run without --resume, never restart over a finished model on --resume."""
-    from twotower.retrieval.index.versions import is_index_dir
+    from twotower.outputs import identify
 
-    if is_index_dir(out):
-        raise TwoTowerError(f"--out {out} is an index directory (twotower index build): a training run there "
-                            "would mix its files into the index; choose another --out")
+    kind, evidence = identify(out)
+    if kind not in (None, "train"):  # an index, a fit, analyses, a model: never mixed with a run's files
+        from twotower.outputs import claim_output
+
+        claim_output(out, "train", command="twotower train (or pretrain)")  # raises, naming what the folder holds
     if resume:
         if start is None and (out / "model").exists():
             raise TwoTowerError(f"{out}: --resume found no checkpoint in {out / 'checkpoints'} but a finished "

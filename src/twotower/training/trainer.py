@@ -272,6 +272,9 @@ class Trainer:
             log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
+            from twotower.outputs import claim_output
+
+            claim_output(self.out, "train", command="twotower train (or pretrain)")
             atomic_write_json(self.out / "train_config.json", {**asdict(cfg), "device_used": describe(self.device)})
         self.objective.setup(self)
         if start is not None:

@@ -362,6 +362,9 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     data, out = Path(data), Path(out)
     if not (data / "corpus.jsonl").is_file():
         raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
+    from twotower.outputs import claim_output
+
+    claim_output(out, "fit", command="twotower fit")  # never into a training run, an index, analyses or a model
     fit = _Fit(data, out, recipe, opts)
     resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS)
     t0 = time.perf_counter()
