@@ -68,7 +68,7 @@ def check_index_for_eval(
         if retriever == "bm25":
             return result
         factory = store.manifest["factory"]
-        if not is_exact(factory):
+        if not is_exact(factory) and (store.manifest.get("milvus") or {}).get("index_type") != "FLAT":
             result.warnings.append(
                 f"{index} is a {factory} index, so the search is approximate (ANN) and its metrics can be lower "
                 f"than exact search's; for exact metrics build the index with --kind flat or run eval without --index"

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import math
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -217,3 +218,30 @@ def check_owner(client, manifest: dict, index_dir: Path) -> None:
         raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} holds {props.get('field_dim')}-d "
                           f"vectors of model {props.get('model')}, the manifest says {manifest['dim']}-d of "
                           f"{want_model}: rebuild the index")
+
+
+_CLIENTS: dict[str, object] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(uri: str, option: str):
+    """One MilvusClient per URI and process (a Milvus Lite file opens once per process)."""
+    with _CLIENTS_LOCK:
+        if uri not in _CLIENTS:
+            _CLIENTS[uri] = connect(uri, option)
+        return _CLIENTS[uri]
+
+
+def forget_client(uri: str) -> None:
+    """Close and drop the cached client of ``uri`` (a Milvus Lite file is then free for another process)."""
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.pop(uri, None)
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # closing a client whose server is gone
+            log.debug("closing the Milvus client of %s failed", uri, exc_info=True)
+    if not is_server(uri):  # Milvus Lite serves the file from a thread of this process until released
+        from milvus_lite import server_manager_instance
+
+        server_manager_instance.release_server(uri)

@@ -30,39 +30,13 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.versions import current_version, read_manifest
 from twotower.retrieval.index.writer import NewDocs
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.writes import BATCH, check_sizes, upsert, write_version
 
 log = logging.getLogger(__name__)
 
 MAX_TOPK = 16_384  # Milvus' largest limit per search
-_CLIENTS: dict[str, object] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def client_for(uri: str, option: str):
-    """One MilvusClient per URI and process (a Milvus Lite file opens once per process)."""
-    with _CLIENTS_LOCK:
-        if uri not in _CLIENTS:
-            _CLIENTS[uri] = mc.connect(uri, option)
-        return _CLIENTS[uri]
-
-
-def forget_client(uri: str) -> None:
-    """Close and drop the cached client of ``uri`` (a Milvus Lite file is then free for another process)."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.pop(uri, None)
-    if client is not None:
-        try:
-            client.close()
-        except Exception:  # closing a client whose server is gone
-            log.debug("closing the Milvus client of %s failed", uri, exc_info=True)
-    if not mc.is_server(uri):  # Milvus Lite serves the file from a thread of this process until released
-        from milvus_lite import server_manager_instance
-
-        server_manager_instance.release_server(uri)
-
-
 class RowTable:
     """``row_of``: id -> row for the ids a store has met; an id it has not met is looked up in Milvus."""
 
@@ -78,6 +52,19 @@ class RowTable:
                 row = self._rows[doc_id] = len(self._store.doc_ids)
                 self._store.doc_ids.append(doc_id)
             return row
+
+    def __iter__(self):
+        """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
+        with self._store._errors("listing document ids"):
+            it = self._store.client.query_iterator(self._store.collection, batch_size=1000, filter="",
+                                                   output_fields=["id"])
+            try:
+                while batch := it.next():
+                    for e in batch:
+                        self.intern(e["id"])
+                        yield e["id"]
+            finally:
+                it.close()
 
     def __contains__(self, doc_id) -> bool:
         return self.get(doc_id) is not None
