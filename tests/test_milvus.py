@@ -138,6 +138,27 @@ def test_api_add_replace_remove(built, tiny_bert_dir, tmp_path):
     assert len(reopened) == 45 and reopened.info()["corpus"] == index.info()["corpus"]
 
 
+def test_a_fitted_models_choices_apply(built, tiny_bert_dir, tmp_path):
+    """A model fitted to hybrid retrieval (λ 0.3): its Milvus index gets the BM25 side unasked, and a search without a
+    mode ranks as hybrid with λ 0.3 — as the local index of that model does."""
+    from twotower.encoders.towers import DualEncoder
+    from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+
+    data, _, _, uri = built
+    model = tmp_path / "fitted"
+    DualEncoder.load(str(tiny_bert_dir)).save(model)
+    write_defaults(model, RetrievalDefaults(mode="hybrid", lam=0.3))
+    index = tt.Index.build(tmp_path / "f", data, encoder=str(model), precision="fp32", show_progress=False,
+                           backend="milvus", uri=uri, collection="tiny_fitted")
+    local = tt.Index.build(tmp_path / "fl", data, encoder=str(model), precision="fp32", show_progress=False)
+    assert index.info()["bm25"] and index.resolve() == ("hybrid", 0.3)
+    queries = [q["text"] for q in QUERIES[:5]]
+    got = [[h.id for h in hits] for hits in index.search(queries, k=5)]
+    assert got == [[h.id for h in hits] for hits in index.search(queries, k=5, mode="hybrid", lam=0.3)]
+    assert got == [[h.id for h in hits] for hits in local.search(queries, k=5)]
+    assert got != [[h.id for h in hits] for hits in index.search(queries, k=5, mode="dense")]
+
+
 def test_cli_build_search_eval_add_remove(built, tiny_bert_dir, tmp_path):
     from typer.testing import CliRunner
 
@@ -269,6 +290,9 @@ def test_kill9_during_writes_loses_nothing_acknowledged(built, tiny_bert_dir, tm
             line = proc.stdout.readline()
             assert line.startswith("ACK "), proc.stderr.read()
             acked.append(line.split()[1])
+            if len(acked) == 1:  # the writer holds the Lite file: another process is told so, not left hanging
+                with pytest.raises(TwoTowerError, match="only one process at a time can open a Milvus Lite file"):
+                    tt.Index.open(tmp_path / "k")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
