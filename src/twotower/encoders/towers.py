@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from twotower.encoders.encoder import Projection, TextEncoder
-from twotower.encoders.inference import encode_texts
+from twotower.encoders.runtimes import encode_with_runtime
 from twotower.encoders.io import load_tower, read_dual_config, save_dual_encoder
 
 TOWER_KINDS = ("sde", "ade", "ade-ste", "ade-fte", "ade-spl")
@@ -34,6 +34,7 @@ class EncodeOptions:
     precision: str = "auto"
     show_progress: bool = True
     compile: bool = False  # torch.compile the forward pass (pays off on thousands of texts; see inference.py)
+    runtime: str | None = None  # auto | torch | onnx | openvino | onnx-int8; None: runtimes.current_runtime()
 
 
 def new_projection(in_features: int, out_features: int, *, layer_norm: bool = False) -> Projection:
@@ -217,18 +218,18 @@ class DualEncoder(nn.Module):
 
     def encode_queries(self, queries: Sequence[str], opts: EncodeOptions | None = None) -> np.ndarray:
         opts = opts or EncodeOptions()
-        return encode_texts(
+        return encode_with_runtime(
             self.query_tower, self.query_texts(queries), max_length=self.query_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
-            compile=opts.compile,
+            compile=opts.compile, runtime=opts.runtime,
             desc="encoding queries",
         )
 
     def encode_documents(self, docs: Sequence[str], opts: EncodeOptions | None = None) -> np.ndarray:
         opts = opts or EncodeOptions()
-        return encode_texts(
+        return encode_with_runtime(
             self.doc_tower, self.document_texts(docs), max_length=self.doc_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
-            compile=opts.compile,
+            compile=opts.compile, runtime=opts.runtime,
             desc="encoding documents",
         )

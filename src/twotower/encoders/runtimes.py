@@ -1,0 +1,268 @@
+"""Which runtime encodes on a CPU: torch, ONNX Runtime, OpenVINO, or ONNX Runtime on an int8 graph.
+
+Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/add``):
+
+- ``torch``: :func:`twotower.encoders.inference.encode_texts` (fp32, or bf16 weights where the CPU has fast bf16).
+- ``onnx``: the tower exported to ONNX (dynamic batch and length) on ONNX Runtime's CPU provider, fp32, every graph
+  optimisation on.
+- ``openvino``: OpenVINO's CPU plugin on the same ONNX graph; bf16 inference precision where the CPU has
+  AVX512-BF16 / AMX (precision ``auto`` or ``bf16``), else fp32.
+- ``onnx-int8``: opt-in, never picked by ``auto``: ONNX Runtime on the graph with int8 MatMul weights (dynamic
+  quantization); checked on probe texts and on a sample of the texts it is asked to encode.
+- ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts (the export and compile would
+  cost more than they save) and with ``compile``; otherwise the first runtime of :data:`AUTO_ORDER` for the precision
+  that can be had and passes its check, each failure logged with its reason, torch last.
+
+Every graph runtime is verified against the torch tower (fp32) on :data:`PROBE_TEXTS` before it is used: the
+smallest cosine between the two embeddings of a text must reach :data:`MIN_COSINE` for its precision. An explicit
+runtime that cannot be had or fails its check is a :class:`~twotower.errors.TwoTowerError`; ``auto`` logs why and
+moves on. What was chosen is logged and kept on the tower (:func:`last_choice`). Graphs are cached on disk
+(:mod:`twotower.encoders.runtimes_graph`), sessions on the tower until its weights change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from twotower.encoders.encoder import TextEncoder
+from twotower.encoders.inference import (cpu_has_fast_bf16, default_batch_size, encode_texts, length_sorted_batches,
+                                         resolve_precision)
+from twotower.errors import TwoTowerError
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("auto", "torch", "onnx", "openvino", "onnx-int8")
+AUTO_MIN_TEXTS = 1000
+# auto's order of preference on a CPU, per precision (``precision`` resolved as torch does: bf16 where the CPU has
+# fast bf16). From benchmarks/results/cpu_backends_avx512bf16.md: on AVX512-BF16 torch's bf16 weights beat
+# OpenVINO's bf16; for fp32 OpenVINO beat ONNX Runtime and torch.
+AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
+# smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
+MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
+INT8_SAMPLE = 32  # texts of the corpus itself, spread over it, that int8 must also encode within MIN_COSINE["int8"]
+PROBE_TEXTS = (
+    "what is the effect of vitamin d on bone density?",
+    "a",
+    "Mean pooling averages the token vectors of a text; padding must not count. " * 3,
+    "Dendritic cells present antigen to naive T cells in the lymph node, which then proliferate and differentiate.",
+    "Größere Städte – São Paulo, Zürich, 東京 – haben höhere Mieten.",
+    "Randomized controlled trial of aspirin for primary prevention of cardiovascular events in older adults. " * 12,
+    "COVID-19 mRNA vaccines: efficacy 95% (CI 90.3-97.6) after two doses.",
+    "The mitochondrion is the powerhouse of the cell.",
+)
+
+_runtime: contextvars.ContextVar[str] = contextvars.ContextVar("twotower_runtime", default="auto")
+
+
+def check_runtime(runtime: str, option: str = "runtime") -> str:
+    if runtime not in RUNTIMES:
+        raise TwoTowerError(f"{option} '{runtime}': choose one of {', '.join(RUNTIMES)}")
+    return runtime
+
+
+@contextlib.contextmanager
+def using_runtime(runtime: str | None) -> Iterator[None]:
+    """Encoding inside the block that names no runtime uses ``runtime`` (None: leave the current one)."""
+    if runtime is None:
+        yield
+        return
+    token = _runtime.set(check_runtime(runtime))
+    try:
+        yield
+    finally:
+        _runtime.reset(token)
+
+
+def current_runtime() -> str:
+    """The runtime encoding uses when none is named: ``auto`` unless set by :func:`using_runtime`."""
+    return _runtime.get()
+
+
+def last_choice(tower: TextEncoder) -> dict | None:
+    """What encoded ``tower``'s last texts: ``{"runtime", "precision", "reason"}`` and, for a graph runtime, its
+    ``min_cosine_vs_torch`` on the probe texts and ``version``."""
+    return tower.__dict__.get("_runtime_choice")
+
+
+def _record(tower: TextEncoder, choice: dict) -> None:
+    if tower.__dict__.get("_runtime_choice") != choice:
+        log.info("encoding with %s %s (%s)", choice["runtime"], choice["precision"], choice["reason"])
+    tower.__dict__["_runtime_choice"] = choice
+
+
+def _weights_key(tower: torch.nn.Module) -> tuple:
+    return tuple((id(p), p._version) for p in tower.parameters())
+
+
+class GraphTower:
+    """``tower`` on a graph runtime (``onnx``, ``openvino`` or ``onnx-int8``) at ``precision``, verified against
+    the torch tower on :data:`PROBE_TEXTS`."""
+
+    def __init__(self, tower: TextEncoder, runtime: str, precision: str) -> None:
+        from twotower.encoders.runtimes_graph import int8_graph, onnx_graph
+        from twotower.encoders.runtimes_sessions import OpenVinoSession, OrtSession
+
+        if runtime not in ("onnx", "openvino", "onnx-int8"):
+            raise ValueError(runtime)
+        # the runtime's package first: a missing one is named before anything is exported
+        session_cls = OpenVinoSession if runtime == "openvino" else OrtSession
+        _import_runtime(runtime)
+        self.tower, self.runtime, self.precision = tower, runtime, precision
+        graph = int8_graph(tower) if runtime == "onnx-int8" else onnx_graph(tower)
+        self.graph = graph
+        self.session = (OpenVinoSession(graph, precision=precision) if session_cls is OpenVinoSession
+                        else OrtSession(graph, runtime=runtime))
+        self.sample_checked = True  # the probe check encodes through encode(), which must not sample yet
+        self.min_cosine = self.check(PROBE_TEXTS, "probe texts")
+        self.sample_checked = runtime != "onnx-int8"
+
+    def check(self, texts: Sequence[str], what: str) -> float:
+        """The smallest cosine between this runtime's and torch's (fp32) embeddings of ``texts``; a
+        :class:`TwoTowerError` below :data:`MIN_COSINE`."""
+        ref = encode_texts(self.tower, texts, precision="fp32", show_progress=False)
+        got = self.encode(texts, show_progress=False)
+        cos = (got * ref).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
+        worst = float(cos.min()) if len(cos) else 1.0
+        need = MIN_COSINE[self.precision]
+        if not worst >= need:  # NaN fails too
+            raise TwoTowerError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
+                                f"cosine {worst:.5f} < {need}")
+        return worst
+
+    @property
+    def version(self) -> str:
+        return self.session.version
+
+    def encode(self, texts: Sequence[str], *, max_length: int | None = None, batch_size: int | None = None,
+               show_progress: bool = False, desc: str = "encoding") -> np.ndarray:
+        """Embeddings (len(texts), dim), float32, in input order: length-sorted batches as torch encodes them."""
+        if not self.sample_checked and len(texts):
+            spread = np.linspace(0, len(texts) - 1, num=min(INT8_SAMPLE, len(texts))).round().astype(int)
+            self.sample_checked = True  # before check(), which encodes through here
+            try:
+                worst = self.check([texts[i] for i in np.unique(spread)], f"{len(np.unique(spread))} of the texts")
+            except TwoTowerError:
+                self.sample_checked = False
+                raise
+            log.info("int8 check on the texts: smallest cosine to torch fp32 %.4f (needs ≥ %s)", worst,
+                     MIN_COSINE["int8"])
+        max_length = max_length or self.tower.max_length
+        out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
+        bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
+        try:
+            for rows, input_ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length,
+                                                               batch_size or default_batch_size(torch.device("cpu"))):
+                out[rows] = self.session(input_ids.numpy(), mask.numpy())
+                bar.update(len(rows))
+        finally:
+            bar.close()
+        return out
+
+
+def _import_runtime(runtime: str) -> None:
+    from twotower.encoders.runtimes_sessions import _missing
+
+    package = "openvino" if runtime == "openvino" else "onnxruntime"
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export writes through it)
+
+        __import__(package)
+    except ImportError as exc:
+        raise _missing(getattr(exc, "name", None) or package, runtime, exc) from exc
+
+
+def _graph_tower(tower: TextEncoder, runtime: str, precision: str) -> GraphTower:
+    """The verified :class:`GraphTower`, cached on ``tower`` until its weights or torch's thread count change."""
+    cache = tower.__dict__.setdefault("_graph_towers", {})
+    key = (runtime, precision, torch.get_num_threads())
+    hit = cache.get(key)
+    if hit is not None and hit[0] == _weights_key(tower):
+        return hit[1]
+    graph = GraphTower(tower, runtime, precision)
+    cache[key] = (_weights_key(tower), graph)
+    return graph
+
+
+def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_texts: int = 0,
+              compile: bool = False) -> GraphTower | None:
+    """The graph runtime that encodes ``n_texts`` texts with ``tower`` for ``runtime`` / ``precision``, or None for
+    torch. Explicit runtimes raise :class:`TwoTowerError` when they cannot be had; ``auto`` falls back, logging why."""
+    check_runtime(runtime)
+    device = next(tower.parameters()).device
+    if runtime == "torch":
+        _record(tower, {"runtime": "torch", "precision": resolve_precision(precision, device), "reason": "asked for"})
+        return None
+    if runtime == "auto":
+        return _auto(tower, precision, device, n_texts, compile)
+    if device.type != "cpu":
+        raise TwoTowerError(f"runtime '{runtime}' runs on CPU; this model is on {device}: use device 'cpu' or "
+                            "runtime 'torch'")
+    if compile:
+        raise TwoTowerError(f"compile applies to the torch runtime; drop it for runtime '{runtime}'")
+    if runtime == "onnx" and precision == "bf16":
+        raise TwoTowerError("runtime 'onnx' runs fp32 on CPU: use precision fp32, or runtime 'openvino' / 'torch' "
+                            "for bf16")
+    if runtime == "onnx-int8" and precision not in ("auto", "int8"):
+        raise TwoTowerError(f"runtime 'onnx-int8' is int8; precision '{precision}' does not apply (leave it auto)")
+    target = {"onnx": "fp32", "onnx-int8": "int8"}.get(runtime) or resolve_precision(precision, device)
+    try:
+        graph = _graph_tower(tower, runtime, target)
+    except TwoTowerError as exc:
+        raise TwoTowerError(f"{exc} (or use runtime 'torch')") from exc
+    _record(tower, _graph_choice(graph, "asked for"))
+    return graph
+
+
+def _graph_choice(graph: GraphTower, reason: str) -> dict:
+    return {"runtime": graph.runtime, "precision": graph.precision, "reason": reason,
+            "min_cosine_vs_torch": round(graph.min_cosine, 6), "version": graph.version}
+
+
+def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int, compile: bool) -> GraphTower | None:
+    target = resolve_precision(precision, device)
+    torch_choice = {"runtime": "torch", "precision": target}
+    if device.type != "cpu":
+        _record(tower, {**torch_choice, "reason": f"auto: the model is on {device.type}"})
+        return None
+    if compile:
+        _record(tower, {**torch_choice, "reason": "auto: compile asks for torch"})
+        return None
+    if n_texts < AUTO_MIN_TEXTS:
+        _record(tower, {**torch_choice, "reason": f"auto: {n_texts} texts (< {AUTO_MIN_TEXTS}, not worth an export)"})
+        return None
+    bf16 = "fast bf16" if cpu_has_fast_bf16() else "no fast bf16"
+    skipped = []
+    for candidate in AUTO_ORDER[target]:
+        if candidate == "torch":
+            break
+        try:
+            graph = _graph_tower(tower, candidate, target)
+        except TwoTowerError as exc:
+            log.warning("auto runtime: not %s (%s); trying the next", candidate, exc)
+            skipped.append(f"{candidate} unavailable")
+            continue
+        _record(tower, _graph_choice(graph, f"auto: fastest {target} runtime measured on CPUs with {bf16}"))
+        return graph
+    reason = f"auto: fastest {target} runtime on CPUs with {bf16}" if not skipped else "auto: " + ", ".join(skipped)
+    _record(tower, {**torch_choice, "reason": reason})
+    return None
+
+
+def encode_with_runtime(
+    tower: TextEncoder, texts: Sequence[str], *, runtime: str | None = None, precision: str = "auto",
+    max_length: int | None = None, batch_size: int | None = None, show_progress: bool = True,
+    desc: str = "encoding", compile: bool = False,
+) -> np.ndarray:
+    """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`)."""
+    graph = graph_for(tower, runtime or current_runtime(), precision, n_texts=len(texts), compile=compile)
+    if graph is None:
+        return encode_texts(tower, texts, max_length=max_length, batch_size=batch_size, precision=precision,
+                            show_progress=show_progress, desc=desc, compile=compile)
+    return graph.encode(texts, max_length=max_length, batch_size=batch_size, show_progress=show_progress, desc=desc)

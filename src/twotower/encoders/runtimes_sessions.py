@@ -1,0 +1,70 @@
+"""Inference sessions over an exported graph: ONNX Runtime (fp32, or the int8 graph) and OpenVINO (fp32 or bf16).
+
+Each session takes padded ``input_ids`` / ``attention_mask`` arrays (int64, any batch size and length) and returns
+the tower's embeddings (float32, pooled, projected and normalised as the tower does). Threads: as many as torch uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from twotower.errors import TwoTowerError
+
+
+def _missing(package: str, runtime: str, exc: Exception) -> TwoTowerError:
+    extra = "serve" if package == "onnxruntime" else "openvino"
+    return TwoTowerError(f"runtime '{runtime}' needs {package} ({type(exc).__name__}: {exc}): pip install "
+                         f"'twotower[{extra}]', or use runtime 'torch'")
+
+
+class OrtSession:
+    """ONNX Runtime's CPU provider, every graph optimisation on (LayerNorm, GELU, bias and skip fusions)."""
+
+    def __init__(self, graph: Path, *, runtime: str = "onnx") -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise _missing("onnxruntime", runtime, exc) from exc
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = torch.get_num_threads()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3  # errors only
+        try:
+            self.session = ort.InferenceSession(str(graph), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            raise TwoTowerError(f"ONNX Runtime could not load {graph} ({type(exc).__name__}: {exc})") from exc
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        self.version = f"onnxruntime {ort.__version__}"
+
+    def __call__(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        return self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+
+
+class OpenVinoSession:
+    """OpenVINO's CPU plugin reading the ONNX graph, with ``INFERENCE_PRECISION_HINT`` f32 or bf16 (bf16: its
+    AVX512-BF16 / AMX kernels; the hint is what makes it bf16, not the graph)."""
+
+    def __init__(self, graph: Path, *, precision: str) -> None:
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise _missing("openvino", "openvino", exc) from exc
+        core = ov.Core()
+        config = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
+                  "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": torch.get_num_threads()}
+        try:
+            self.compiled = core.compile_model(core.read_model(str(graph)), "CPU", config)
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError and its own types
+            raise TwoTowerError(f"OpenVINO could not compile {graph} ({type(exc).__name__}: {exc})") from exc
+        self.request = self.compiled.create_infer_request()
+        self.inputs = {p.get_any_name() for p in self.compiled.inputs}
+        self.version = f"openvino {ov.__version__}"
+
+    def __call__(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        result = self.request.infer({k: v for k, v in feed.items() if k in self.inputs})
+        return np.array(result[self.compiled.outputs[0]], dtype=np.float32, copy=True)
