@@ -144,6 +144,8 @@ def test_fit_trains_past_an_empty_judged_document_and_eval_still_judges_it(tiny_
     assert result.report["stages"]["finetune"]["model"]
     warned = [r.getMessage() for r in caplog.records if "neither title nor text" in r.getMessage()]
     assert warned and all("d5" in w for w in warned)
+    # case 5: two dev queries choose the model and the fusion: said
+    assert any("2 dev queries" in r.getMessage() and "says little" in r.getMessage() for r in caplog.records)
     (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq5\td5\t1\n")
     got = run_eval(EvalConfig(data=data, split="test", model=str(result.model), retriever="dense",
                               precision="fp32", show_progress=False))
@@ -299,3 +301,71 @@ def test_train_refuses_a_fit_folder_and_analyses_refuse_a_run(tmp_path, tiny_ber
     write_json(tmp_path / "analysis" / "a.json", {"rows": []})
     write_json(tmp_path / "analysis" / "b.json", {"rows": []})
     assert (tmp_path / "analysis" / "b.json").is_file()
+
+
+# ---------------------------------------------------------------- case 5: degenerate training runs
+
+
+def _pairs(tmp_path, rows) -> Path:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("rows, what", [
+    ([{"query": "a cat", "positive": "cats purr"}], "1 training pair:"),
+    ([{"query": f"question {i}", "positive": "the one document", "pid": "d1"} for i in range(6)],
+     "6 training pairs, all judged on one document"),
+    ([{"query": "one question", "qid": "q1", "positive": f"document {i}"} for i in range(6)],
+     "6 training pairs, all of one query"),
+])
+def test_training_that_cannot_learn_is_refused_before_writing(tmp_path, tiny_bert_dir, rows, what):
+    """Every step's loss was exactly 0 (one candidate per query once copies are masked) and the run 'succeeded'."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["train", "--pairs", str(_pairs(tmp_path, rows)), "--model", str(tiny_bert_dir),
+                              "--out", str(out), "--steps", "2", "--batch-size", "4", "--no-progress"])
+    text = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert what in text and "nothing is learned" in text and "at least 2 different queries and 2 different" in text
+    assert not out.exists()
+
+
+def test_two_distinct_pairs_learn_with_a_warning(tmp_path, tiny_bert_dir, caplog):
+    """The smallest data that can learn: 2 pairs of different queries and documents. The first step's loss is
+    that of a 2-way softmax, above 0 (at most log 2 + the score gap / temperature), and a warning says a batch
+    of 4 needs at least 4 pairs."""
+    rows = [{"query": "which feline purrs", "positive": "Cats purr."},
+            {"query": "green tea", "positive": "Tea is brewed from leaves."}]
+    out = tmp_path / "run"
+    cfg = TrainConfig(out=str(out), model=str(tiny_bert_dir), precision="fp32", show_progress=False,
+                      stages=[StageConfig(pairs=str(_pairs(tmp_path, rows)), batch_size=4, steps=2, lr=1e-3)])
+    with caplog.at_level(logging.WARNING):
+        Trainer(cfg).train()
+    losses = [r["loss"] for r in json.loads((out / "train_log.json").read_text())]
+    assert all(loss > 0 for loss in losses), losses
+    assert any("2 training pairs, fewer than a batch (4)" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_pretraining_on_one_chunk_is_refused(tmp_path, tiny_bert_dir):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "only", "title": "Only", "text": "Cats purr when they are content. "
+                                  "Dogs bark at strangers on the street. Tea is brewed from leaves."}) + "\n")
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["pretrain", "--corpus", str(corpus), "--model", str(tiny_bert_dir), "--out", str(out),
+                              "--steps", "2", "--batch-size", "4", "--no-progress"])
+    text = _flat(res.output)
+    assert res.exit_code == 2, res.output
+    assert "1 chunk to pre-train on (1 document)" in text and "nothing is learned" in text, text
+    assert not (out / "model").exists() and not (out / "train_log.json").exists()
+
+
+def test_fit_refuses_before_zero_shot_when_training_cannot_learn(tmp_path, tiny_bert_dir):
+    """Two judged queries: one goes to dev, one pair is left to fine-tune on: refused at the split, before the
+    zero-shot stage encodes anything (it ran, then fine-tuning learned nothing and dev NDCG read 1.0)."""
+    data = write_beir(tmp_path / "d", TINY_CORPUS, [{"_id": "q0", "text": "feline"}, {"_id": "q1", "text": "dogs"}],
+                      [("q0", "d1", 1), ("q1", "d2", 1)], split="train")
+    out = tmp_path / "fit"
+    res = runner.invoke(app, ["fit", "--data", str(data), "--out", str(out), "--model", str(tiny_bert_dir),
+                              "--epochs", "1", "--no-progress"])
+    assert res.exit_code == 2 and "1 training pair:" in _flat(res.output), res.output
+    assert not (out / "stages" / "zeroshot").exists() and not (out / "model").exists()

@@ -101,6 +101,7 @@ class ContrastivePretraining(Objective):
             self._chunks = load_chunks(self.config.corpus, tokenizer, self.config.views,
                                        limit_docs=self.config.limit_docs,
                                        show_progress=self.trainer.config.show_progress)
+            check_chunks(self._chunks, self.config.corpus, stage)
         return self._chunks
 
     def views(self, batch: list[Chunk], rng: random.Random) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -180,3 +181,22 @@ def pretrain(train: TrainConfig, config: PretrainConfig, *, resume: bool = False
     atomic_write_json(out / "pretrain_config.json", asdict(config))
     Trainer(train, objective=objective).train(resume=resume)
     return out / "model"
+
+
+def check_chunks(chunks: list[Chunk], corpus, stage: StageConfig) -> None:
+    """Refuse a corpus that gives one chunk (its two views are each other's only candidates: the loss is exactly 0
+    and nothing is learned); warn where every chunk comes from one document (the negatives are its own passages)."""
+    from twotower.errors import DataError
+
+    docs = {c.doc_id for c in chunks}
+    if len(chunks) < 2:
+        raise DataError(corpus, f"{len(chunks)} chunk to pre-train on ({len(docs)} document): its two views are each "
+                                "other's only candidates, so the loss is exactly 0 and nothing is learned",
+                        hint=f"give a corpus of many documents (at least a batch, {stage.batch_size}; pre-training "
+                             "uses thousands), or shorter chunks (--chunk-tokens)")
+    if len(docs) < 2:
+        log.warning("%s: every one of the %d chunks comes from one document: the in-batch negatives are that "
+                    "document's own passages; pre-training wants many documents (thousands)", corpus, len(chunks))
+    elif len(chunks) < stage.batch_size:
+        log.warning("%s: %d chunks, fewer than a batch (%d): every step sees the same few negatives", corpus,
+                    len(chunks), stage.batch_size)

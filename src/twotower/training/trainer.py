@@ -270,13 +270,15 @@ class Trainer:
             check_resumable(start.get("config"), cfg, start["path"])
         elif resume:
             log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
+        self.objective.setup(self)
+        # every stage's data read and checked (enough to learn from?) before the run folder is written
+        stage_examples = [self.objective.examples(stage) for stage in cfg.stages]
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             from twotower.outputs import claim_output
 
             claim_output(self.out, "train", command="twotower train (or pretrain)")
             atomic_write_json(self.out / "train_config.json", {**asdict(cfg), "device_used": describe(self.device)})
-        self.objective.setup(self)
         if start is not None:
             self._restore(start)
             log.info("resuming from %s", start["path"])
@@ -290,7 +292,7 @@ class Trainer:
             self.writer = open_writer(self.out / "tensorboard")
         global_step = 0
         for stage_idx, stage in enumerate(cfg.stages):
-            examples = self.objective.examples(stage)
+            examples = stage_examples[stage_idx]
             total, _ = steps_for(stage, len(examples), self.world)
             if start is not None and stage_idx < start["stage"]:
                 global_step += total

@@ -32,6 +32,7 @@ from twotower.training.fit.stages import StageLog
 log = logging.getLogger(__name__)
 
 STAGES = ("split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank")
+FEW_DEV = 10  # dev queries below which fit warns that its choices rest on too few
 ZERO_SHOT_LAMBDA = 0.5  # retrieval.searcher.DEFAULT_LAMBDA (kept in step by tests/test_fit.py)
 
 
@@ -172,6 +173,18 @@ class _Fit:
         if not pairs:
             raise TwoTowerError(f"{self.data}/qrels/{r.split}.tsv: no relevant judgement left for training after "
                                 f"holding out {len(dev)} dev queries (add judgements, or lower --dev-fraction)")
+        from twotower.training.config import StageConfig
+        from twotower.training.objective import check_learnable
+
+        # before the zero-shot stage's encoding: pairs the fine-tune cannot learn from are refused here
+        check_learnable(pairs, StageConfig(name="finetune", batch_size=r.batch_size),
+                        where=f"{self.data}/qrels/{r.split}.tsv, the {len(train)} training queries left after "
+                              f"holding out {len(dev)} for dev")
+        if len(dev) < FEW_DEV:
+            log.warning("%s/qrels/%s.tsv: %d dev queries: fit chooses the model, the fusion and its λ on them, and "
+                        "a dev score on so few (%s) says little; about %d judged train queries (--min-dev %d on "
+                        "each side) make the choices reliable", self.data, r.split, len(dev), ", ".join(dev[:5]),
+                        2 * r.min_dev, r.min_dev)
         save_pairs(pairs, self.stages.dir("split") / "train_pairs.jsonl")
         return {"dev": dev, "train": train, "dev_queries": len(dev), "train_queries": len(train),
                 "train_pairs": len(pairs), "seed": r.seed}
