@@ -93,6 +93,8 @@ def eval_cmd(
         help="ME-BERT m (without --index; default: the m the model was trained with, else 8)."),
     prf_depth: Optional[int] = typer.Option(None, "--prf-depth", help=PRF_DEPTH_HELP),
     prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
+    runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
+                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     if rerank_depth is not None and rerank is None:
@@ -107,7 +109,7 @@ def eval_cmd(
             pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress, rerank=rerank,
             rerank_depth=100 if rerank_depth is None else rerank_depth, lam=hybrid_lambda, multivector=multivector,
             compile=compile_, language=language, norm=fusion_norm, rerank_weight=rerank_weight,
-            prf_depth=prf_depth, prf_weight=prf_weight)
+            prf_depth=prf_depth, prf_weight=prf_weight, runtime=runtime)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     for message in result.warnings:

@@ -54,13 +54,15 @@ class Encoder:
     """
 
     def __init__(self, model, *, source: str | None = None, precision: str = "auto",
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, runtime: str = "auto") -> None:
         """Wrap a loaded ``twotower`` dual encoder (most users call :meth:`load`). ``source``: the name or
         directory it was loaded from (what an index records to load it again)."""
         from twotower.encoders.inference import PRECISIONS
+        from twotower.encoders.runtimes import check_runtime
 
         if precision not in PRECISIONS:
             raise TwoTowerError(f"precision '{precision}': choose one of {', '.join(PRECISIONS)}")
+        self.runtime = check_runtime(runtime)
         self.model = model
         self.source = source
         self.precision = precision
@@ -71,11 +73,12 @@ class Encoder:
     def load(
         cls, name_or_dir: str | Path | None = None, *, device: str = "auto", precision: str = "auto",
         batch_size: int | None = None, pooling: str | None = None, query_max_length: int | None = None,
-        doc_max_length: int | None = None,
+        doc_max_length: int | None = None, runtime: str = "auto",
     ) -> "Encoder":
         """Load a model by name or directory (None: all-MiniLM-L6-v2) onto ``device`` (``auto`` | ``cpu`` |
         ``cuda`` | ``cuda:N``). ``precision``: ``auto`` (bf16 where the CPU or GPU has fast bf16), ``fp32`` or
-        ``bf16``. ``pooling`` and the max lengths override the model's own.
+        ``bf16``. ``pooling`` and the max lengths override the model's own. ``runtime``: ``auto`` | ``torch`` |
+        ``onnx`` | ``openvino`` | ``onnx-int8`` (CPU runtimes, docs/guides/cpu-runtimes.md).
 
         Example::
 
@@ -89,7 +92,7 @@ class Encoder:
         model = DualEncoder.load(name_or_dir, pooling=pooling, query_max_length=query_max_length,
                                  doc_max_length=doc_max_length, device=target)
         return cls(model, source=str(name_or_dir) if name_or_dir is not None else None, precision=precision,
-                   batch_size=batch_size)
+                   batch_size=batch_size, runtime=runtime)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -130,7 +133,7 @@ class Encoder:
         from twotower.encoders.towers import EncodeOptions
 
         return EncodeOptions(batch_size=batch_size or self.batch_size, precision=self.precision,
-                             show_progress=show_progress)
+                             show_progress=show_progress, runtime=self.runtime)
 
     @user_errors
     def encode_queries(self, queries: Sequence[str], *, batch_size: int | None = None,

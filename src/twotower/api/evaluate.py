@@ -46,7 +46,7 @@ def evaluate(
     language: str | None = None, k1: float | None = None, b: float | None = None, strict: bool = False,
     batch_size: int | None = None, precision: str = "auto", device: str = "auto",
     query_max_length: int | None = None, doc_max_length: int | None = None, pooling: str | None = None,
-    compile: bool = False, show_progress: bool = False,
+    compile: bool = False, show_progress: bool = False, runtime: str | None = None,
 ) -> EvalResult:
     """Retrieve the top ``k`` documents for every judged query of ``dataset`` and score them against its qrels
     (pytrec_eval with BEIR's conventions: graded relevance, a document with the query's own id left out).
@@ -58,6 +58,8 @@ def evaluate(
     A model fitted by :func:`twotower.fit` brings its own mode, λ and re-ranker unless given. ``dataset``: a
     :class:`~twotower.Dataset` or a BEIR folder (``split``, default ``test``). ``metrics``: e.g. ``("ndcg@10",
     "recall@100", "map@1000", "mrr@10", "p@1", "acc@5")``; by default nDCG@10, Recall@100, MRR@10, P@1, Recall@1000.
+    ``runtime``: what encodes on a CPU, ``auto`` | ``torch`` | ``onnx`` | ``openvino`` | ``onnx-int8`` (None: an
+    Encoder's own, else auto); what ran is in the result's ``runtime``.
 
     Example::
 
@@ -92,6 +94,7 @@ def evaluate(
         doc_max_length = doc_max_length or dual.doc_max_length
         batch_size = batch_size or retriever.batch_size
         precision = retriever.precision if precision == "auto" else precision
+        runtime = runtime or retriever.runtime
     elif isinstance(retriever, (str, Path)) and str(retriever) in RETRIEVER_NAMES:
         if mode is not None and mode != str(retriever):
             raise TwoTowerError(f"retriever '{retriever}' and mode '{mode}' disagree: give one")
@@ -119,7 +122,12 @@ def evaluate(
         hybrid_lambda=lam, multivector=multivector, compile=compile, language=language, fusion_norm=norm,
         rerank_weight=rerank_weight, prf_depth=prf_depth, prf_weight=prf_weight,
     )
-    return run_eval(cfg, dataset=ds)
+    from twotower.encoders.runtimes import using_runtime
+
+    with using_runtime(runtime or "auto") as used:
+        result = run_eval(cfg, dataset=ds)
+    result.runtime = used or None
+    return result
 
 
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],

@@ -122,7 +122,7 @@ class Index:
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
         compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
         workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
-        collection: str | None = None, **options,
+        collection: str | None = None, runtime: str | None = None, **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -134,7 +134,8 @@ class Index:
         ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
         puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
         ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
-        name; ``kind`` flat | hnsw | ivf); the folder keeps the manifest. Everything is checked before any encoding.
+        name; ``kind`` flat | hnsw | ivf); the folder keeps the manifest. ``runtime``: ``auto`` | ``torch`` | ``onnx`` |
+        ``openvino`` | ``onnx-int8`` (None: the Encoder's, else auto). Everything is checked before any encoding.
 
         Example::
 
@@ -148,8 +149,10 @@ class Index:
         from twotower.io import check_output_dir
         from twotower.retrieval.searcher import spec_for_model
         from twotower.retrieval.store import IndexSpec
+        from twotower.encoders.runtimes import check_runtime, using_runtime
 
         check_output_dir(path, "path")  # before any loading or encoding
+        runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams or language is not None,
                          bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
@@ -171,8 +174,9 @@ class Index:
             check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
             model, source = _encoder_parts(encoder, device)
             spec = spec_for_model(spec, source, language_given=language is not None)
-            build_milvus_from(corpus_documents(corpus), path, model, model=source, spec=spec, cfg=cfg, uri=uri,
-                              collection=collection)
+            with using_runtime(runtime):
+                build_milvus_from(corpus_documents(corpus), path, model, model=source, spec=spec, cfg=cfg, uri=uri,
+                                  collection=collection)
             index = cls(path, device=device, precision=precision)
             index._searcher._encoder = model
             return index
@@ -192,8 +196,9 @@ class Index:
         docs = corpus_documents(corpus)
         model, source = _encoder_parts(encoder, device)
         spec = spec_for_model(spec, source, language_given=language is not None)
-        build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
-                         cfg=cfg)
+        with using_runtime(runtime):
+            build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
+                             cfg=cfg)
         index = cls(path, device=device, precision=precision)
         index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
         return index
@@ -341,23 +346,28 @@ class Index:
     # ------------------------------------------------------------------ writes
     @user_errors
     def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
-            show_progress: bool = False) -> "Index":
+            show_progress: bool = False, runtime: str = "auto") -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
-        version; ids already in the index are an error unless ``replace=True``. Returns the index.
+        version; ids already in the index are an error unless ``replace=True``; ``runtime`` as in :meth:`build`.
+        Returns the index.
 
         Example::
 
             index.add([{"_id": "d3", "title": "Oolong", "text": "Oolong is partly oxidised."}])
         """
+        from twotower.encoders.runtimes import check_runtime, using_runtime
         from twotower.retrieval.searcher import EncodeConfig, add_documents_from
+
+        check_runtime(runtime)
 
         searcher = self._searcher
         searcher.refresh()
         cfg = EncodeConfig(batch_size=batch_size, precision=self.precision, device=self.device,
                            show_progress=show_progress, compile=compile)
         source = str(docs) if isinstance(docs, (str, Path)) else "documents"
-        add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
-                           encoder=searcher.encoder, source=source)
+        with using_runtime(runtime):
+            add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
+                               encoder=searcher.encoder, source=source)
         searcher.refresh()
         return self
 

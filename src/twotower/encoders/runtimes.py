@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -59,6 +60,7 @@ PROBE_TEXTS = (
 )
 
 _runtime: contextvars.ContextVar[str] = contextvars.ContextVar("twotower_runtime", default="auto")
+_used: contextvars.ContextVar[dict | None] = contextvars.ContextVar("twotower_runtime_used", default=None)
 
 
 def check_runtime(runtime: str, option: str = "runtime") -> str:
@@ -68,16 +70,20 @@ def check_runtime(runtime: str, option: str = "runtime") -> str:
 
 
 @contextlib.contextmanager
-def using_runtime(runtime: str | None) -> Iterator[None]:
-    """Encoding inside the block that names no runtime uses ``runtime`` (None: leave the current one)."""
-    if runtime is None:
-        yield
-        return
-    token = _runtime.set(check_runtime(runtime))
+def using_runtime(runtime: str | None) -> Iterator[dict]:
+    """Encoding inside the block that names no runtime uses ``runtime`` (None: leave the current one). Yields a
+    dict that collects what encoded inside the block: ``{"documents" | "queries" | ...: choice}`` (see
+    :func:`last_choice`)."""
+    used: dict = {}
+    tokens = [_used.set(used)]
+    if runtime is not None:
+        tokens.append(_runtime.set(check_runtime(runtime)))
     try:
-        yield
+        yield used
     finally:
-        _runtime.reset(token)
+        if runtime is not None:
+            _runtime.reset(tokens[1])
+        _used.reset(tokens[0])
 
 
 def current_runtime() -> str:
@@ -178,9 +184,13 @@ def _import_runtime(runtime: str) -> None:
         raise _missing(getattr(exc, "name", None) or package, runtime, exc) from exc
 
 
+# verified graph runtimes per tower (not on the tower: sessions cannot be deep-copied or pickled with it)
+_SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _graph_tower(tower: TextEncoder, runtime: str, precision: str) -> GraphTower:
     """The verified :class:`GraphTower`, cached on ``tower`` until its weights or torch's thread count change."""
-    cache = tower.__dict__.setdefault("_graph_towers", {})
+    cache = _SESSIONS.setdefault(tower, {})
     key = (runtime, precision, torch.get_num_threads())
     hit = cache.get(key)
     if hit is not None and hit[0] == _weights_key(tower):
@@ -262,6 +272,9 @@ def encode_with_runtime(
 ) -> np.ndarray:
     """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`)."""
     graph = graph_for(tower, runtime or current_runtime(), precision, n_texts=len(texts), compile=compile)
+    used = _used.get()
+    if used is not None:
+        used[desc.removeprefix("encoding ")] = last_choice(tower)
     if graph is None:
         return encode_texts(tower, texts, max_length=max_length, batch_size=batch_size, precision=precision,
                             show_progress=show_progress, desc=desc, compile=compile)

@@ -82,6 +82,7 @@ class EvalResult:
     rerank: str | None = None  # the re-ranker used, if any
     prf: dict | None = None  # {"depth", "weight"} of the dense side's pseudo-relevance feedback, if any
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
+    runtime: dict | None = None  # what encoded: {"documents" | "queries": encoders.runtimes.last_choice}
 
     def to_json(self) -> dict:
         return {
@@ -94,6 +95,7 @@ class EvalResult:
             "metrics": self.metrics,
             "timings": self.timings,
             **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
+            **({"runtime": self.runtime} if self.runtime else {}),
             **({"fusion_norm": self.fusion_norm} if self.fusion_norm is not None else {}),
             **({"rerank": self.rerank} if self.rerank else {}),
             **({"prf": self.prf} if self.prf else {}),

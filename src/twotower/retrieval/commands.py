@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
                                           ".db) or a server http(s)://host:19530 (token: $TWOTOWER_MILVUS_TOKEN)."),
         collection: Optional[str] = typer.Option(None, "--collection", help="--backend milvus: the collection "
                                                  "(default: twotower_<name of --out>)."),
+        runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
+                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
         try:
@@ -72,7 +74,7 @@ def register(app: typer.Typer) -> None:
                 pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
                 batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
                 ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-                vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor,
+                vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor, runtime=runtime,
                 **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
                    else {}))
         except (TwoTowerError, ValueError) as exc:
@@ -98,11 +100,14 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
+        runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
+                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
     ) -> None:
         """Encode only the new documents and add them as a new index version."""
         try:
             opened = tt.Index.open(index, model=model, device=device, precision=precision)
-            opened.add(docs, replace=replace, batch_size=batch_size, compile=compile_, show_progress=progress)
+            opened.add(docs, replace=replace, batch_size=batch_size, compile=compile_, show_progress=progress,
+                       runtime=runtime)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
