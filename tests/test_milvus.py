@@ -117,6 +117,15 @@ def test_hnsw_maps_to_milvus_hnsw_with_its_settings(built, tiny_bert_dir, tmp_pa
         [h.id for h in local.search("green tea leaves", k=5, mode="dense")]
     with pytest.raises(TwoTowerError, match="nprobe applies to IVF"):
         hnsw.search("tea", nprobe=4)
+    ivf = tt.Index.build(tmp_path / "i", data, encoder=str(tiny_bert_dir), kind="ivf", nlist=4, precision="fp32",
+                         show_progress=False, backend="milvus", uri=uri, collection="tiny_ivf")
+    assert ivf.info()["milvus"]["index_type"] == "IVF_FLAT" and ivf.info()["milvus"]["index_params"] == {"nlist": 4}
+    # nprobe reaches Milvus: more lists probed, more hits (Milvus Lite 3.2's IVF_FLAT returns only as many hits as
+    # lists probed on a collection this small, so exactness is checked on flat and HNSW, not here)
+    hits = [len(ivf.search("green tea leaves", k=10, nprobe=n)) for n in (1, 4)]
+    assert hits[0] < hits[1]
+    with pytest.raises(TwoTowerError, match="efSearch applies to HNSW"):
+        ivf.search("tea", ef_search=16)
 
 
 def test_api_add_replace_remove(built, tiny_bert_dir, tmp_path):
