@@ -139,7 +139,7 @@ class GraphTower:
         need = MIN_COSINE[self.precision]
         if not worst >= need:  # NaN fails too
             raise TwoTowerError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
-                                f"cosine {worst:.5f} < {need}")
+                                f"cosine {worst:.5f} < {need} (graph {self.graph})")
         return worst
 
     @property
