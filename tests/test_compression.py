@@ -209,3 +209,22 @@ def test_cli_binary_index_build_add_search_eval(tiny_beir, tiny_bert_dir, tmp_pa
                               "--no-progress"])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "e.json").read_text())["num_queries"] == 3
+
+
+def test_int8_ivf_probing_every_list_equals_numpy_and_binary_hnsw_takes_ef_search(tmp_path):
+    x, q = _unit(400, 16, 12), _unit(5, 16, 13)
+    ivf = IndexStore.build(tmp_path / "ivf", _docs(x), model={"name": "m"},
+                           spec=IndexSpec(kind="ivf", nlist=4, vectors="int8"), show_progress=False)
+    assert ivf.manifest["factory"] == "IVF4,SQ8"
+    lo, hi = np.load(ivf.dir / "calibration.npy")
+    decoded = _np_decode(np.asarray(ivf.vectors), lo, hi)
+    scores, rows = ivf.search(q, 5, nprobe=4)
+    np.testing.assert_allclose(scores, np.sort(q @ decoded.T, axis=1)[:, ::-1][:, :5], atol=2e-5)
+    hnsw = IndexStore.build(tmp_path / "bh", _docs(x), model={"name": "m"},
+                            spec=IndexSpec(kind="hnsw", hnsw_m=8, vectors="binary", rescore="fp32"),
+                            show_progress=False)
+    assert hnsw.manifest["factory"] == "BHNSW8"
+    scores, rows = hnsw.search(q, 3, ef_search=400, rescore_factor=100)  # every document a candidate
+    np.testing.assert_array_equal(rows, np.argsort(-(q @ x.T), axis=1)[:, :3])
+    with pytest.raises(IndexStoreError, match="nprobe applies to IVF indexes"):
+        hnsw.search(q, 3, nprobe=2)
