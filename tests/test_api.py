@@ -223,3 +223,15 @@ def test_evaluate_an_encoder_is_dense_retrieval_over_its_own_vectors(tiny_bert_d
     scores = enc.encode_queries(list(ds.queries.values())) @ enc.encode_documents(list(ds.corpus.values())).T
     run = {q: {ids[j]: float(row[j]) for j in np.argsort(-row)[:10]} for q, row in zip(ds.queries, scores)}
     assert res.metrics["ndcg@10"] == pytest.approx(_ndcg10(ds.qrels, run), abs=1e-5)
+
+
+def test_one_index_shared_by_threads_gives_the_sequential_answers(tiny_bert_dir, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    index = tt.Index.build(tmp_path / "idx", TINY_CORPUS, encoder=str(tiny_bert_dir), bm25=True, precision="fp32",
+                           show_progress=False)
+    queries = [q["text"] for q in TINY_QUERIES] * 6
+    expected = [[h.id for h in index.search(q, k=4, mode="hybrid")] for q in queries]
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda q: [h.id for h in index.search(q, k=4, mode="hybrid")], queries))
+    assert got == expected

@@ -58,6 +58,19 @@ def corpus_documents(corpus) -> list:
     return list(as_documents(corpus).values())
 
 
+def _locked(method):
+    """``method`` run under the index's lock: a tokenizer (Hugging Face's fast ones) and a version switch are not
+    safe under concurrent calls, so one Index serves one call at a time (threads may share it)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 def _encoder_parts(encoder, device: str):
     """(loaded DualEncoder, the name or directory the index records) for ``encoder``: an Encoder, a name, None."""
     from twotower.api.encoder import Encoder
@@ -92,9 +105,13 @@ class Index:
         from twotower.retrieval.searcher import Searcher
         from twotower.retrieval.store import IndexStore
 
+        import threading
+
         self.path = Path(path)
         self.device = device
         self.precision = precision
+        self._lock = threading.RLock()
+        self._rerankers: dict[str, object] = {}  # cross-encoders loaded from a directory, by path
         self._searcher = Searcher(IndexStore.open(self.path, verify=verify), model=model, query_runtime=query_runtime,
                                   precision=precision, device=device)
 
@@ -253,6 +270,7 @@ class Index:
 
     # ------------------------------------------------------------------ search
     @user_errors
+    @_locked
     def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
                norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
@@ -315,7 +333,13 @@ class Index:
     def _rerank(self, queries, ranked, rerank, depth: int, weight: float | None, store):
         from twotower.retrieval.rerank import Reranker, blend
 
-        ce = rerank if isinstance(rerank, Reranker) else Reranker(rerank, device=self.device, precision=self.precision)
+        if isinstance(rerank, Reranker):
+            ce = rerank
+        else:  # loaded once per directory, then reused
+            key = str(Path(rerank).resolve())
+            if key not in self._rerankers:
+                self._rerankers[key] = Reranker(rerank, device=self.device, precision=self.precision)
+            ce = self._rerankers[key]
 
         def text(d: str) -> str:
             doc = store.document(store.row_of[d])
@@ -332,6 +356,7 @@ class Index:
         return out
 
     @user_errors
+    @_locked
     def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``{query_id: text}`` (the options of :meth:`search` but
         re-ranking), as :func:`twotower.evaluate` and TREC run files use.
@@ -345,6 +370,7 @@ class Index:
 
     # ------------------------------------------------------------------ writes
     @user_errors
+    @_locked
     def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
             show_progress: bool = False, runtime: str = "auto") -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
@@ -372,6 +398,7 @@ class Index:
         return self
 
     @user_errors
+    @_locked
     def remove(self, ids: Sequence[str]) -> "Index":
         """Remove documents by id (a new version without them; an unknown id is an error). Returns the index.
 
