@@ -44,140 +44,32 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from twotower.analysis.fidelity_report import fidelity_notes, plot_fidelity
+from twotower.analysis.fidelity_vectors import (
+    PROJECTIONS,
+    BM25Vectors,
+    bm25_vectors,
+    bound_k,
+    margin_x,
+    margins_to_all,
+    normalized_margin,
+    projection_block,
+    projection_matrix,
+)
 from twotower.errors import TwoTowerError
 
+# the analysis' names, the formulas' (fidelity_vectors) and the plots' (fidelity_report) included, as before the split
+__all__ = ["PROJECTIONS", "BM25Vectors", "FidelityConfig", "bm25_vectors", "bound_k", "margin_x", "margins_to_all",
+           "normalized_margin", "plot_fidelity", "projection_block", "projection_matrix", "run_fidelity",
+           "write_fidelity"]
+
 log = logging.getLogger(__name__)
-
-PROJECTIONS = ("gaussian", "rademacher")
-
-
-# ----------------------------------------------------------------------------- formulas
-
-
-def margin_x(eps: float | np.ndarray) -> float | np.ndarray:
-    """(ε²/2 − ε³/3)⁻¹, the quantity k* grows with; ε in (0, 1]."""
-    eps = np.asarray(eps, dtype=np.float64)
-    out = 1.0 / (eps**2 / 2.0 - eps**3 / 3.0)
-    return float(out) if out.ndim == 0 else out
-
-
-def bound_k(eps: float | np.ndarray, beta: float = 0.05) -> float | np.ndarray:
-    """The JL-style bound k* ≤ 2·(ε²/2 − ε³/3)⁻¹·ln(4/β) on the dimension that keeps a pair's order
-    with probability ≥ 1 − β."""
-    if not 0.0 < beta < 1.0:
-        raise ValueError(f"beta must be in (0, 1), got {beta}")
-    return 2.0 * margin_x(eps) * math.log(4.0 / beta)
-
-
-def normalized_margin(q, d1, d2) -> float:
-    """μ(q, d1, d2) = ⟨q, d1 − d2⟩ / (‖q‖·‖d1 − d2‖) for 1-d arrays or 1×v sparse rows.
-
-    NaN when q = 0 or d1 = d2 (the margin is undefined).
-    """
-
-    def dense(v) -> np.ndarray:
-        return np.asarray(v.toarray() if sp.issparse(v) else v, dtype=np.float64).ravel()
-
-    q, diff = dense(q), dense(d1) - dense(d2)
-    denom = np.linalg.norm(q) * np.linalg.norm(diff)
-    return float(q @ diff / denom) if denom > 0 else float("nan")
-
-
-def projection_block(kind: str, v: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` unscaled projection rows as a (v, n) float32 block: N(0, 1) or ±1 entries.
-
-    Divided by √k these are rows of A (see :func:`projection_matrix`).
-    """
-    if kind == "gaussian":
-        return rng.standard_normal((v, n), dtype=np.float32)
-    if kind == "rademacher":
-        return (rng.integers(0, 2, size=(v, n), dtype=np.int8) * 2 - 1).astype(np.float32)
-    raise ValueError(f"unknown projection '{kind}': choose one of {', '.join(PROJECTIONS)}")
-
-
-def projection_matrix(kind: str, k: int, v: int, rng: np.random.Generator) -> np.ndarray:
-    """A ∈ R^{k×v} with entries N(0, 1/k) (``gaussian``) or ±1/√k (``rademacher``): E‖Ax‖² = ‖x‖²."""
-    return projection_block(kind, v, k, rng).T / np.float32(math.sqrt(k))
-
-
-# ----------------------------------------------------------------------------- BM25 vectors
-
-
-@dataclass
-class BM25Vectors:
-    """BM25 as sparse vectors whose inner products are the BM25 scores (see the module doc)."""
-
-    queries: sp.csr_matrix  # (n_queries, v): idf_t × count of t in the query
-    docs: sp.csr_matrix  # (n_docs, v): tf / (tf + k1·(1 − b + b·|d|/avgdl))
-    idf: np.ndarray  # (v,), 0 for terms absent from the collection
-    doc_lengths: np.ndarray  # (n_docs,) analysed tokens per (truncated) document
-
-
-def _count_matrix(token_lists: Sequence[Sequence[int]], vocab_size: int) -> sp.csr_matrix:
-    lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
-    indices = (np.concatenate([np.asarray(t, dtype=np.int64) for t in token_lists])
-               if lengths.sum() else np.empty(0, dtype=np.int64))
-    m = sp.csr_matrix((np.ones(len(indices), dtype=np.float64), indices, indptr),
-                      shape=(len(token_lists), vocab_size))
-    m.sum_duplicates()
-    return m
-
-
-def bm25_vectors(
-    doc_tokens: Sequence[Sequence[int]],
-    query_tokens: Sequence[Sequence[int]],
-    vocab_size: int,
-    *,
-    k1: float = 1.5,
-    b: float = 0.75,
-    max_doc_tokens: int | None = None,
-) -> BM25Vectors:
-    """Lucene BM25 query/document vectors from token ids (bm25s tokenizer output)."""
-    if max_doc_tokens is not None:
-        doc_tokens = [t[:max_doc_tokens] for t in doc_tokens]
-    tf = _count_matrix(doc_tokens, vocab_size)
-    lengths = np.fromiter((len(t) for t in doc_tokens), dtype=np.float64, count=len(doc_tokens))
-    n_docs = tf.shape[0]
-    avgdl = lengths.mean() if n_docs else 0.0
-    df = np.bincount(tf.indices, minlength=vocab_size).astype(np.float64)
-    idf = np.where(df > 0, np.log1p((n_docs - df + 0.5) / (df + 0.5)), 0.0)
-    norm = k1 * (1.0 - b + b * lengths / avgdl) if avgdl > 0 else np.full(n_docs, k1)
-    rows = np.repeat(np.arange(n_docs), np.diff(tf.indptr))
-    docs = tf.copy()
-    docs.data = tf.data / (tf.data + norm[rows])
-    qc = _count_matrix(query_tokens, vocab_size)
-    queries = (qc @ sp.diags(idf)).tocsr()
-    queries.eliminate_zeros()
-    return BM25Vectors(queries=queries, docs=docs.tocsr(), idf=idf, doc_lengths=lengths.astype(np.int64))
-
-
-def _row_norms(m: sp.csr_matrix) -> np.ndarray:
-    return np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
-
-
-def margins_to_all(vecs: BM25Vectors, top1: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """μ(q_i, d_top1[i], d_j) for every query i and document j: (n_queries, n_docs), NaN at j = top1[i]
-    and wherever d_j = d_top1[i]."""
-    q_norm = _row_norms(vecs.queries)
-    d_sq = _row_norms(vecs.docs) ** 2
-    cross = (vecs.docs[top1] @ vecs.docs.T).toarray()  # ⟨d1, d_j⟩
-    diff_sq = np.maximum(d_sq[top1][:, None] + d_sq[None, :] - 2.0 * cross, 0.0)
-    s1 = scores[np.arange(len(top1)), top1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mu = (s1[:, None] - scores) / (q_norm[:, None] * np.sqrt(diff_sq))
-    mu[np.arange(len(top1)), top1] = np.nan
-    mu[diff_sq <= 1e-12 * np.maximum(d_sq[top1][:, None], 1e-30)] = np.nan
-    return mu
-
 
 # ----------------------------------------------------------------------------- the experiment
 
@@ -481,148 +373,8 @@ def run_fidelity(cfg: FidelityConfig) -> dict:
             "recall of BM25's top-1 after projection": "recall",
         },
         "timings": {"projection_s": round(proj_s, 2), "total_s": round(time.perf_counter() - t_start, 2)},
-        "notes": _notes(fits, bins, margins_by_len, margins_by_top1_len, cfg, bound_slope),
+        "notes": fidelity_notes(fits, bins, margins_by_len, margins_by_top1_len, cfg, bound_slope),
     }
-
-
-def _notes(fits: dict, bins: list, by_len: list, by_top1: list, cfg: FidelityConfig, bound_slope: float) -> list[str]:
-    notes = []
-    for kind, f in fits.items():
-        under = f["max_kstar_over_bound"] <= 1.0
-        notes.append(
-            f"{kind}: empirical k* ≈ {f['slope_through_origin']:.2f}·x (R² {f['r2']:.3f} over {f['bins_used']} bins, "
-            f"{f['bins_censored']} bins beyond k={cfg.k_max}); bound slope {bound_slope:.2f}; "
-            f"largest k*/bound {f['max_kstar_over_bound']:.3f} — {'under' if under else 'ABOVE'} the bound."
-        )
-    for r in cfg.margin_ranks:
-        key = f"margin_{r}th_median"
-        seq = [(row["doc_length"], row[key]) for row in by_len if row.get(key) is not None]
-        if len(seq) >= 2:
-            vals = [v for _, v in seq]
-            mono = all(a >= b for a, b in zip(vals, vals[1:]))
-            notes.append(
-                f"{r}th smallest margin (median over queries) by truncation length: "
-                + ", ".join(f"L={n}: {v:.4f}" for n, v in seq)
-                + (" — shrinking with length." if mono else " — not monotone in length.")
-            )
-    return notes
-
-
-# ----------------------------------------------------------------------------- plots
-
-
-def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
-    """Figure 2 (k* vs. (ε²/2 − ε³/3)⁻¹), Figure 3a (margins by length), recall@r by k and length."""
-    from twotower.analysis._common import pyplot, save_figure
-
-    plt = pyplot()
-    out_dir = Path(out_dir)
-    paths = []
-    cfg = result["config"]
-    kinds = cfg["projections"]
-    bins = result["kstar_bins"]
-    styles = {"gaussian": ("tab:blue", "o"), "rademacher": ("tab:orange", "s")}
-
-    fig, ax = plt.subplots(figsize=(7, 5))
-    if bins:
-        xs = np.array([b["x_median"] for b in bins])
-        x_line = np.geomspace(xs.min() * 0.8, xs.max() * 1.25, 100)
-        ax.plot(x_line, result["bound_slope"] * x_line, "k--",
-                label=f"bound 2·x·ln(4/β), β={result['beta']:.2f}")
-        for kind in kinds:
-            color, marker = styles.get(kind, ("tab:green", "^"))
-            pts = [(b["x_median"], b[f"kstar_{kind}"]) for b in bins if b[f"kstar_{kind}"] is not None]
-            cens = [b["x_median"] for b in bins if b[f"kstar_{kind}"] is None]
-            if pts:
-                px, py = zip(*pts)
-                ax.plot(px, py, marker=marker, color=color, linestyle="-", label=f"empirical k*, {kind}")
-            if cens:
-                ax.scatter(cens, [cfg["k_max"]] * len(cens), marker="^", facecolors="none", edgecolors=color,
-                           label=f"{kind}: k* > {cfg['k_max']} (off grid)")
-            fit = result["kstar_fit"].get(kind)
-            if fit:
-                ax.plot(x_line, fit["slope_through_origin"] * x_line, color=color, linestyle=":", linewidth=1,
-                        label=f"fit k* = {fit['slope_through_origin']:.2f}·x ({kind})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.axhline(cfg["k_max"], color="grey", linewidth=0.5)
-    ax.set_xlabel("x = (ε²/2 − ε³/3)⁻¹   (ε: normalized margin, median of bin)")
-    ax.set_ylabel(f"k* (smallest k with ≥{cfg['target_accuracy']:.0%} pairwise accuracy)")
-    ax.set_title(f"Random projections of BM25: dimension needed vs. margin\n"
-                 f"{result['dataset']}/{result['split']}, {result['num_pairs']} pairs (top-1 vs ranks 2–"
-                 f"{cfg['pairs_per_query'] + 1}), {cfg['draws']} draws")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left")
-    ax.grid(True, which="both", alpha=0.3)
-    paths.append(save_figure(fig, out_dir / "fidelity_kstar.png"))
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    from matplotlib.ticker import ScalarFormatter
-    by_len = result["margins_by_doc_length"]
-    xlab = [r["doc_length"] for r in by_len]
-    xpos = np.arange(len(by_len))
-    for r in cfg["margin_ranks"]:
-        med = [row.get(f"margin_{r}th_median") for row in by_len]
-        lo = [row.get(f"margin_{r}th_q25") for row in by_len]
-        hi = [row.get(f"margin_{r}th_q75") for row in by_len]
-        ok = [i for i, v in enumerate(med) if v is not None]
-        if not ok:
-            continue
-        line = ax1.plot([xpos[i] for i in ok], [med[i] for i in ok], marker="o", label=f"{r}th smallest")[0]
-        ax1.fill_between([xpos[i] for i in ok], [lo[i] for i in ok], [hi[i] for i in ok],
-                         color=line.get_color(), alpha=0.15)
-    ax1.set_xticks(xpos, [f"{x}\n({row['mean_doc_tokens']:.0f})" for x, row in zip(xlab, by_len)])
-    ax1.set_xlabel("truncation length L in analysed tokens\n(in brackets: mean tokens per document)")
-    ax1.set_ylabel("normalized margin ε (median over queries; band: IQR)")
-    ax1.set_yscale("log")
-    ax1.set_title("(a) documents truncated to L tokens")
-    if ax1.get_legend_handles_labels()[0]:
-        ax1.legend(title="margin rank r")
-    ax1.grid(True, which="both", alpha=0.3)
-    by_top1 = result["margins_by_top1_length"]
-    for r in cfg["margin_ranks"]:
-        pts = [(row["top1_tokens_median"], row[f"margin_{r}th_median"]) for row in by_top1
-               if row.get(f"margin_{r}th_median") is not None]
-        if pts:
-            ax2.plot(*zip(*pts), marker="o", label=f"{r}th smallest")
-    ax2.set_xlabel("length of BM25's top-1 document in analysed tokens\n(median of a quantile bin of queries)")
-    ax2.set_ylabel("normalized margin ε (median over queries)")
-    ax2.set_title("(b) untruncated, by the top-1 document's own length")
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(title="margin rank r")
-    ax2.grid(True, which="both", alpha=0.3)
-    ax1.yaxis.set_major_formatter(ScalarFormatter())
-    ax1.yaxis.set_minor_formatter(ScalarFormatter())
-    ax1.tick_params(axis="y", which="minor", labelsize=7)
-    fig.suptitle(f"r-th smallest normalized margin between BM25's top-1 and the other documents"
-                 f" — {result['dataset']}/{result['split']}")
-    paths.append(save_figure(fig, out_dir / "fidelity_margins.png"))
-
-    recall = result["recall"]
-    fig, axes = plt.subplots(len(kinds), len(cfg["recall_at"]), figsize=(4.2 * len(cfg["recall_at"]), 3.6 * len(kinds)),
-                             squeeze=False, sharex=True, sharey=True)
-    lengths = [row["doc_length"] for row in by_len]
-    cmap = plt.get_cmap("viridis")
-    for i, kind in enumerate(kinds):
-        for j, r in enumerate(cfg["recall_at"]):
-            ax = axes[i][j]
-            for li, L in enumerate(lengths):
-                rows = [row for row in recall if row["projection"] == kind and row["doc_length"] == L]
-                ax.plot([row["k"] for row in rows], [row[f"recall@{r}"] for row in rows], marker=".",
-                        color=cmap(li / max(1, len(lengths) - 1)), label=f"L={L}")
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{kind}: recall@{r}")
-            ax.set_ylim(0, 1.02)
-            ax.grid(True, alpha=0.3)
-            if i == len(kinds) - 1:
-                ax.set_xlabel("projection dimension k")
-            if j == 0:
-                ax.set_ylabel("BM25 top-1 found in projected top-r")
-    axes[0][-1].legend(title="doc length (tokens)", fontsize=8, loc="lower right")
-    fig.suptitle(f"Recall of BM25's top-1 after random projection — {result['dataset']}/{result['split']}")
-    fig.tight_layout()
-    paths.append(save_figure(fig, out_dir / "fidelity_recall.png"))
-    return paths
 
 
 def write_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
