@@ -147,7 +147,7 @@ def test_cache_keeps_the_most_recent(tiny_bert_dir, tmp_path, monkeypatch):
 def test_missing_runtime_explicit_fails_auto_falls_back(tiny_bert_dir, home, monkeypatch, caplog):
     tower = DualEncoder.build(tiny_bert_dir).query_tower
     monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino raises ImportError
-    with pytest.raises(TwoTowerError, match=r"runtime 'openvino' needs openvino.*pip install 'twotower\[openvino\]'.*"
+    with pytest.raises(TwoTowerError, match=r"runtime 'openvino' needs openvino.*pip install 'twotower\[cpu\]'.*"
                                             "runtime 'torch'"):
         runtimes.graph_for(tower, "openvino", "fp32")
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)

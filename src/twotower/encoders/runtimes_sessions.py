@@ -15,9 +15,8 @@ from twotower.errors import TwoTowerError
 
 
 def _missing(package: str, runtime: str, exc: Exception) -> TwoTowerError:
-    extra = "serve" if package == "onnxruntime" else "openvino"
     return TwoTowerError(f"runtime '{runtime}' needs {package} ({type(exc).__name__}: {exc}): pip install "
-                         f"'twotower[{extra}]', or use runtime 'torch'")
+                         "'twotower[cpu]', or use runtime 'torch'")
 
 
 class OrtSession:

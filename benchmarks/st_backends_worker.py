@@ -1,0 +1,111 @@
+"""sentence-transformers' CPU backends in a child process, for benchmarks/cpu_backends.py.
+
+Run by the benchmark under ``--st-python`` (an environment with sentence-transformers and optimum: optimum's
+packages need transformers < 4.58, which sentence-transformers 6 and twotower's environment do not have, so they
+live in an environment of their own). Loads, on a copy of the model in ``--work``: torch fp32, ``backend="onnx"``,
+``backend="openvino"`` and the dynamically quantized int8 ONNX model (``export_dynamic_quantized_onnx_model`` with
+the CPU's config: avx512_vnni, avx512 or avx2). Then answers requests on stdin, one JSON line each:
+``{"system": name, "texts": [...]}`` → writes the embeddings to ``--work/out.npy`` and replies
+``{"seconds": encode time}`` on stdout. ``{"quit": true}`` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def isa_config() -> str:
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2"
+
+
+def load(args) -> tuple[dict, dict]:
+    import sentence_transformers
+    from sentence_transformers import SentenceTransformer
+
+    work = Path(args.work) / "st-model"
+    if not (work / "modules.json").is_file():
+        shutil.copytree(args.model, work, dirs_exist_ok=True)
+    systems = {"sentence-transformers torch fp32": SentenceTransformer(str(work), device="cpu")}
+    info = {"sentence_transformers": sentence_transformers.__version__}
+    try:
+        import onnxruntime
+        import optimum.onnxruntime  # noqa: F401
+        from sentence_transformers import export_dynamic_quantized_onnx_model
+
+        onnx = SentenceTransformer(str(work), device="cpu", backend="onnx")
+        if not (work / "onnx" / "model.onnx").is_file():
+            onnx.save_pretrained(str(work))
+        systems["sentence-transformers onnx"] = onnx
+        isa = isa_config()
+        name = f"model_qint8_{isa}.onnx"
+        if not (work / "onnx" / name).is_file():
+            export_dynamic_quantized_onnx_model(onnx, isa, str(work))
+        systems[f"sentence-transformers onnx-int8 ({isa})"] = SentenceTransformer(
+            str(work), device="cpu", backend="onnx", model_kwargs={"file_name": f"onnx/{name}"})
+        info["onnxruntime"] = onnxruntime.__version__
+    except ImportError as exc:
+        info["onnx_missing"] = str(exc)
+    try:
+        import openvino as ov
+        import optimum.intel  # noqa: F401
+
+        openvino = SentenceTransformer(str(work), device="cpu", backend="openvino")
+        if not (work / "openvino" / "openvino_model.xml").is_file():
+            openvino.save_pretrained(str(work))
+        systems["sentence-transformers openvino"] = openvino
+        info["openvino"] = ov.__version__
+        hint = str(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))  # what backend="openvino" runs at
+        info["openvino_precision"] = "bf16" if "bfloat16" in hint or "bf16" in hint else "fp32"
+    except ImportError as exc:
+        info["openvino_missing"] = str(exc)
+    for st in systems.values():
+        st.max_seq_length = args.max_length
+    import transformers
+
+    info["transformers"] = transformers.__version__
+    return systems, info
+
+
+def main() -> None:
+    import numpy as np
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+    out = sys.stdout
+    sys.stdout = sys.stderr  # library chatter must not reach the protocol channel
+    systems, info = load(args)
+    out.write(json.dumps({"systems": list(systems), "info": info}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("quit"):
+            break
+        st = systems[req["system"]]
+        t0 = time.perf_counter()
+        emb = st.encode(req["texts"], batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                        show_progress_bar=False)
+        seconds = time.perf_counter() - t0
+        np.save(Path(args.work) / "out.npy", np.asarray(emb, dtype=np.float32))
+        out.write(json.dumps({"seconds": seconds}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
