@@ -231,7 +231,8 @@ def add_documents_from(
     from twotower.retrieval.index.encoder_check import check_index_encoder
 
     info = store.manifest.get("model") or {}
-    check_index_encoder(index, info, model if encoder is None else getattr(encoder, "name", None) or model)
+    if encoder is None:  # a --model string: the index's own model or refused (a loaded encoder: its size, below)
+        check_index_encoder(index, info, model)
     encoder = encoder or load_encoder(store.manifest["model"], model, cfg.device)
     vectors = store.manifest.get("vectors") or {}
     if not store.multivector:  # the encoder's output size against the stored vectors' (before a projection)
