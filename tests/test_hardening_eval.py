@@ -285,3 +285,13 @@ def test_the_index_model_under_another_spelling_is_accepted(built, tiny_bert_dir
     own = Searcher(index, precision="fp32").search("green tea", k=3)
     same = Searcher(index, model=f"./{tiny_bert_dir.name}", precision="fp32").search("green tea", k=3)
     assert [(h.doc_id, round(h.score, 5)) for h in own] == [(h.doc_id, round(h.score, 5)) for h in same]
+
+
+def test_pretrain_refuses_a_length_below_the_minimum_before_writing(tmp_path, tiny_bert_dir):
+    data = write_beir(tmp_path / "d", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["pretrain", "--corpus", str(data / "corpus.jsonl"), "--model", str(tiny_bert_dir),
+                              "--out", str(out), "--steps", "1", "--batch-size", "4", "--max-length", "2",
+                              "--no-progress"])
+    assert res.exit_code == 2 and "at least 3" in _flat(res.output), res.output
+    assert not out.exists()

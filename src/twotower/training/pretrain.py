@@ -177,9 +177,10 @@ def pretrain(train: TrainConfig, config: PretrainConfig, *, resume: bool = False
     train.validate()
     objective = ContrastivePretraining(config)
     out = Path(train.out)
+    trainer = Trainer(train, objective=objective)  # the model and its settings (lengths...) checked first
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "pretrain_config.json", asdict(config))
-    Trainer(train, objective=objective).train(resume=resume)
+    trainer.train(resume=resume)
     return out / "model"
 
 
