@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from _common import DATA, write_results  # noqa: E402
+from _common import DATA, RESULTS, write_results  # noqa: E402
 from _vectors import scifact_vectors  # noqa: E402
 
 K_EVAL = 100
@@ -53,6 +53,13 @@ Reading the table:
 - The 1,000,000-distractor scale part of issue #32 was not run: ingesting 1M vectors through Milvus Lite at the
   ingestion rate above (about 300 documents/s) would take about an hour on these cores.
 """
+SCALE_NOTES = """
+Rows with ``distractors``: the 5,183 SciFact documents among {n:,} distractor vectors drawn from a Gaussian with the
+corpus vectors' mean and covariance, L2-normalised (as the model's vectors are); dense only, HNSW M=32 efConstruction
+200, ef 128 on both; disk_mb: the index folder (+ the Milvus Lite data folder); peak_rss_mb: the benchmark process'
+peak resident memory after that build (it holds the vectors of both: compare the increase, not the level). Command:
+``python benchmarks/milvus_scifact.py --scale {n}``.
+"""
 
 
 def cached_searcher(store, query_vecs: dict):
@@ -66,24 +73,24 @@ def cached_searcher(store, query_vecs: dict):
     return Cached(store)
 
 
-def build_local(root: Path, new, kind: str):
+def build_local(root: Path, new, kind: str, bm25: bool = True):
     from twotower.retrieval.bm25 import BM25Params
     from twotower.retrieval.store import IndexSpec, IndexStore
 
-    spec = IndexSpec(kind=kind, bm25=True, bm25_params=BM25Params())
+    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params())
     t0 = time.perf_counter()
     store = IndexStore.build(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, show_progress=False)
     return store, time.perf_counter() - t0
 
 
-def build_milvus(root: Path, new, kind: str, uri: str):
+def build_milvus(root: Path, new, kind: str, uri: str, bm25: bool = True):
     from twotower.retrieval.bm25 import BM25Params
     from twotower.retrieval.milvus import client as mc
     from twotower.retrieval.milvus.build import build_store
     from twotower.retrieval.milvus.store import client_for
     from twotower.retrieval.store import IndexSpec
 
-    spec = IndexSpec(kind=kind, bm25=True, bm25_params=BM25Params())
+    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params())
     index = mc.index_settings(kind, hnsw_m=32, ef_construction=200, nlist=None, num_docs=len(new.ids))
     t0 = time.perf_counter()
     store = build_store(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, uri=uri,
@@ -156,9 +163,61 @@ def agreement(run: dict, reference: dict) -> dict:
     return {"top10_same": same / max(1, len(reference)), "max_score_diff": diff}
 
 
+def distractors(doc_vecs: np.ndarray, n: int, seed: int = 0, chunk: int = 100_000):
+    """``n`` vectors drawn from a Gaussian with the corpus vectors' mean and covariance, L2-normalised as the model's
+    are (yielded in chunks)."""
+    mean = doc_vecs.mean(axis=0)
+    cov = np.cov(doc_vecs, rowvar=False)
+    vals, vecs = np.linalg.eigh(cov)
+    root = vecs * np.sqrt(np.clip(vals, 0, None))
+    rng = np.random.default_rng(seed)
+    for start in range(0, n, chunk):
+        x = (rng.standard_normal((min(chunk, n - start), len(mean))) @ root.T + mean).astype(np.float32)
+        yield x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def scale_rows(args, new, query_vecs: dict, queries: dict, qrels: dict) -> list[dict]:
+    """The SciFact documents among ``args.scale`` distractors: local FAISS HNSW vs Milvus Lite HNSW (dense)."""
+    import resource
+
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.store import NewDocs
+
+    n = args.scale
+    vecs = np.concatenate([new.vectors, *distractors(new.vectors, n)])
+    ids = new.ids + [f"x{i}" for i in range(n)]
+    big = NewDocs(ids, new.titles + [""] * n, new.texts + ["x"] * n, vecs)
+    del vecs
+    rows = []
+    texts = list(queries.values())
+    for store_name in ("faiss", "milvus"):
+        path = args.work / f"scale-{store_name}"
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        store, build_s = (build_local(path, big, "hnsw", bm25=False) if store_name == "faiss"
+                          else build_milvus(path, big, "hnsw", str((args.work / "scale.db").resolve()), bm25=False))
+        searcher = cached_searcher(store, query_vecs)
+        run = searcher.run(queries, K_EVAL, mode="dense", ef_search=EF)
+        m = evaluate(qrels, run, ("ndcg@10", "recall@100"))
+        disk = folder_bytes(path) + (folder_bytes(args.work / "scale.db") if store_name == "milvus" else 0)
+        row = {"system": f"{store_name} dense hnsw", "distractors": n, "ndcg@10": m["ndcg@10"],
+               "recall@100": m["recall@100"],
+               **latency(lambda t: searcher.run({"q": t}, 10, mode="dense", ef_search=EF), texts),
+               "ingest_docs_per_s": len(ids) / build_s, "build_s": build_s, "disk_mb": disk / 2**20,
+               "peak_rss_mb": max(rss0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024}
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path(".cache/milvus_scifact"))
+    parser.add_argument("--scale", type=int, default=0, help="Only the scale part: the SciFact documents among this "
+                        "many distractors (local HNSW vs Milvus HNSW), added to the results' rows.")
     args = parser.parse_args()
 
     import faiss
@@ -179,6 +238,19 @@ def main() -> None:
     new = NewDocs(doc_ids, [corpus[d].title for d in doc_ids], [corpus[d].text for d in doc_ids],
                   np.ascontiguousarray(doc_vecs, dtype=np.float32))
 
+    if args.scale:
+        args.work = args.work.with_name(args.work.name + "-scale")
+        if args.work.exists():
+            shutil.rmtree(args.work)
+        args.work.mkdir(parents=True)
+        saved = json.loads((RESULTS / "milvus_scifact.json").read_text())
+        rows = [r for r in saved["rows"] if "distractors" not in r] + scale_rows(args, new, query_vecs, queries, qrels)
+        write_results("milvus_scifact", rows, notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n\n" +
+                      NOTES.split("- The 1,000,000")[0] + SCALE_NOTES.format(n=args.scale), extra={
+                          "queries": len(queries), "documents": len(doc_ids), "ef_search": EF,
+                          "milvus_uri": "Milvus Lite (embedded)", "commands": [saved["command"],
+                                                                             " ".join(["python", *sys.argv])]})
+        return
     if args.work.exists():
         shutil.rmtree(args.work)
     args.work.mkdir(parents=True)
