@@ -230,17 +230,16 @@ def main() -> None:
         print(rows[-1], flush=True)
 
     # quality on the full corpus, for the asked systems
-    wanted = set()
+    wanted = []  # in the order asked for: a run cut short keeps the first ones (cached in --work)
     for item in (s.strip() for s in args.ndcg.split(",") if s.strip()):
-        wanted |= {"default": {default_name}, "fp32": {"twotower onnx fp32"}, "none": set(),
-                   "int8": {n for n in systems if "int8" in n}, "st": set(worker.systems),
-                   "all": set(systems)}.get(item, {item})
+        wanted += {"default": [default_name], "fp32": ["twotower onnx fp32"], "none": [],
+                   "int8": [n for n in systems if "int8" in n], "st": list(worker.systems),
+                   "all": list(systems)}.get(item, [item])
     qids = list(ds.queries)
     queries = [ds.queries[q] for q in qids]
-    for row in rows:
-        name = row["system"]
-        if name not in wanted:
-            continue
+    by_name = {r["system"]: r for r in rows}
+    for name in dict.fromkeys(n for n in wanted if n in by_name):
+        row = by_name[name]
 
         def quality(name=name):
             encode = systems[name]
