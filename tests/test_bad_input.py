@@ -347,5 +347,5 @@ def test_train_into_an_index_directory(tiny_beir, tiny_bert_dir, tmp_path, resum
     before = sorted(p.name for p in index.iterdir())
     res = _cli("train", "--data", tiny_beir, "--split", "test", "--out", index, "--model", tiny_bert_dir, "--steps", "1",
                "--batch-size", "2", "--device", "cpu", "--no-progress", *resume)
-    _refused(res, f"--out {index} is an index directory")
+    _refused(res, f"--out {index} holds an index (CURRENT, versions)")
     assert sorted(p.name for p in index.iterdir()) == before
