@@ -318,9 +318,10 @@ def main() -> None:
                 ours_sub(name, label, dv, tq, spec, settings)
 
     fp32 = rows[0]
-    for r in rows:
-        r["ndcg_vs_fp32"] = r["ndcg@10"] / fp32["ndcg@10"]
-        r["ram_vs_fp32"] = r["ram_bytes_per_doc"] / fp32["ram_bytes_per_doc"]
+    for r in rows:  # the full-corpus rows only: the sub-corpus rows compare among themselves
+        if r["group"] in ("zero-shot", "peer"):
+            r["ndcg_vs_fp32"] = r["ndcg@10"] / fp32["ndcg@10"]
+            r["ram_vs_fp32"] = r["ram_bytes_per_doc"] / fp32["ram_bytes_per_doc"]
     for label in ("plain fine-tuned", "matryoshka fine-tuned"):
         full = next((r for r in rows if r["system"] == f"{label} fp32 ({n_sub} docs)"), None)
         for r in rows:
