@@ -113,9 +113,10 @@ def test_train_reranker_learns_a_separable_task(tiny_beir, tiny_bert_dir, tmp_pa
 
 
 def test_eval_with_rerank_puts_the_top_in_the_cross_encoders_order(tiny_beir, tiny_bert_dir, tiny_ce_dir, tmp_path):
-    """``eval --rerank``: each query's BM25 top ``depth`` comes back in the order of the cross-encoder's
-    own scores (transformers, not sentence-transformers), the rest below in BM25's order, and the
-    metrics are those of the re-ranked run."""
+    """``eval --rerank``: each query's first-stage top ``depth`` comes back in the order of the cross-encoder's
+    own scores (transformers, not sentence-transformers), the rest below in the first stage's order, and the
+    metrics are those of the re-ranked run. The first stage is dense (every document ranked: BM25 ranks only the
+    documents that match a query, one or two of these tiny ones)."""
     from typer.testing import CliRunner
 
     from conftest import TINY_CORPUS, TINY_QUERIES
@@ -126,7 +127,8 @@ def test_eval_with_rerank_puts_the_top_in_the_cross_encoders_order(tiny_beir, ti
     def ranking(docs):
         return [d for d, _ in sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))]
 
-    base = ["eval", "--data", str(tiny_beir), "--retriever", "bm25", "--precision", "fp32", "--no-progress"]
+    base = ["eval", "--data", str(tiny_beir), "--retriever", "dense", "--model", str(tiny_bert_dir), "--precision",
+            "fp32", "--no-progress"]
     res = CliRunner().invoke(app, [*base, "--run", str(tmp_path / "bm25.trec")])
     assert res.exit_code == 0, res.output
     depth = 3
@@ -144,7 +146,7 @@ def test_eval_with_rerank_puts_the_top_in_the_cross_encoders_order(tiny_beir, ti
         assert after[:depth] == [head[i] for i in np.argsort(-logits, kind="stable")], q
         assert after[depth:] == before[depth:], q
         changed += after != before
-    assert changed, "the cross-encoder agreed with BM25 everywhere: this data cannot show a re-ranking"
+    assert changed, "the cross-encoder agreed with the first stage everywhere: this data cannot show a re-ranking"
     payload = json.loads((tmp_path / "r.json").read_text())
     assert "rerank_s" in payload["timings"]
     from twotower.data.beir import BeirDataset
