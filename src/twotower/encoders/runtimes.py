@@ -112,7 +112,7 @@ class GraphTower:
     the torch tower on :data:`PROBE_TEXTS`."""
 
     def __init__(self, tower: TextEncoder, runtime: str, precision: str) -> None:
-        from twotower.encoders.runtimes_graph import int8_graph, onnx_graph
+        from twotower.encoders.runtimes_graph import int8_graph, onnx_graph, ort_graph
         from twotower.encoders.runtimes_sessions import OpenVinoSession, OrtSession
 
         if runtime not in ("onnx", "openvino", "onnx-int8"):
@@ -121,7 +121,7 @@ class GraphTower:
         session_cls = OpenVinoSession if runtime == "openvino" else OrtSession
         _import_runtime(runtime)
         self.tower, self.runtime, self.precision = tower, runtime, precision
-        graph = int8_graph(tower) if runtime == "onnx-int8" else onnx_graph(tower)
+        graph = {"onnx-int8": int8_graph, "onnx": ort_graph, "openvino": onnx_graph}[runtime](tower)
         self.graph = graph
         self.session = (OpenVinoSession(graph, precision=precision) if session_cls is OpenVinoSession
                         else OrtSession(graph, runtime=runtime))

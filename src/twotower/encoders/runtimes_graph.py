@@ -29,9 +29,10 @@ from twotower.errors import TwoTowerError
 log = logging.getLogger(__name__)
 
 OPSET = 17
-SHAPE_POLICY = f"dynamic-batch-dynamic-length-opset{OPSET}"
+SHAPE_POLICY = f"dynamic-batch-dynamic-length-opset{OPSET}-eager-attention"
 KEEP_GRAPHS = 8  # keys kept in the cache; older ones (least recently used) are removed
-FP32_FILE = "model.onnx"
+FP32_FILE = "model.onnx"  # the plain export: OpenVINO reads it
+ORT_FILE = "model_ort_fused.onnx"  # ONNX Runtime's transformer fusions applied: what ORT runs, and int8 quantizes
 INT8_FILE = "model_int8.onnx"
 
 
@@ -127,7 +128,8 @@ def onnx_graph(tower: TextEncoder) -> Path:
         return path
     t0 = time.perf_counter()
     try:
-        blob = export_tower(tower)
+        with eager_attention(tower):
+            blob = export_tower(tower)
     except Exception as exc:  # the exporter raises many types; say which step failed
         raise TwoTowerError(f"could not export this tower to ONNX ({type(exc).__name__}: {exc})") from exc
     _atomic_write(path, lambda tmp: tmp.write_bytes(blob))
@@ -138,13 +140,66 @@ def onnx_graph(tower: TextEncoder) -> Path:
     return path
 
 
-def int8_graph(tower: TextEncoder) -> Path:
-    """The tower's graph with its MatMul weights quantized to int8 (ONNX Runtime dynamic quantization: per-channel
-    int8 weights, activations quantized per batch at run time; the embeddings, LayerNorms and softmax stay fp32),
-    cached next to the fp32 graph and keyed also by ONNX Runtime's version."""
+class eager_attention:
+    """Export with the backbone's plain (eager) attention: matmul, mask add, softmax, matmul, a pattern ONNX Runtime
+    fuses into its Attention kernel (the SDPA export's mask arithmetic it does not); restored afterwards."""
+
+    def __init__(self, tower: TextEncoder) -> None:
+        self.backbone = tower.backbone
+        self.before = getattr(getattr(self.backbone, "config", None), "_attn_implementation", None)
+
+    def __enter__(self):
+        if self.before not in (None, "eager") and hasattr(self.backbone, "set_attn_implementation"):
+            try:
+                self.backbone.set_attn_implementation("eager")
+            except Exception as exc:  # noqa: BLE001 - a model without eager attention exports as it is
+                log.info("exporting with %s attention (%s)", self.before, exc)
+                self.before = None
+        else:
+            self.before = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.before is not None:
+            self.backbone.set_attn_implementation(self.before)
+
+
+def ort_graph(tower: TextEncoder) -> Path:
+    """The fp32 graph with ONNX Runtime's transformer fusions (Attention, EmbedLayerNormalization,
+    SkipLayerNormalization, BiasGelu) where the optimizer finds them, cached next to the plain graph and keyed also by
+    ONNX Runtime's version; the plain graph when the optimizer fails (said in the log)."""
     import onnxruntime as ort
 
     fp32 = onnx_graph(tower)
+    path = fp32.parent / f"ort{ort.__version__}-{ORT_FILE}"
+    if path.is_file():
+        return path
+    cfg = getattr(tower.backbone, "config", None)
+    heads, hidden = getattr(cfg, "num_attention_heads", 0) or 0, getattr(cfg, "hidden_size", 0) or 0
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimized = optimize_model(str(fp32), model_type="bert", num_heads=heads, hidden_size=hidden)
+        _atomic_write(path, lambda tmp: optimized.save_model_to_file(str(tmp)))
+    except Exception as exc:  # noqa: BLE001 - the optimizer raises many types; the plain graph still runs
+        log.warning("ONNX Runtime's transformer optimizer failed on this tower (%s: %s); running the plain graph",
+                    type(exc).__name__, exc)
+        return fp32
+    fused = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+    log.info("fused the graph for ONNX Runtime: %s", fused or "nothing fused")
+    return path
+
+
+def int8_graph(tower: TextEncoder) -> Path:
+    """The fused graph (:func:`ort_graph`) with its MatMul and Attention weights quantized to int8 (ONNX Runtime
+    dynamic quantization: per-channel int8 weights, activations quantized per batch at run time; the embeddings,
+    LayerNorms and softmax stay fp32), cached next to the fp32 graph, keyed also by ONNX Runtime's version and the
+    CPU's int8 instructions."""
+    import onnxruntime as ort
+
+    import onnx
+
+    fp32 = ort_graph(tower)
     path = fp32.parent / f"ort{ort.__version__}-{_isa()}-{INT8_FILE}"
     if path.is_file():
         return path
@@ -152,7 +207,8 @@ def int8_graph(tower: TextEncoder) -> Path:
 
     def write(tmp: Path) -> None:
         quantize_dynamic(fp32, tmp, weight_type=QuantType.QInt8, per_channel=True, reduce_range=_isa() != "vnni",
-                         op_types_to_quantize=["MatMul"])
+                         op_types_to_quantize=["MatMul", "Attention"],
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
     t0 = time.perf_counter()
     try:
