@@ -229,33 +229,6 @@ def main() -> None:
                      "min_cosine_vs_st_fp32": float((emb * ref).sum(1).min())})
         print(rows[-1], flush=True)
 
-    # quality on the full corpus, for the asked systems
-    wanted = []  # in the order asked for: a run cut short keeps the first ones (cached in --work)
-    for item in (s.strip() for s in args.ndcg.split(",") if s.strip()):
-        wanted += {"default": [default_name], "fp32": ["twotower onnx fp32"], "none": [],
-                   "int8": [n for n in systems if "int8" in n], "st": list(worker.systems),
-                   "all": list(systems)}.get(item, [item])
-    qids = list(ds.queries)
-    queries = [ds.queries[q] for q in qids]
-    by_name = {r["system"]: r for r in rows}
-    for name in dict.fromkeys(n for n in wanted if n in by_name):
-        row = by_name[name]
-
-        def quality(name=name):
-            encode = systems[name]
-            doc_vecs = np.concatenate([encode(corpus[i:i + 512])[0] for i in range(0, len(corpus), 512)])
-            return vector_metrics(ds.qrels, qids, encode(queries)[0], doc_ids, doc_vecs)
-
-        settings = {"docs": len(corpus), "max_length": args.max_length, "batch_size": args.batch_size,
-                    "versions": worker.info if name in worker.systems else tt_versions()}
-        if name.startswith("twotower") and "torch" not in name:  # the graph as exported and fused now
-            from twotower.encoders import runtimes_graph
-
-            settings["graph"] = [runtimes_graph.SHAPE_POLICY, runtimes_graph.ORT_FILE, runtimes_graph.INT8_FILE]
-        saved = cached_row(work, f"ndcg {name}", settings, quality)
-        row.update({k: v for k, v in saved.items() if k != "system"})
-    worker.close()
-
     # the limit
     cfg = tower.backbone.config
     h, inter = cfg.hidden_size, cfg.intermediate_size
@@ -281,45 +254,75 @@ def main() -> None:
         row.update({"gflops_per_s": gflops, "fraction_of_matmul_peak": gflops / peak[p],
                     "ceiling_docs_per_s": ceiling, "fraction_of_ceiling": row["docs_per_s"] / ceiling})
 
-    load_end = load_average()
-    fastest_st = max((r for r in rows if r["system"] in worker.systems and "int8" not in r["system"]
-                      and r["min_cosine_vs_st_fp32"] >= 0.99), key=lambda r: r["docs_per_s"])
-    default = next(r for r in rows if r["system"] == default_name)
-    summary = {"auto": choice, "fastest_st_backend": fastest_st["system"],
-               "auto_vs_fastest_st": default["docs_per_s"] / fastest_st["docs_per_s"]}
-    st_int8 = next((r for r in rows if r["system"].startswith("sentence-transformers onnx-int8")), None)
-    tt_int8 = next((r for r in rows if r["system"] == "twotower onnx-int8"), None)
-    if st_int8 and tt_int8:
-        summary["int8_vs_st_int8"] = tt_int8["docs_per_s"] / st_int8["docs_per_s"]
-    print(summary, flush=True)
-    ndcg_rows = [r["system"] for r in rows if "ndcg@10" in r]
-    write_results(f"cpu_backends_{kind}", rows, extra={
-        "cpu_flags": flags, "load_average": {"start": load_start, "end": load_end}, "st_worker": worker.info,
-        "matmul_gflops": peak, "attention_gflops": attn, "summary": summary,
-        "encoder_gflop_per_doc": flops / len(texts) / 1e9}, notes=(
-        f"CPU flags: {' '.join(flags)}; torch threads {torch.get_num_threads()}; load average {load_start:.1f} at "
-        f"start, {load_end:.1f} at end. all-MiniLM-L6-v2, max length {args.max_length}, batch {args.batch_size}; "
-        f"speed on the first {len(texts)} SciFact documents, systems taking turns on {args.slice}-document slices "
-        "(order reversed every other slice). sentence-transformers "
-        f"{worker.info.get('sentence_transformers')} (transformers {worker.info.get('transformers')}, onnxruntime "
-        f"{worker.info.get('onnxruntime')}, openvino {worker.info.get('openvino')}, its CPU default precision "
-        f"{worker.info.get('openvino_precision')}) in a child process, timed there around encode(); twotower in this "
-        "process (torch " + torch.__version__ + "), timed around its encode. "
-        f"'default' marks the row `auto` picks on this CPU ({choice['runtime']} {choice['precision']}: "
-        f"{choice['reason']}). Fastest sentence-transformers backend with min cosine ≥ 0.99: {fastest_st['system']}; "
-        f"auto / it = {summary['auto_vs_fastest_st']:.2f}×"
-        + (f"; twotower int8 / sentence-transformers int8 = {summary['int8_vs_st_int8']:.2f}×" if "int8_vs_st_int8"
-           in summary else "") + ". "
-        f"NDCG@10 / Recall@100: SciFact test, full corpus ({len(corpus)} documents), queries encoded by the same "
-        f"system; rows with it: {', '.join(ndcg_rows) or 'none'} (kept in --work by settings: a row computed by an "
-        "earlier run of this script with the same settings is reused). The limit: matmul rate on the encoder's GEMM "
-        f"shapes ({m}×{h}×{inter} and {m}×{inter}×{h}): "
-        + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in peak.items())
-        + " (fp32/bf16: torch's kernels; int8: ONNX Runtime's dynamically quantized MatMul); attention "
-        "(scaled_dot_product_attention, padding mask) "
-        + ", ".join(f"{p} {v:.0f}" for p, v in attn.items() if p != "int8")
-        + " GFLOP/s (int8 rows: attention stays fp32). ceiling_docs_per_s = documents / (dense FLOPs / matmul rate + "
-        "attention FLOPs / attention rate), everything else free; fraction_of_ceiling = docs_per_s / ceiling."))
+    def save() -> None:
+        load_end = load_average()
+        fastest_st = max((r for r in rows if r["system"] in worker.systems and "int8" not in r["system"]
+                          and r["min_cosine_vs_st_fp32"] >= 0.99), key=lambda r: r["docs_per_s"])
+        default = next(r for r in rows if r["system"] == default_name)
+        summary = {"auto": choice, "fastest_st_backend": fastest_st["system"],
+                   "auto_vs_fastest_st": default["docs_per_s"] / fastest_st["docs_per_s"]}
+        st_int8 = next((r for r in rows if r["system"].startswith("sentence-transformers onnx-int8")), None)
+        tt_int8 = next((r for r in rows if r["system"] == "twotower onnx-int8"), None)
+        if st_int8 and tt_int8:
+            summary["int8_vs_st_int8"] = tt_int8["docs_per_s"] / st_int8["docs_per_s"]
+        print(summary, flush=True)
+        ndcg_rows = [r["system"] for r in rows if "ndcg@10" in r]
+        write_results(f"cpu_backends_{kind}", rows, extra={
+            "cpu_flags": flags, "load_average": {"start": load_start, "end": load_end}, "st_worker": worker.info,
+            "matmul_gflops": peak, "attention_gflops": attn, "summary": summary,
+            "encoder_gflop_per_doc": flops / len(texts) / 1e9}, notes=(
+            f"CPU flags: {' '.join(flags)}; torch threads {torch.get_num_threads()}; load average {load_start:.1f} at "
+            f"start, {load_end:.1f} at end. all-MiniLM-L6-v2, max length {args.max_length}, batch {args.batch_size}; "
+            f"speed on the first {len(texts)} SciFact documents, systems taking turns on {args.slice}-document slices "
+            "(order reversed every other slice). sentence-transformers "
+            f"{worker.info.get('sentence_transformers')} (transformers {worker.info.get('transformers')}, onnxruntime "
+            f"{worker.info.get('onnxruntime')}, openvino {worker.info.get('openvino')}, its CPU default precision "
+            f"{worker.info.get('openvino_precision')}) in a child process, timed there around encode(); twotower in this "
+            "process (torch " + torch.__version__ + "), timed around its encode. "
+            f"'default' marks the row `auto` picks on this CPU ({choice['runtime']} {choice['precision']}: "
+            f"{choice['reason']}). Fastest sentence-transformers backend with min cosine ≥ 0.99: {fastest_st['system']}; "
+            f"auto / it = {summary['auto_vs_fastest_st']:.2f}×"
+            + (f"; twotower int8 / sentence-transformers int8 = {summary['int8_vs_st_int8']:.2f}×" if "int8_vs_st_int8"
+               in summary else "") + ". "
+            f"NDCG@10 / Recall@100: SciFact test, full corpus ({len(corpus)} documents), queries encoded by the same "
+            f"system; rows with it: {', '.join(ndcg_rows) or 'none'} (kept in --work by settings: a row computed by an "
+            "earlier run of this script with the same settings is reused). The limit: matmul rate on the encoder's GEMM "
+            f"shapes ({m}×{h}×{inter} and {m}×{inter}×{h}): "
+            + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in peak.items())
+            + " (fp32/bf16: torch's kernels; int8: ONNX Runtime's dynamically quantized MatMul); attention "
+            "(scaled_dot_product_attention, padding mask) "
+            + ", ".join(f"{p} {v:.0f}" for p, v in attn.items() if p != "int8")
+            + " GFLOP/s (int8 rows: attention stays fp32). ceiling_docs_per_s = documents / (dense FLOPs / matmul rate + "
+            "attention FLOPs / attention rate), everything else free; fraction_of_ceiling = docs_per_s / ceiling."))
+
+    save()
+    # quality on the full corpus, for the asked systems
+    wanted = []  # in the order asked for: a run cut short keeps the first ones (cached in --work)
+    for item in (s.strip() for s in args.ndcg.split(",") if s.strip()):
+        wanted += {"default": [default_name], "fp32": ["twotower onnx fp32"], "none": [],
+                   "int8": [n for n in systems if "int8" in n], "st": list(worker.systems),
+                   "all": list(systems)}.get(item, [item])
+    qids = list(ds.queries)
+    queries = [ds.queries[q] for q in qids]
+    by_name = {r["system"]: r for r in rows}
+    for name in dict.fromkeys(n for n in wanted if n in by_name):
+        row = by_name[name]
+
+        def quality(name=name):
+            encode = systems[name]
+            doc_vecs = np.concatenate([encode(corpus[i:i + 512])[0] for i in range(0, len(corpus), 512)])
+            return vector_metrics(ds.qrels, qids, encode(queries)[0], doc_ids, doc_vecs)
+
+        settings = {"docs": len(corpus), "max_length": args.max_length, "batch_size": args.batch_size,
+                    "versions": worker.info if name in worker.systems else tt_versions()}
+        if name.startswith("twotower") and "torch" not in name:  # the graph as exported and fused now
+            from twotower.encoders import runtimes_graph
+
+            settings["graph"] = [runtimes_graph.SHAPE_POLICY, runtimes_graph.ORT_FILE, runtimes_graph.INT8_FILE]
+        saved = cached_row(work, f"ndcg {name}", settings, quality)
+        row.update({k: v for k, v in saved.items() if k != "system"})
+        save()
+    worker.close()
 
 
 if __name__ == "__main__":

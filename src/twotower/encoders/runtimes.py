@@ -3,12 +3,12 @@
 Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/add``):
 
 - ``torch``: :func:`twotower.encoders.inference.encode_texts` (fp32, or bf16 weights where the CPU has fast bf16).
-- ``onnx``: the tower exported to ONNX (dynamic batch and length) on ONNX Runtime's CPU provider, fp32, every graph
-  optimisation on.
+- ``onnx``: the tower exported to ONNX (dynamic batch and length, eager attention), fused by ONNX Runtime's transformer
+  optimizer (Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu), on its CPU provider, fp32.
 - ``openvino``: OpenVINO's CPU plugin on the same ONNX graph; bf16 inference precision where the CPU has
   AVX512-BF16 / AMX (precision ``auto`` or ``bf16``), else fp32.
-- ``onnx-int8``: opt-in, never picked by ``auto``: ONNX Runtime on the graph with int8 MatMul weights (dynamic
-  quantization); checked on probe texts and on a sample of the texts it is asked to encode.
+- ``onnx-int8``: opt-in, never picked by ``auto``: ONNX Runtime on the fused graph with int8 MatMul and Attention
+  weights (dynamic quantization); checked on probe texts and on a sample of the texts it is asked to encode.
 - ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts (the export and compile would
   cost more than they save) and with ``compile``; otherwise the first runtime of :data:`AUTO_ORDER` for the precision
   that can be had and passes its check, each failure logged with its reason, torch last.
