@@ -43,6 +43,7 @@ def serve_cmd(
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         _fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
     try:
+        tt.check_port(host, port)  # before loading anything, and before saying it serves
         api = tt.create_app(index, api_key_file=api_key_file, keyed_reads=keyed_reads, model=model,
                             precision=precision, query_runtime=query_runtime, device=device, max_k=max_k,
                             max_batch=max_batch, max_body_bytes=max_body_bytes)
