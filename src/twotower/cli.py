@@ -138,7 +138,7 @@ def data_fetch(
 ) -> None:
     """Download a BEIR data set (checksum verified) and print its directory."""
     try:
-        print(tt.fetch_beir(name, cache))
+        console.print(str(tt.fetch_beir(name, cache)), highlight=False, soft_wrap=True)
     except TwoTowerError as exc:
         _fail(exc)
 
@@ -150,7 +150,7 @@ def data_locate(
 ) -> None:
     """Print a usable data directory: PATH itself, or the cached/downloaded copy of its data set."""
     try:
-        print(tt.locate_beir(path, cache))
+        console.print(str(tt.locate_beir(path, cache)), highlight=False, soft_wrap=True)
     except TwoTowerError as exc:
         _fail(exc)
 

@@ -26,11 +26,15 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def _analyze(module: str, run: str, write: str, config, out, command: str | None) -> dict:
+def _analyze(module: str, run: str, write: str, config, out, command: str | None, option: str = "out") -> dict:
     from twotower.analysis._common import machine_info
     from twotower.io import check_output_dir
 
-    check_output_dir(out, "out")  # before any loading
+    check_output_dir(out, option)  # before any loading
+    if out is not None:  # a folder holding another command's output is refused before any work
+        from twotower.outputs import claim_output
+
+        claim_output(out, "analysis", option=option, command="twotower analyze")
     mod = importlib.import_module(module)
     result = getattr(mod, run)(config)
     result["command"] = command or f"twotower.{run.replace('run_', 'analyze_')}({config!r})"

@@ -184,6 +184,7 @@ def read_result(path: str | Path) -> dict:
         print(row["retriever"], row["metrics"]["ndcg@10"])
     """
     import json
+    import math
 
     from twotower.io import MiB, read_input_text
 
@@ -197,6 +198,10 @@ def read_result(path: str | Path) -> dict:
             or not isinstance(row.get("timings", {}), dict)):
         raise TwoTowerError(f"{path}: not a result of 'twotower eval --out' (it needs 'retriever' and a 'metrics' "
                             "object of numbers)")
+    bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+    if bad:
+        raise TwoTowerError(f"{path}: metric '{bad[0]}' is {metrics[bad[0]]}, not a finite number: not a result "
+                            "'twotower eval --out' writes")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row.get("timings", {}).values()):
         raise TwoTowerError(f"{path}: 'timings' must map names to numbers (seconds, queries/s), as "
                             "'twotower eval --out' writes them")

@@ -160,6 +160,7 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
 
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         raise TwoTowerError(f"log level {log_level}: choose one of critical, error, warning, info, debug, trace")
+    check_port(host, port, "port")
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)
 
 

@@ -190,6 +190,10 @@ def register(app: typer.Typer) -> None:
             mode = resolved
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
+        if not hits and not as_json:
+            console.print(f"{mode}: no document matches {query!r}" + (" (BM25 returns only documents sharing a term "
+                          "with the query)" if mode == "bm25" else ""), highlight=False, soft_wrap=True)
+            return
         if as_json:
             for rank, h in enumerate(hits, start=1):
                 print(json.dumps({"rank": rank, "id": h.id, "score": round(h.score, 6), "title": h.title}))
