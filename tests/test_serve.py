@@ -269,6 +269,15 @@ def test_search_validation(client, body, status):
     assert r.json()["error"] == "invalid_request" and r.json()["detail"]
 
 
+@pytest.mark.parametrize("body", [{"query": "tea", "mode": "dense", "lambda": 0.3},
+                                  {"query": "tea", "mode": "bm25", "lambda": 0.3},
+                                  {"query": "tea", "lambda": 0.3}])  # no mode: the index's own (dense here)
+def test_lambda_outside_hybrid_is_refused_as_the_cli_refuses_it(client, body):
+    r = client.post("/search", json=body)
+    assert r.status_code == 400 and '"lambda"' in r.json()["detail"], r.text
+    assert client.post("/search", json={**body, "mode": "hybrid"}).status_code == 200
+
+
 def test_other_bad_input(client, index, tmp_path):
     def bad(r, status):
         assert r.status_code == status, r.text

@@ -66,6 +66,10 @@ class ServiceState:
         check_feedback(store, mode, prf_depth, prf_weight)
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
+        resolved, _ = view.resolve(mode, None)
+        if lam is not None and resolved != "hybrid":  # as the CLI and the API refuse it: a weight nothing uses
+            raise TwoTowerError(f'"lambda" weighs dense against BM25 in mode hybrid; mode {resolved} does not use it: '
+                                'drop "lambda" or send "mode": "hybrid"')
         kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
                   "prf_depth": prf_depth, "prf_weight": prf_weight}
         k = min(k, len(store))
