@@ -227,3 +227,20 @@ def test_api_and_cli_runtime(tiny_bert_dir, tiny_beir, home, tmp_path):
     assert out.exit_code == 0, out.output
     bad = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--model", str(tiny_bert_dir), "--runtime", "tvm"])
     assert bad.exit_code != 0 and "runtime 'tvm': choose one of" in bad.output
+
+
+def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monkeypatch):
+    tower = DualEncoder.build(tiny_bert_dir).query_tower
+    monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)  # bf16 instructions, but no faster than fp32
+    graph = runtimes.graph_for(tower, "auto", "auto", n_texts=5)
+    assert graph is not None and graph.precision == "fp32" and graph.runtime in runtimes.AUTO_ORDER["fp32"]
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
+    monkeypatch.setattr(runtimes, "AUTO_ORDER", {"bf16": ("torch",), "fp32": ("onnx", "torch")})
+    assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None
+    assert runtimes.last_choice(tower)["precision"] == "bf16"
+    # and torch then encodes in bf16, as asked: the same vectors as encode_texts' bf16 path
+    texts = ["green tea", "a longer text about coffee and tea"]
+    np.testing.assert_array_equal(
+        runtimes.encode_with_runtime(tower, texts, runtime="auto", show_progress=False),
+        encode_texts(tower, texts, precision="bf16", show_progress=False))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
@@ -41,10 +42,13 @@ log = logging.getLogger(__name__)
 
 RUNTIMES = ("auto", "torch", "onnx", "openvino", "onnx-int8")
 AUTO_MIN_TEXTS = 1000
-# auto's order of preference on a CPU, per precision (``precision`` resolved as torch does: bf16 where the CPU has
-# fast bf16). From benchmarks/results/cpu_backends_avx512bf16.md: on AVX512-BF16 torch's bf16 weights beat
-# OpenVINO's bf16; for fp32 OpenVINO beat ONNX Runtime and torch.
+# auto's order of preference on a CPU, per precision. Precision auto, for a corpus: bf16 where the CPU has bf16
+# instructions *and* a bf16 matmul on the encoder's shape measures >= BF16_PAYS x the fp32 one (bf16_pays), else
+# fp32. Measured: benchmarks/results/speed.md (AVX512-BF16 EPYC: torch bf16 1.93x sentence-transformers fp32) and
+# cpu_backends_avx512bf16.md (an Intel Xeon with AVX512-BF16, no AMX: bf16 matmuls no faster than fp32, OpenVINO
+# fp32 the fastest runtime, then ONNX Runtime and torch).
 AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
+BF16_PAYS = 1.2
 # smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
 MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
 INT8_SAMPLE = 32  # texts of the corpus itself, spread over it, that int8 must also encode within MIN_COSINE["int8"]
@@ -235,6 +239,29 @@ def _graph_choice(graph: GraphTower, reason: str) -> dict:
             "min_cosine_vs_torch": round(graph.min_cosine, 6), "version": graph.version}
 
 
+@functools.cache
+def bf16_pays() -> bool:
+    """Whether bf16 beats fp32 on this CPU: it has AVX512-BF16 / AMX and a bf16 matmul of the encoder's shape
+    (4096×384 by 384×1536) runs ≥ :data:`BF16_PAYS`× the fp32 one (best of 3 each; ~0.3 s, once per process)."""
+    import time
+
+    if not cpu_has_fast_bf16():
+        return False
+    rates = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(4096, 384).to(dtype), torch.randn(384, 1536).to(dtype)
+        best = float("inf")
+        for _ in range(4):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        rates[dtype] = 1 / best
+    pays = rates[torch.bfloat16] >= BF16_PAYS * rates[torch.float32]
+    log.info("bf16 matmul %.2f× fp32 on this CPU: auto encodes corpora in %s", rates[torch.bfloat16] /
+             rates[torch.float32], "bf16" if pays else "fp32")
+    return pays
+
+
 def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int, compile: bool) -> GraphTower | None:
     target = resolve_precision(precision, device)
     torch_choice = {"runtime": "torch", "precision": target}
@@ -247,7 +274,10 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
     if n_texts < AUTO_MIN_TEXTS:
         _record(tower, {**torch_choice, "reason": f"auto: {n_texts} texts (< {AUTO_MIN_TEXTS}, not worth an export)"})
         return None
-    bf16 = "fast bf16" if cpu_has_fast_bf16() else "no fast bf16"
+    if precision == "auto":  # measured, not read off the flags: some CPUs with AVX512-BF16 run bf16 no faster
+        target = "bf16" if bf16_pays() else "fp32"
+        torch_choice["precision"] = target
+    bf16 = "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
     skipped = []
     for candidate in AUTO_ORDER[target]:
         if candidate == "torch":
@@ -271,11 +301,14 @@ def encode_with_runtime(
     desc: str = "encoding", compile: bool = False,
 ) -> np.ndarray:
     """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`)."""
-    graph = graph_for(tower, runtime or current_runtime(), precision, n_texts=len(texts), compile=compile)
+    runtime = runtime or current_runtime()
+    graph = graph_for(tower, runtime, precision, n_texts=len(texts), compile=compile)
     used = _used.get()
     if used is not None:
         used[desc.removeprefix("encoding ")] = last_choice(tower)
     if graph is None:
+        if runtime == "auto":  # torch at the precision auto chose
+            precision = last_choice(tower)["precision"]
         return encode_texts(tower, texts, max_length=max_length, batch_size=batch_size, precision=precision,
                             show_progress=show_progress, desc=desc, compile=compile)
     return graph.encode(texts, max_length=max_length, batch_size=batch_size, show_progress=show_progress, desc=desc)
