@@ -1,0 +1,467 @@
+"""A bad-input pass over every command and the HTTP API (in-process: typer's CliRunner, FastAPI's TestClient), as
+issue #35 asks: each case is an argv (or an HTTP request) and whether it must fail. A finding: a traceback (an
+exception other than SystemExit, or one printed), a hang (> 120 s), exit 0 where a failure was due (or an HTTP
+status other than 4xx), a 5xx, or an input file changed. Writes benchmarks/results/bad_input_pass.{json,md}.
+
+    python benchmarks/bad_input_pass.py [WORK_DIR]     # default: a fresh temporary folder
+"""
+import hashlib, json, os, signal, stat, sys, time, traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+from typer.testing import CliRunner
+from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
+
+import tempfile
+
+W = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="twotower-bad-input-"))
+W.mkdir(parents=True, exist_ok=True)
+os.chdir(W)
+from twotower.cli import app
+
+runner = CliRunner()
+results = []
+
+class Hang(Exception):
+    pass
+
+def _alarm(*_):
+    raise Hang()
+
+signal.signal(signal.SIGALRM, _alarm)
+
+def digest(paths):
+    return {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths if Path(p).is_file()}
+
+import logging
+
+def case(name, argv, fail=True, watch=()):
+    for h in logging.root.handlers[:]:  # CliRunner's streams close after each run: let the CLI set up logging anew
+        logging.root.removeHandler(h)
+    before = digest(watch)
+    signal.alarm(120)
+    t0 = time.time()
+    try:
+        res = runner.invoke(app, [str(a) for a in argv])
+        exc = res.exception if not isinstance(res.exception, SystemExit) else None
+        out, code = res.output, res.exit_code
+    except Hang:
+        exc, out, code = "HANG", "", None
+    finally:
+        signal.alarm(0)
+    after = digest(watch)
+    problems = []
+    if exc is not None:
+        problems.append(f"exception {type(exc).__name__}: {exc}" if exc != "HANG" else "hang")
+    if "Traceback" in out:
+        problems.append("traceback printed")
+    if fail and code == 0:
+        problems.append("exit 0 on bad input")
+    if fail is False and code != 0:
+        problems.append(f"exit {code} on good input")
+    if before != after:
+        problems.append("an input file changed")
+    if code not in (0, 1, 2, None) and exc is None:
+        problems.append(f"exit {code}")
+    msg = out.strip().splitlines()[-1] if out.strip() else ""
+    results.append({"case": name, "argv": " ".join(map(str, argv))[:200], "exit": code, "s": round(time.time() - t0, 1),
+                    "problems": problems, "message": msg[:300]})
+    print(("FAIL " if problems else "ok   ") + name, code, problems or msg[:150], flush=True)
+
+# ------------------------------------------------------------------ fixtures
+from transformers import AutoTokenizer, BertConfig, BertModel
+import torch
+import twotower as tt
+
+torch.manual_seed(0)
+tiny = W / "tiny-bert"
+if not tiny.exists():
+    tok = AutoTokenizer.from_pretrained(str(__import__("twotower.encoders.backbone", fromlist=["x"]).default_model_path()))
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128), add_pooling_layer=False).save_pretrained(tiny)
+    tok.save_pretrained(tiny)
+data = write_beir(W / "data", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+write_beir(W / "data", TINY_CORPUS, TINY_QUERIES, TINY_QRELS, split="train")
+inputs = [data / "corpus.jsonl", data / "queries.jsonl", data / "qrels" / "test.tsv"]
+idx = W / "idx"
+if not idx.exists():
+    tt.Index.build(idx, data, encoder=str(tiny), bm25=True, precision="fp32", show_progress=False)
+other = write_beir(W / "other", TINY_CORPUS[:3], TINY_QUERIES[:1], TINY_QRELS[:1])
+fifo = W / "fifo"
+if not fifo.exists():
+    os.mkfifo(fifo)
+M = ["--model", tiny]
+def bad_beir(name, corpus_text=None, queries_text=None, qrels_text=None):
+    d = write_beir(W / name, TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    if corpus_text is not None: (d / "corpus.jsonl").write_bytes(corpus_text)
+    if queries_text is not None: (d / "queries.jsonl").write_bytes(queries_text)
+    if qrels_text is not None: (d / "qrels" / "test.tsv").write_bytes(qrels_text)
+    return d
+b_json = bad_beir("b_json", corpus_text=b'{"_id": "d1", "text": "x"}\n{oops\n')
+b_nul = bad_beir("b_nul", corpus_text=b'{"_id": "d1", "text": "a\x00b"}\n')
+b_sur = bad_beir("b_sur", corpus_text=b'{"_id": "d1", "text": "bad \\ud800 surrogate"}\n')
+b_dup = bad_beir("b_dup", corpus_text=b'{"_id": "d1", "text": "a"}\n{"_id": "d1", "text": "b"}\n')
+b_idsp = bad_beir("b_idsp", corpus_text=b'{"_id": "d 1", "text": "a"}\n')
+b_score = bad_beir("b_score", qrels_text=b"query-id\tcorpus-id\tscore\nq1\td1\tone\n")
+b_big = bad_beir("b_big", qrels_text=b"query-id\tcorpus-id\tscore\nq1\td1\t100000000000\n")
+b_hdr = bad_beir("b_hdr", qrels_text=b"query_id\tcorpus-id\tscore\nq1\td1\t1\n")
+b_cr = bad_beir("b_cr", qrels_text=b"query-id\tcorpus-id\tscore\rq1\td1\t1\r")
+b_neg = bad_beir("b_neg", qrels_text=b"query-id\tcorpus-id\tscore\nq1\td1\t0\nq2\td4\t-1\n")
+b_emptyq = bad_beir("b_emptyq", queries_text=b"")
+b_utf16 = bad_beir("b_utf16", corpus_text='{"_id": "d1", "text": "a"}\n'.encode("utf-16"))
+b_markup = write_beir(W / "b_markup[/i]", [{**d, "title": "[/i] [in vitro] [bold]x"} for d in TINY_CORPUS], TINY_QUERIES, TINY_QRELS)
+b_emptydoc = write_beir(W / "b_emptydoc", [{"_id": "d1", "title": "", "text": ""}] + TINY_CORPUS[1:], TINY_QUERIES, TINY_QRELS)
+(W / "adir").mkdir(exist_ok=True)
+(W / "afile").write_text("x")
+ro = W / "readonly.json"; ro.write_text("{}"); os.chmod(ro, 0o444)
+good_json = W / "good.json"
+(W / "list.json").write_text("[1,2]")
+(W / "strtimings.json").write_text(json.dumps({"retriever": "bm25", "metrics": {"ndcg@10": 0.5}, "timings": {"a": "x"}}))
+(W / "nulltimings.json").write_text(json.dumps({"retriever": "bm25", "metrics": {"ndcg@10": 0.5}, "timings": None}))
+(W / "strmetrics.json").write_text(json.dumps({"retriever": "bm25", "metrics": {"ndcg@10": "high"}}))
+(W / "bad.toml").write_text("[[stage]\nname=")
+(W / "types.toml").write_text('[[stage]]\nname = "a"\nepochs = "two"\n')
+(W / "short.key").write_text("abc\n")
+(W / "bom.key").write_bytes("\ufeff".encode() + b"0123456789abcdef0123\n")
+(W / "docs_dup.jsonl").write_text('{"_id": "d1", "text": "again"}\n')
+(W / "docs_bad.jsonl").write_text('{"_id": 5.5, "text": "x"}\n')
+(W / "docs_new.jsonl").write_text('{"_id": "n1", "text": "new doc"}\n')
+(W / "foreign").mkdir(exist_ok=True); (W / "foreign" / "x.json").write_text('{"a": 1}')
+(W / "emptyfolder").mkdir(exist_ok=True)
+D = ["--data", data]
+NP = ["--no-progress"]
+
+# ------------------------------------------------------------------ eval
+E = ["eval", *D, *NP]
+case("eval ok bm25", [*E, "--retriever", "bm25", "--out", good_json], fail=False, watch=inputs)
+case("eval ok dense", [*E, *M, "--precision", "fp32"], fail=False, watch=inputs)
+case("eval data missing", ["eval", "--data", W / "nope", *NP])
+case("eval data is file", ["eval", "--data", W / "afile", *NP])
+case("eval split missing", [*E, "--split", "dev"])
+case("eval retriever magic", [*E, "--retriever", "magic"])
+case("eval top-k 0", [*E, "--top-k", "0"])
+case("eval top-k -5", [*E, "--top-k", "-5"])
+case("eval metrics bogus", [*E, "--metrics", "bogus"])
+case("eval metrics ndcg@0", [*E, "--metrics", "ndcg@0"])
+case("eval metrics empty", [*E, "--metrics", ","])
+case("eval lambda 2 hybrid", [*E, *M, "--retriever", "hybrid", "--lambda", "2"])
+case("eval lambda nan", [*E, *M, "--retriever", "hybrid", "--lambda", "nan"])
+case("eval lambda with dense", [*E, *M, "--retriever", "dense", "--lambda", "0.3"])
+case("eval fusion-norm x", [*E, *M, "--retriever", "hybrid", "--fusion-norm", "x"])
+case("eval prf-depth 0", [*E, *M, "--prf-depth", "0"])
+case("eval prf-depth huge", [*E, *M, "--prf-depth", "1000"])
+case("eval prf-weight -1", [*E, *M, "--prf-depth", "2", "--prf-weight", "-1"])
+case("eval prf-weight inf", [*E, *M, "--prf-depth", "2", "--prf-weight", "inf"])
+case("eval prf-weight alone", [*E, *M, "--prf-weight", "1"])
+case("eval prf bm25", [*E, "--retriever", "bm25", "--prf-depth", "2"])
+case("eval device cuda", [*E, *M, "--device", "cuda"])
+case("eval device tpu", [*E, *M, "--device", "tpu"])
+case("eval precision fp8", [*E, *M, "--precision", "fp8"])
+case("eval batch 0", [*E, *M, "--batch-size", "0"])
+case("eval qmaxlen 0", [*E, *M, "--query-max-length", "0"])
+case("eval qmaxlen 1", [*E, *M, "--query-max-length", "1"])
+case("eval dmaxlen 1", [*E, *M, "--doc-max-length", "1"])
+case("eval dmaxlen huge", [*E, *M, "--doc-max-length", "100000", "--precision", "fp32"], fail=None)
+case("eval pooling weird", [*E, *M, "--pooling", "weird"])
+case("eval k1 -1", [*E, "--retriever", "bm25", "--k1", "-1"])
+case("eval b 2", [*E, "--retriever", "bm25", "--b", "2"])
+case("eval k1 with dense", [*E, *M, "--k1", "1.2"])
+case("eval language xx", [*E, "--retriever", "bm25", "--language", "xx"])
+case("eval out dir", [*E, "--out", W / "adir"])
+case("eval out devnull", [*E, "--out", "/dev/null"])
+case("eval out fifo", [*E, "--out", fifo])
+case("eval out readonly", [*E, "--out", ro], watch=[ro])
+case("eval out=run", [*E, "--out", W / "same", "--run", W / "same"])
+case("eval out=corpus", [*E, "--out", data / "corpus.jsonl"], watch=inputs)
+case("eval out in missing parent ok", [*E, "--out", W / "new" / "deep" / "r.json"], fail=False)
+case("eval out under file", [*E, "--out", W / "afile" / "r.json"])
+case("eval model missing", [*E, "--model", W / "nope-model"])
+case("eval model is file", [*E, "--model", W / "afile"])
+case("eval model is index", [*E, "--model", idx])
+case("eval model hub id offline", [*E, "--model", "someone/some-model"])
+case("eval model with bm25", [*E, *M, "--retriever", "bm25"])
+case("eval index missing", [*E, "--index", W / "nope-idx"])
+case("eval index is file", [*E, "--index", W / "afile"])
+case("eval index other corpus", ["eval", "--data", other, "--index", idx, *NP])
+case("eval index ok", [*E, "--index", idx, "--precision", "fp32"], fail=False)
+case("eval index language mismatch", [*E, "--index", idx, "--retriever", "bm25", "--language", "de"])
+case("eval rerank missing", [*E, "--retriever", "bm25", "--rerank", W / "nope-ce"])
+case("eval rerank not a ce", [*E, "--retriever", "bm25", "--rerank", tiny])
+case("eval rerank-depth alone", [*E, "--rerank-depth", "5"])
+case("eval rerank-weight 2", [*E, "--retriever", "bm25", "--rerank", tiny, "--rerank-weight", "2"])
+case("eval multivector 0", [*E, *M, "--retriever", "multivector", "--multivector", "0"])
+case("eval multivector with dense", [*E, *M, "--multivector", "4"])
+case("eval bad json corpus", ["eval", "--data", b_json, *NP])
+case("eval NUL corpus", ["eval", "--data", b_nul, *NP])
+case("eval surrogate corpus", ["eval", "--data", b_sur, *NP])
+case("eval dup ids", ["eval", "--data", b_dup, *NP])
+case("eval id with space", ["eval", "--data", b_idsp, *NP])
+case("eval qrels score word", ["eval", "--data", b_score, *NP])
+case("eval qrels score huge", ["eval", "--data", b_big, *NP])
+case("eval qrels header typo", ["eval", "--data", b_hdr, *NP])
+case("eval qrels CR only", ["eval", "--data", b_cr, *NP])
+case("eval qrels none relevant", ["eval", "--data", b_neg, *NP])
+case("eval empty queries", ["eval", "--data", b_emptyq, *NP])
+case("eval utf16 corpus", ["eval", "--data", b_utf16, *NP])
+case("eval markup titles+path", ["eval", "--data", b_markup, *NP, "--retriever", "bm25"], fail=False)
+case("eval empty doc judged", ["eval", "--data", b_emptydoc, *NP, "--retriever", "bm25"], fail=False)
+case("eval strict unknown", ["eval", "--data", bad_beir("b_unk", qrels_text=b"query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\tzz\t1\n"), *NP, "--strict"])
+# ------------------------------------------------------------------ table
+case("table ok", ["table", good_json], fail=False)
+case("table missing", ["table", W / "nope.json"])
+case("table dir", ["table", W / "adir"])
+case("table devzero", ["table", "/dev/zero"])
+case("table fifo", ["table", fifo])
+case("table list json", ["table", W / "list.json"])
+case("table str timings", ["table", W / "strtimings.json"])
+case("table null timings", ["table", W / "nulltimings.json"])
+case("table str metrics", ["table", W / "strmetrics.json"])
+case("table not json", ["table", data / "qrels" / "test.tsv"])
+# ------------------------------------------------------------------ data
+case("data locate cache file", ["data", "locate", data, "--cache", W / "afile"], fail=None)
+case("data fetch cache file", ["data", "fetch", "scifact", "--cache", W / "afile"])
+case("data fetch unknown", ["data", "fetch", "nosuchset", "--cache", W / "cache"])
+# ------------------------------------------------------------------ index build / add / remove / info
+B = ["index", "build", *D, *M, *NP, "--precision", "fp32"]
+case("index build kind weird", [*B, "--out", W / "i1", "--kind", "weird"])
+case("index build hnsw-m 1", [*B, "--out", W / "i1", "--kind", "hnsw", "--hnsw-m", "1"])
+case("index build nlist 0", [*B, "--out", W / "i1", "--kind", "ivf", "--nlist", "0"])
+case("index build nlist > docs", [*B, "--out", W / "i1", "--kind", "ivf", "--nlist", "1000"])
+case("index build pq-m 7", [*B, "--out", W / "i1", "--kind", "ivfpq", "--pq-m", "7"])
+case("index build out file", [*B, "--out", W / "afile"], watch=[W / "afile"])
+case("index build out data dir", [*B, "--out", data], watch=inputs)
+case("index build multivector 0", [*B, "--out", W / "i1", "--multivector", "0"])
+case("index build project alone", [*B, "--out", W / "i1", "--project", "8"])
+case("index build language xx", [*B, "--out", W / "i1", "--language", "xx"])
+case("index build data missing", ["index", "build", "--data", W / "nope", "--out", W / "i1", *NP])
+case("index build surrogate", ["index", "build", "--data", b_sur, "--out", W / "i2", *M, *NP])
+case("index build ok", [*B, "--out", W / "i3"], fail=False)
+case("index build over a fit-like dir", [*B, "--out", W / "adir"], fail=None)
+case("index add docs missing", ["index", "add", "--index", idx, "--docs", W / "nope.jsonl", *NP])
+case("index add dup", ["index", "add", "--index", idx, "--docs", W / "docs_dup.jsonl", *NP])
+case("index add bad id", ["index", "add", "--index", idx, "--docs", W / "docs_bad.jsonl", *NP])
+case("index add index missing", ["index", "add", "--index", W / "nope", "--docs", W / "docs_new.jsonl", *NP])
+case("index add other model", ["index", "add", "--index", idx, "--docs", W / "docs_new.jsonl", "--model", "all-MiniLM-L6-v2", *NP])
+case("index add fifo docs", ["index", "add", "--index", idx, "--docs", fifo, *NP])
+case("index remove unknown", ["index", "remove", "--index", idx, "zzz"])
+case("index remove none", ["index", "remove", "--index", idx])
+case("index info missing", ["index", "info", "--index", W / "nope"])
+case("index info file", ["index", "info", "--index", W / "afile"])
+case("index info ok", ["index", "info", "--index", idx, "--verify"], fail=False)
+# ------------------------------------------------------------------ search
+S = ["search", "--index", idx]
+case("search ok", [*S, "green tea", "--mode", "hybrid"], fail=False)
+case("search empty", [*S, "   "])
+case("search k 0", [*S, "tea", "-k", "0"])
+case("search k huge", [*S, "tea", "-k", "100000"], fail=None)
+case("search mode weird", [*S, "tea", "--mode", "weird"])
+case("search lambda dense", [*S, "tea", "--mode", "dense", "--lambda", "0.5"])
+case("search lambda 7", [*S, "tea", "--mode", "hybrid", "--lambda", "7"])
+case("search prf bm25", [*S, "tea", "--mode", "bm25", "--prf-depth", "2"])
+case("search prf deep", [*S, "tea", "--prf-depth", "99"])
+case("search index missing", ["search", "--index", W / "nope", "tea"])
+case("search rerank-depth alone", [*S, "tea", "--rerank-depth", "3"])
+case("search rerank missing", [*S, "tea", "--rerank", W / "nope-ce"])
+case("search ef 0", [*S, "tea", "--ef-search", "0"])
+case("search markup query", [*S, "[/i] [bold]", "--mode", "bm25"], fail=False)
+case("search nothing matches bm25", [*S, "zzzqqq", "--mode", "bm25", "--json"], fail=None)
+# ------------------------------------------------------------------ train / mine / pretrain / fit / train-reranker
+T = ["train", *D, *M, *NP, "--precision", "fp32"]
+case("train no data", ["train", "--out", W / "t0", *NP])
+case("train batch 1", [*T, "--out", W / "t1", "--batch-size", "1"])
+case("train lr -1", [*T, "--out", W / "t1", "--lr", "-1"])
+case("train epochs 0", [*T, "--out", W / "t1", "--epochs", "0"])
+case("train steps 0", [*T, "--out", W / "t1", "--steps", "0"])
+case("train towers weird", [*T, "--out", W / "t1", "--towers", "weird"])
+case("train similarity x", [*T, "--out", W / "t1", "--similarity", "x"])
+case("train temperature 0", [*T, "--out", W / "t1", "--temperature", "0"])
+case("train dim 0", [*T, "--out", W / "t1", "--dim", "0"])
+case("train hn weird", [*T, "--out", W / "t1", "--hard-negatives", "weird"])
+case("train num-neg 0", [*T, "--out", W / "t1", "--num-negatives", "0"])
+case("train config missing", ["train", "--out", W / "t1", "--config", W / "nope.toml", *NP])
+case("train config bad toml", ["train", "--out", W / "t1", "--config", W / "bad.toml", *NP])
+case("train config types", ["train", "--out", W / "t1", "--config", W / "types.toml", *NP])
+case("train config dir", ["train", "--out", W / "t1", "--config", W / "adir", *NP])
+case("train config fifo", ["train", "--out", W / "t1", "--config", fifo, *NP])
+case("train out file", [*T, "--out", W / "afile"])
+case("train out index", [*T, "--out", idx])
+case("train mv + cache", [*T, "--out", W / "t1", "--multivector", "2", "--cache-chunk", "2"])
+case("train optimizer x", [*T, "--out", W / "t1", "--optimizer", "x"])
+case("train attn dropout 2", [*T, "--out", W / "t1", "--attention-dropout", "2"])
+case("train matryoshka words", [*T, "--out", W / "t1", "--matryoshka", "a,b"])
+case("train matryoshka > dim", [*T, "--out", W / "t1", "--matryoshka", "1000,16"])
+case("train resume nothing", [*T, "--out", W / "t9", "--resume", "--steps", "1"], fail=None)
+case("train ok tiny", [*T, "--out", W / "t2", "--steps", "2", "--batch-size", "2"], fail=False)
+case("mine retriever weird", ["mine", *D, "--out", W / "p.jsonl", "--retriever", "weird", "--split", "test"])
+case("mine ranks reversed", ["mine", *D, "--out", W / "p.jsonl", "--rank-from", "10", "--rank-to", "5", "--split", "test"])
+case("mine ranks beyond", ["mine", *D, "--out", W / "p.jsonl", "--rank-from", "100", "--rank-to", "200", "--split", "test"])
+case("mine out corpus", ["mine", *D, "--out", data / "corpus.jsonl", "--split", "test"], watch=inputs)
+case("mine language xx", ["mine", *D, "--out", W / "p.jsonl", "--language", "xx", "--split", "test"])
+case("mine model with bm25", ["mine", *D, "--out", W / "p.jsonl", *M, "--split", "test"])
+P = ["pretrain", "--corpus", data / "corpus.jsonl", *M, *NP, "--precision", "fp32"]
+case("pretrain corpus missing", ["pretrain", "--corpus", W / "nope", "--out", W / "pt", *NP])
+case("pretrain augment weird", [*P, "--out", W / "pt", "--augment", "weird"])
+case("pretrain ratios reversed", [*P, "--out", W / "pt", "--ratio-min", "0.9", "--ratio-max", "0.1"])
+case("pretrain negatives weird", [*P, "--out", W / "pt", "--negatives", "weird"])
+case("pretrain queue inbatch", [*P, "--out", W / "pt", "--queue-size", "16"])
+case("pretrain delete 2", [*P, "--out", W / "pt", "--delete", "2"])
+case("pretrain steps 0", [*P, "--out", W / "pt", "--steps", "0"])
+case("pretrain corpus fifo", ["pretrain", "--corpus", fifo, "--out", W / "pt", *NP])
+F = ["fit", *D, *M, *NP, "--precision", "fp32"]
+case("fit data missing", ["fit", "--data", W / "nope", "--out", W / "f1", *NP])
+case("fit out file", [*F, "--out", W / "afile"])
+case("fit out index", [*F, "--out", idx])
+case("fit dev-fraction 0", [*F, "--out", W / "f1", "--dev-fraction", "0"])
+case("fit dev-fraction 1", [*F, "--out", W / "f1", "--dev-fraction", "1"])
+case("fit epochs 0", [*F, "--out", W / "f1", "--epochs", "0"])
+case("fit lr 0", [*F, "--out", W / "f1", "--lr", "0"])
+case("fit margins words", [*F, "--out", W / "f1", "--margins", "a,b"])
+case("fit margins 2", [*F, "--out", W / "f1", "--margins", "2"])
+case("fit language xx", [*F, "--out", W / "f1", "--language", "xx"])
+case("fit batch 1", [*F, "--out", W / "f1", "--batch-size", "1"])
+case("fit tiny data (3 queries)", [*F, "--out", W / "f2", "--epochs", "1", "--batch-size", "2"], fail=None)
+R = ["train-reranker", *D, *NP, "--split", "test", "--base", tiny]
+case("reranker negatives 0", [*R, "--out", W / "ce", "--negatives", "0"])
+case("reranker data missing", ["train-reranker", "--data", W / "nope", "--out", W / "ce", *NP])
+case("reranker out file", [*R, "--out", W / "afile"])
+case("reranker max-length 1", [*R, "--out", W / "ce", "--max-length", "1"])
+# ------------------------------------------------------------------ models
+case("models fetch unknown", ["models", "fetch", "nosuchmodel"])
+case("models fetch from-dir missing", ["models", "fetch", "mpnet-base", "--from-dir", W / "nope", "--no-install", "--dest", W / "mp"])
+case("align data missing", ["models", "align-languages", "--data", W / "nope", "--out", W / "al", *M])
+case("align directions 0", ["models", "align-languages", *D, "--out", W / "al", *M, "--directions", "0"])
+case("align per-language 0", ["models", "align-languages", *D, "--out", W / "al", *M, "--per-language", "0"])
+case("align out file", ["models", "align-languages", *D, "--out", W / "afile", *M])
+case("align one language", ["models", "align-languages", *D, "--out", W / "al2", *M], fail=True)
+# ------------------------------------------------------------------ analyze
+case("fidelity k grid", ["analyze", "fidelity", *D, "--k-max", "100", "--k-step", "32", "--out", W / "an", *NP])
+case("fidelity doc-lengths words", ["analyze", "fidelity", *D, "--doc-lengths", "a,b", "--out", W / "an", *NP])
+case("fidelity target 2", ["analyze", "fidelity", *D, "--target-accuracy", "2", "--out", W / "an", *NP])
+case("fidelity data missing", ["analyze", "fidelity", "--data", W / "nope", "--out", W / "an", *NP])
+case("towers n 1", ["analyze", "towers", *D, "--n", "1", "--out", W / "an", *NP])
+case("towers perplexity 0", ["analyze", "towers", *D, *M, "--perplexity", "0", "--out", W / "an", *NP])
+case("doclength retriever weird", ["analyze", "doclength", *D, "--retriever", "weird", "--out", W / "an", *NP])
+case("latency runs 0", ["analyze", "latency", "--runs", "0", "--out", W / "an", *NP])
+case("latency precision x", ["analyze", "latency", *M, "--precision", "x", "--out", W / "an", *NP])
+case("latency query-length 1", ["analyze", "latency", *M, "--query-length", "1", "--out", W / "an", *NP])
+case("report empty folder", ["analyze", "report", "--out", W / "emptyfolder"])
+case("report foreign", ["analyze", "report", "--out", W / "foreign"])
+case("report page dir", ["analyze", "report", "--out", W / "foreign", "--page", W / "adir"])
+case("report page fifo", ["analyze", "report", "--out", W / "foreign", "--page", fifo])
+# ------------------------------------------------------------------ serve (bad inputs only: a good one would run)
+V = ["serve", "--index", idx]
+case("serve port 70000", [*V, "--port", "70000"])
+case("serve key short", [*V, "--api-key-file", W / "short.key"])
+case("serve key missing", [*V, "--api-key-file", W / "nope.key"])
+case("serve key fifo", [*V, "--api-key-file", fifo])
+case("serve key devzero", [*V, "--api-key-file", "/dev/zero"])
+import socket
+busy = socket.socket(); busy.bind(("127.0.0.1", 0)); busy.listen(1); BUSY = str(busy.getsockname()[1])
+case("serve key bom, port busy", [*V, "--api-key-file", W / "bom.key", "--port", BUSY], fail=True)
+case("serve port busy", [*V, "--port", BUSY])
+case("serve index missing", ["serve", "--index", W / "nope"])
+case("serve log-level x", [*V, "--log-level", "x"])
+case("serve max-k 0", [*V, "--max-k", "0"])
+case("serve runtime x", [*V, "--query-runtime", "x", "--port", BUSY])
+case("serve host bogus", [*V, "--host", "no.such.host.invalid"])
+
+# ------------------------------------------------------------------ HTTP API
+from fastapi.testclient import TestClient
+key = "0123456789abcdef0123"
+api = TestClient(tt.create_app(idx, api_key=key, query_runtime="torch", precision="fp32"), raise_server_exceptions=False)
+H = {"X-API-Key": key}
+def http(name, method, url, expect, **kw):
+    try:
+        r = getattr(api, method)(url, **kw)
+        code, body = r.status_code, r.text[:200]
+    except Exception as exc:
+        code, body = None, f"{type(exc).__name__}: {exc}"
+    problems = []
+    if code is None or code >= 500:
+        problems.append(f"status {code}")
+    if expect == "4xx" and not (code and 400 <= code < 500):
+        problems.append(f"status {code} on bad input")
+    if expect == "2xx" and not (code and 200 <= code < 300):
+        problems.append(f"status {code} on good input")
+    if code and code >= 400:
+        try:
+            j = json.loads(body if len(body) < 200 else r.text)
+            if "error" not in j: problems.append("no error field")
+        except Exception:
+            problems.append("not JSON")
+    results.append({"case": "http " + name, "argv": f"{method.upper()} {url} {kw}"[:200], "exit": code, "s": 0,
+                    "problems": problems, "message": body})
+    print(("FAIL " if problems else "ok   ") + "http " + name, code, problems or body[:120], flush=True)
+
+http("search ok", "post", "/search", "2xx", json={"query": "tea", "k": 3})
+http("k true", "post", "/search", "4xx", json={"query": "tea", "k": True})
+http("k 0", "post", "/search", "4xx", json={"query": "tea", "k": 0})
+http("k huge", "post", "/search", "4xx", json={"query": "tea", "k": 10**9})
+http("k float", "post", "/search", "4xx", json={"query": "tea", "k": 2.5})
+http("k string", "post", "/search", "4xx", json={"query": "tea", "k": "3"})
+http("query empty", "post", "/search", "4xx", json={"query": "", "k": 3})
+http("query spaces", "post", "/search", "4xx", json={"query": "   ", "k": 3})
+http("query number", "post", "/search", "4xx", json={"query": 123})
+http("query null", "post", "/search", "4xx", json={"query": None})
+http("query surrogate", "post", "/search", "4xx", content=b'{"query": "\\ud800"}', headers={"content-type": "application/json"})
+http("query markup", "post", "/search", "2xx", json={"query": "[/i] [bold]", "k": 2})
+http("mode weird", "post", "/search", "4xx", json={"query": "tea", "mode": "weird"})
+http("lambda 5", "post", "/search", "4xx", json={"query": "tea", "mode": "hybrid", "lambda": 5})
+http("lambda dense", "post", "/search", "4xx", json={"query": "tea", "mode": "dense", "lambda": 0.5})
+http("prf 0", "post", "/search", "4xx", json={"query": "tea", "prf_depth": 0})
+http("prf weight alone", "post", "/search", "4xx", json={"query": "tea", "prf_weight": 1})
+http("prf bm25", "post", "/search", "4xx", json={"query": "tea", "mode": "bm25", "prf_depth": 2})
+http("prf deep", "post", "/search", "4xx", json={"query": "tea", "prf_depth": 999})
+http("extra field", "post", "/search", "4xx", json={"query": "tea", "kk": 3})
+http("body not json", "post", "/search", "4xx", content=b"{not json", headers={"content-type": "application/json"})
+http("body text/plain", "post", "/search", "4xx", content=b"tea", headers={"content-type": "text/plain"})
+http("body list", "post", "/search", "4xx", json=["tea"])
+http("body huge", "post", "/search", "4xx", content=b'{"query": "' + b"a" * (5 * 1024 * 1024) + b'"}', headers={"content-type": "application/json"})
+http("batch ok", "post", "/search/batch", "2xx", json={"queries": ["tea", "cat"], "k": 2})
+http("batch 65", "post", "/search/batch", "4xx", json={"queries": ["tea"] * 65})
+http("batch empty", "post", "/search/batch", "4xx", json={"queries": []})
+http("batch one empty", "post", "/search/batch", "4xx", json={"queries": ["tea", ""]})
+http("doc get ok", "get", "/documents/d1", "2xx")
+http("doc get unknown", "get", "/documents/zzz", "4xx")
+http("doc get %2E", "get", "/documents/%2E%2E", "4xx")
+http("add no key", "post", "/documents", "4xx", json={"documents": [{"_id": "n1", "text": "x"}]})
+http("add wrong key", "post", "/documents", "4xx", json={"documents": [{"_id": "n1", "text": "x"}]}, headers={"X-API-Key": "x" * 20})
+http("add id spaces", "post", "/documents", "4xx", json={"documents": [{"_id": "   ", "text": "x"}]}, headers=H)
+http("add id newline", "post", "/documents", "4xx", json={"documents": [{"_id": "a\nb", "text": "x"}]}, headers=H)
+http("add id NUL", "post", "/documents", "4xx", json={"documents": [{"_id": "a\u0000b", "text": "x"}]}, headers=H)
+http("add id number", "post", "/documents", "4xx", json={"documents": [{"_id": 5, "text": "x"}]}, headers=H)
+http("add text missing", "post", "/documents", "4xx", json={"documents": [{"_id": "n1"}]}, headers=H)
+http("add empty list", "post", "/documents", "4xx", json={"documents": []}, headers=H)
+http("add dup in body", "post", "/documents", "4xx", json={"documents": [{"_id": "n1", "text": "x"}, {"_id": "n1", "text": "y"}]}, headers=H)
+http("add ok", "post", "/documents", "2xx", json={"documents": [{"_id": "n1", "title": "[/i]", "text": "new tea text"}]}, headers=H)
+http("add existing no replace", "post", "/documents", "4xx", json={"documents": [{"_id": "n1", "text": "x"}], "replace": False}, headers=H)
+http("delete unknown", "delete", "/documents/zzz", "4xx", headers=H)
+http("delete no key", "delete", "/documents/n1", "4xx")
+http("delete ok", "delete", "/documents/n1", "2xx", headers=H)
+http("healthz", "get", "/healthz", "2xx")
+http("metrics", "get", "/metrics", "2xx")
+http("unknown route", "get", "/nope", "4xx")
+http("wrong method", "get", "/search", "4xx")
+
+bad = [r for r in results if r["problems"]]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from _common import machine  # noqa: E402
+
+out = REPO / "benchmarks" / "results" / "bad_input_pass"
+payload = {"command": "python benchmarks/bad_input_pass.py", "machine": machine(), "cases": len(results),
+           "findings": len(bad), "rows": [{"system": r["case"], **{k: v for k, v in r.items() if k != "case"}}
+                                          for r in results]}
+out.with_suffix(".json").write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
+lines = ["# bad_input_pass", "", f"Command: `{payload['command']}`", "",
+         f"{len(results)} cases ({sum(1 for r in results if not r['case'].startswith('http '))} CLI invocations over "
+         f"every command, {sum(1 for r in results if r['case'].startswith('http '))} HTTP requests); "
+         f"{len(bad)} with findings.", "", "| case | exit / status | findings | last line printed |", "|---|---|---|---|"]
+for r in results:
+    msg = r["message"].replace("|", "\\|").replace("\n", " ")[:140]
+    lines.append(f"| {r['case']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | {msg} |")
+out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+print(f"\n{len(results)} cases, {len(bad)} with findings")
+for r in bad:
+    print(" -", r["case"], r["problems"], "|", r["message"][:160])
