@@ -235,3 +235,14 @@ def test_one_index_shared_by_threads_gives_the_sequential_answers(tiny_bert_dir,
     with ThreadPoolExecutor(6) as pool:
         got = list(pool.map(lambda q: [h.id for h in index.search(q, k=4, mode="hybrid")], queries))
     assert got == expected
+
+
+@pytest.mark.parametrize("perplexity", [0, -1.0, float("nan")])
+def test_towers_perplexity_outside_tsnes_range_names_the_option(tmp_path, perplexity):
+    from twotower.cli import app
+
+    folder = write_beir(tmp_path / "beir", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    res = CliRunner().invoke(app, ["analyze", "towers", "--data", str(folder), "--perplexity", str(perplexity),
+                                   "--out", str(tmp_path / "an"), "--no-progress"])
+    assert res.exit_code == 2 and "--perplexity" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "an" / "towers.json").exists()

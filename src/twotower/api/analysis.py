@@ -71,6 +71,14 @@ def analyze_towers(config, out: str | Path | None = None, *, command: str | None
         result = tt.analyze_towers(tt.TowersConfig(data="my-beir-dir", n=20, perplexity=5, show_progress=False))
         print(result["rows"][0])
     """
+    import math
+
+    from twotower.errors import TwoTowerError
+
+    if not (isinstance(config.perplexity, (int, float)) and math.isfinite(config.perplexity) and config.perplexity > 0):
+        raise TwoTowerError(f"--perplexity {config.perplexity}: t-SNE's perplexity (about the neighbours each point "
+                            "keeps) must be a number above 0; 5 to 50 is usual (larger than a third of the points "
+                            "is lowered to fit)")
     return _analyze("twotower.analysis.embedding_space", "run_towers", "write_towers", config, out, command)
 
 
