@@ -24,6 +24,21 @@ from twotower.cli import app
 runner = CliRunner()
 results = []
 
+def markdown(payload: dict) -> str:
+    """The results table; printed lines go in code spans, so that '[bold]' or '|' in them stays text."""
+    rows = payload["rows"]
+    cli = sum(1 for r in rows if not r["system"].startswith("http "))
+    lines = ["# bad_input_pass", "", f"Command: `{payload['command']}`", "",
+             f"{len(rows)} cases ({cli} CLI invocations over every command, {len(rows) - cli} HTTP requests); "
+             f"{payload['findings']} with findings.", "", "| case | exit / status | findings | last line printed |",
+             "|---|---|---|---|"]
+    for r in rows:
+        msg = r["message"].replace("\n", " ").replace("`", "'").replace("|", "¦")[:140]
+        lines.append(f"| {r['system']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | `{msg}` |" if msg else
+                     f"| {r['system']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | |")
+    return "\n".join(lines) + "\n"
+
+
 class Hang(Exception):
     pass
 
@@ -454,14 +469,7 @@ payload = {"command": "python benchmarks/bad_input_pass.py", "machine": machine(
            "findings": len(bad), "rows": [{"system": r["case"], **{k: v for k, v in r.items() if k != "case"}}
                                           for r in results]}
 out.with_suffix(".json").write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
-lines = ["# bad_input_pass", "", f"Command: `{payload['command']}`", "",
-         f"{len(results)} cases ({sum(1 for r in results if not r['case'].startswith('http '))} CLI invocations over "
-         f"every command, {sum(1 for r in results if r['case'].startswith('http '))} HTTP requests); "
-         f"{len(bad)} with findings.", "", "| case | exit / status | findings | last line printed |", "|---|---|---|---|"]
-for r in results:
-    msg = r["message"].replace("|", "\\|").replace("\n", " ")[:140]
-    lines.append(f"| {r['case']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | {msg} |")
-out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+out.with_suffix(".md").write_text(markdown(payload))
 print(f"\n{len(results)} cases, {len(bad)} with findings")
 for r in bad:
     print(" -", r["case"], r["problems"], "|", r["message"][:160])
