@@ -9,21 +9,7 @@ from twotower.api._errors import user_errors
 import importlib
 from pathlib import Path
 
-__all__ = ["DocLengthConfig", "FidelityConfig", "LatencyConfig", "TowersConfig", "analyze_doclength",
-           "analyze_fidelity", "analyze_latency", "analyze_towers", "build_report"]
-
-_CONFIGS = {
-    "FidelityConfig": "twotower.analysis.fidelity",
-    "TowersConfig": "twotower.analysis.embedding_space",
-    "DocLengthConfig": "twotower.analysis.doclength",
-    "LatencyConfig": "twotower.analysis.latency",
-}
-
-
-def __getattr__(name: str):
-    if name in _CONFIGS:
-        return getattr(importlib.import_module(_CONFIGS[name]), name)
-    raise AttributeError(name)
+__all__ = ["analyze_doclength", "analyze_fidelity", "analyze_latency", "analyze_towers", "build_report"]
 
 
 def _analyze(module: str, run: str, write: str, config, out, command: str | None, option: str = "out") -> dict:

@@ -8,17 +8,9 @@ from pathlib import Path
 from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 
-__all__ = ["EvalResult", "evaluate", "read_result", "read_run", "score_run", "write_run"]
+__all__ = ["evaluate", "read_result", "read_run", "score_run", "write_run"]
 
 RETRIEVER_NAMES = ("bm25", "dense", "hybrid", "rrf", "multivector")
-
-
-def __getattr__(name: str):
-    if name == "EvalResult":  # the pipeline's own result (numpy, the metrics) loads on first use
-        from twotower.evaluation.pipeline import EvalResult
-
-        return EvalResult
-    raise AttributeError(name)
 
 
 def _dataset(dataset, split: str | None, strict: bool):

@@ -10,17 +10,9 @@ from pathlib import Path
 from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 
-__all__ = ["Hit", "Index", "Reranker", "corpus_documents"]
+__all__ = ["Hit", "Index", "corpus_documents"]
 
 log = logging.getLogger(__name__)
-
-
-def __getattr__(name: str):
-    if name == "Reranker":  # the cross-encoder (torch, sentence-transformers) loads on first use
-        from twotower.retrieval.rerank import Reranker
-
-        return Reranker
-    raise AttributeError(name)
 
 
 @dataclass

@@ -10,24 +10,7 @@ from twotower.api._errors import user_errors
 from twotower.errors import TwoTowerError
 from twotower.training.fit.recipe import FitRecipe
 
-__all__ = ["FitRecipe", "FitResult", "PretrainConfig", "RerankerTrainConfig", "StageConfig", "TrainConfig",
-           "ViewConfig", "fit", "mine", "pretrain", "train", "train_reranker"]
-
-_LAZY = {
-    "TrainConfig": "twotower.training.config",
-    "StageConfig": "twotower.training.config",
-    "PretrainConfig": "twotower.training.pretrain",
-    "ViewConfig": "twotower.data.augment",
-    "RerankerTrainConfig": "twotower.retrieval.rerank",
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(name)
+__all__ = ["FitRecipe", "FitResult", "fit", "mine", "pretrain", "train", "train_reranker"]
 
 
 @dataclass
