@@ -101,8 +101,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     if unknown:
         raise TwoTowerError(f"fit: unknown recipe field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(fields))}")
     settings = {**{k: v for k, v in given.items() if v is not None}, **recipe, "reranker": reranker}
-    for key in ("margins", "lambdas"):
-        if key in settings:
+    for key in ("margins", "lambdas", "matryoshka", "matryoshka_weights"):
+        if settings.get(key) is not None:
             settings[key] = tuple(settings[key])
     result = run_fit(folder, out, FitRecipe(**settings), FitOptions(precision=precision, device=device,
                                                                    show_progress=show_progress))

@@ -35,6 +35,11 @@ def fit_cmd(
     margins: Optional[str] = typer.Option(
         None, "--margins", help="Comma-separated relative margins the false-negative guard chooses from on dev "
         "(default 0,0.02,0.05,0.1,0.15,0.2,0.3; '0': skip only candidates scoring above the positive)."),
+    matryoshka: Optional[str] = typer.Option(
+        None, "--matryoshka", help="Matryoshka in both training rounds: the loss on each prefix of the embedding, "
+        "e.g. 384,192,96,48, summed; the fitted model can be cut with 'index build --dim'."),
+    matryoshka_weights: Optional[str] = typer.Option(
+        None, "--matryoshka-weights", help="One weight per --matryoshka dimension (default 1 each)."),
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
@@ -58,10 +63,19 @@ def fit_cmd(
         grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
     except ValueError:
         _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
+    mrl = {}
+    for key, text, kind, example in (("matryoshka", matryoshka, int, "384,192,96,48"),
+                                     ("matryoshka_weights", matryoshka_weights, float, "1,1,2,2")):
+        if text is not None:
+            try:
+                mrl[key] = tuple(kind(x) for x in text.split(","))
+            except ValueError:
+                _fail(TwoTowerError(f"--{key.replace('_', '-')} {text!r}: comma-separated {kind.__name__} numbers "
+                                    f"such as {example}"))
     try:
         if out.exists() and not out.is_dir():
             raise TwoTowerError(f"--out {out}: exists and is not a directory")
-        result = tt.fit(data, out, **({"margins": grid} if grid else {}), model=model, split=split,
+        result = tt.fit(data, out, **({"margins": grid} if grid else {}), **mrl, model=model, split=split,
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
                         rerank_depth=rerank_depth, precision=precision, device=device, show_progress=progress)

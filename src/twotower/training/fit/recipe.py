@@ -13,6 +13,7 @@ DEFAULT_LAMBDAS = tuple(round(i / 20, 2) for i in range(21))
 DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 # the optional last stage's settings: a finished fit may add, change or drop its re-ranker on a rerun
 RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr")
+TUPLE_KEYS = ("margins", "lambdas", "matryoshka", "matryoshka_weights")  # lists in JSON, tuples in the recipe
 RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker's share in the blend, chosen on dev
 
 
@@ -42,6 +43,10 @@ class FitRecipe:
     temperature: float = 0.05
     attention_dropout: float | None = 0.0  # 0: fused attention, 1.5x faster steps on CPU
     bucket_size: int | None = None  # None: the device's default (training/config.py)
+    # Matryoshka (MRL) in both training rounds: the loss on each prefix of the embedding (e.g. (384, 192, 96, 48)),
+    # summed with these weights (default 1 each); the fitted model can then be cut with 'index build --dim'
+    matryoshka: tuple[int, ...] | None = None
+    matryoshka_weights: tuple[float, ...] | None = None
     # stage 2: mine negatives with the fine-tuned model (ranks a..b, the margin rule), retrain from it
     mine: bool = True  # False: stop after fine-tuning (no mining, no retraining)
     mined_epochs: float = 2.0
@@ -81,16 +86,19 @@ class FitRecipe:
             (self.n_best < 10, f"n_best {self.n_best}: at least 10"),
         ]
         from twotower.retrieval.analyzers import check_language
+        from twotower.training.config import check_matryoshka
 
         check_language(self.language)  # names the codes there are
+        check_matryoshka(list(self.matryoshka) if self.matryoshka is not None else None,
+                         list(self.matryoshka_weights) if self.matryoshka_weights is not None else None)
         for bad, message in checks:
             if bad:
                 raise TwoTowerError(message)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        for key in ("margins", "lambdas"):
-            out[key] = list(out[key])
+        for key in TUPLE_KEYS:
+            out[key] = list(out[key]) if out[key] is not None else None
         return out
 
     def rerank_settings(self) -> dict:

@@ -154,7 +154,8 @@ class _Fit:
         cfg = TrainConfig(
             out=str(run_dir), model=model, precision=self.opts.precision, device=self.opts.device,
             attention_dropout=r.attention_dropout, seed=r.seed, show_progress=self.opts.show_progress,
-            checkpoint_every=25, stages=[StageConfig(
+            checkpoint_every=25, matryoshka=list(r.matryoshka) if r.matryoshka else None,
+            matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None, stages=[StageConfig(
                 name=stage, pairs=str(pairs), epochs=epochs, batch_size=r.batch_size, lr=r.lr,
                 temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives)],
         )
@@ -193,6 +194,10 @@ class _Fit:
         from twotower.retrieval.bm25 import BM25, BM25Params
 
         model = self.load_model(self.recipe.model)
+        if self.recipe.matryoshka:  # dimensions above the model's stop here, before any encoding
+            from twotower.training.config import check_matryoshka
+
+            check_matryoshka(list(self.recipe.matryoshka), None, model_dim=model.dim)
         dense = self.dense_dev("zeroshot", model)
         dev = self.split()["dev"]
         bm = BM25(BM25Params(language=self.recipe.language)).index(
