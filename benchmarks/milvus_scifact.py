@@ -55,11 +55,16 @@ Reading the table:
   21 s (1,400/s), so 1M would take hours. ``--scale N`` runs it where there is room (rows with ``distractors``).
 """
 SCALE_NOTES = """
-Rows with ``distractors``: the 5,183 SciFact documents among {n:,} distractor vectors drawn from a Gaussian with the
-corpus vectors' mean and covariance, L2-normalised (as the model's vectors are); dense only, HNSW M=32 efConstruction
-200, ef 128 on both; disk_mb: the index folder (+ the Milvus Lite data folder); peak_rss_mb: the benchmark process'
-peak resident memory after that build (it holds the vectors of both: compare the increase, not the level). Command:
-``python benchmarks/milvus_scifact.py --scale {n}``.
+Rows with ``distractors``: the 5,183 SciFact documents hidden among that many distractor vectors (``distractors()``:
+drawn from a Gaussian with the SciFact document vectors' mean and covariance, L2-normalised as the model's vectors
+are; seed 0, so every store and ``compression_1m.py`` see the same ones), searched with the SciFact test queries;
+dense only. Both stores get the same HNSW settings (``hnsw_m``, ``ef_construction``; ef 128 at search) and each is
+built, searched and measured in a process of its own (``--scale-store``): ``build_s`` from the first write to a
+searchable, fully indexed store (Milvus Lite builds its per-segment HNSW graphs in a background thread after
+``flush``; the benchmark waits for that worker, ``drain_milvus_lite``), with ``build_threads`` FAISS OpenMP threads
+(searches on one); ``input_rss_mb``: the process' resident memory holding the input vectors before the build;
+``peak_rss_mb``: its peak resident memory (build and search); ``serve_rss_mb``: resident after the searches;
+``disk_mb``: the index folder (+ the Milvus Lite data folder).
 """
 
 
@@ -74,25 +79,25 @@ def cached_searcher(store, query_vecs: dict):
     return Cached(store)
 
 
-def build_local(root: Path, new, kind: str, bm25: bool = True):
+def build_local(root: Path, new, kind: str, bm25: bool = True, m: int = 32, ef_construction: int = 200):
     from twotower.retrieval.bm25 import BM25Params
     from twotower.retrieval.store import IndexSpec, IndexStore
 
-    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params())
+    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params(), hnsw_m=m, ef_construction=ef_construction)
     t0 = time.perf_counter()
     store = IndexStore.build(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, show_progress=False)
     return store, time.perf_counter() - t0
 
 
-def build_milvus(root: Path, new, kind: str, uri: str, bm25: bool = True):
+def build_milvus(root: Path, new, kind: str, uri: str, bm25: bool = True, m: int = 32, ef_construction: int = 200):
     from twotower.retrieval.bm25 import BM25Params
     from twotower.retrieval.milvus import client as mc
     from twotower.retrieval.milvus.build import build_store
     from twotower.retrieval.milvus.store import client_for
     from twotower.retrieval.store import IndexSpec
 
-    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params())
-    index = mc.index_settings(kind, hnsw_m=32, ef_construction=200, nlist=None, num_docs=len(new.ids))
+    spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params(), hnsw_m=m, ef_construction=ef_construction)
+    index = mc.index_settings(kind, hnsw_m=m, ef_construction=ef_construction, nlist=None, num_docs=len(new.ids))
     t0 = time.perf_counter()
     store = build_store(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, uri=uri,
                         collection=f"scifact_{kind}", index=index, client=client_for(uri, "--uri"),
@@ -181,9 +186,32 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def scale_rows(args, new, query_vecs: dict, queries: dict, qrels: dict) -> list[dict]:
-    """The SciFact documents among ``args.scale`` distractors: local FAISS HNSW vs Milvus Lite HNSW (dense)."""
-    import resource
+def _status_mb(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of this process, in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def drain_milvus_lite(uri: str, collection: str) -> int:
+    """Wait until Milvus Lite's background worker has compacted and indexed every flushed segment (it builds the
+    per-segment HNSW graphs after ``flush`` returns; searching before that scans unindexed segments exactly).
+    Returns the segments still without an index afterwards (built here, synchronously)."""
+    import os
+
+    from milvus_lite import server_manager_instance
+
+    _, db, _ = server_manager_instance._servers[os.path.abspath(uri)]
+    col = db.get_collection(collection)
+    col._wait_for_bg()
+    return col._ensure_loaded_segments_indexed()
+
+
+def scale_store_row(args, new, query_vecs: dict, queries: dict, qrels: dict) -> dict:
+    """One store (``args.scale_store``) over the SciFact documents among ``args.scale`` distractors, in a process
+    of its own so that its memory is its own: build, search, measure."""
+    import faiss
 
     from twotower.evaluation.metrics import evaluate
     from twotower.retrieval.store import NewDocs
@@ -193,24 +221,52 @@ def scale_rows(args, new, query_vecs: dict, queries: dict, qrels: dict) -> list[
     ids = new.ids + [f"x{i}" for i in range(n)]
     big = NewDocs(ids, new.titles + [""] * n, new.texts + ["x"] * n, vecs)
     del vecs
+    input_rss = _status_mb("VmRSS")
+    store_name = args.scale_store
+    path = args.work / f"scale-{store_name}"
+    uri = str((args.work / "scale.db").resolve())
+    faiss.omp_set_num_threads(args.build_threads)
+    t0 = time.perf_counter()
+    if store_name == "faiss":
+        store, _ = build_local(path, big, "hnsw", bm25=False, m=args.scale_m, ef_construction=args.scale_efc)
+        pending = 0
+    else:
+        store, _ = build_milvus(path, big, "hnsw", uri, bm25=False, m=args.scale_m, ef_construction=args.scale_efc)
+        pending = drain_milvus_lite(uri, store.manifest["milvus"]["collection"])
+    build_s = time.perf_counter() - t0
+    del big
+    faiss.omp_set_num_threads(1)
+    searcher = cached_searcher(store, query_vecs)
+    run = searcher.run(queries, K_EVAL, mode="dense", ef_search=EF)
+    m = evaluate(qrels, run, ("ndcg@10", "recall@100"))
+    lat = latency(lambda t: searcher.run({"q": t}, 10, mode="dense", ef_search=EF), list(queries.values()))
+    disk = folder_bytes(path) + (folder_bytes(args.work / "scale.db") if store_name == "milvus" else 0)
+    serve_rss = _status_mb("VmRSS")
+    return {"system": f"{store_name} dense hnsw", "distractors": n, "ndcg@10": m["ndcg@10"],
+            "recall@100": m["recall@100"], **lat, "ingest_docs_per_s": len(ids) / build_s, "build_s": build_s,
+            "disk_mb": disk / 2**20, "peak_rss_mb": _status_mb("VmHWM"), "input_rss_mb": input_rss,
+            "serve_rss_mb": serve_rss, "hnsw_m": args.scale_m, "ef_construction": args.scale_efc, "ef_search": EF,
+            "build_threads": args.build_threads, **({"segments_indexed_after_drain": pending}
+                                                    if store_name == "milvus" else {})}
+
+
+def scale_rows(args) -> list[dict]:
+    """The SciFact documents among ``args.scale`` distractors: local FAISS HNSW vs Milvus Lite HNSW (dense), each
+    store measured in a child process (``--scale-store``) so that peak RSS is that store's alone."""
+    import subprocess
+
     rows = []
-    texts = list(queries.values())
     for store_name in ("faiss", "milvus"):
-        path = args.work / f"scale-{store_name}"
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        store, build_s = (build_local(path, big, "hnsw", bm25=False) if store_name == "faiss"
-                          else build_milvus(path, big, "hnsw", str((args.work / "scale.db").resolve()), bm25=False))
-        searcher = cached_searcher(store, query_vecs)
-        run = searcher.run(queries, K_EVAL, mode="dense", ef_search=EF)
-        m = evaluate(qrels, run, ("ndcg@10", "recall@100"))
-        disk = folder_bytes(path) + (folder_bytes(args.work / "scale.db") if store_name == "milvus" else 0)
-        row = {"system": f"{store_name} dense hnsw", "distractors": n, "ndcg@10": m["ndcg@10"],
-               "recall@100": m["recall@100"],
-               **latency(lambda t: searcher.run({"q": t}, 10, mode="dense", ef_search=EF), texts),
-               "ingest_docs_per_s": len(ids) / build_s, "build_s": build_s, "disk_mb": disk / 2**20,
-               "peak_rss_mb": max(rss0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024}
+        out = args.work / f"row-{store_name}.json"
+        cmd = [sys.executable, __file__, "--scale", str(args.scale), "--scale-store", store_name, "--work",
+               str(args.work), "--scale-m", str(args.scale_m), "--scale-efc", str(args.scale_efc),
+               "--build-threads", str(args.build_threads)]
+        subprocess.run(cmd, check=True)
+        row = json.loads(out.read_text())
         print(row, flush=True)
         rows.append(row)
+        shutil.rmtree(args.work / f"scale-{store_name}", ignore_errors=True)
+        shutil.rmtree(args.work / "scale.db", ignore_errors=True)
     return rows
 
 
@@ -219,6 +275,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(".cache/milvus_scifact"))
     parser.add_argument("--scale", type=int, default=0, help="Only the scale part: the SciFact documents among this "
                         "many distractors (local HNSW vs Milvus HNSW), added to the results' rows.")
+    parser.add_argument("--scale-m", type=int, default=16, help="HNSW M of both stores in the scale part")
+    parser.add_argument("--scale-efc", type=int, default=100, help="HNSW efConstruction of both in the scale part")
+    parser.add_argument("--build-threads", type=int, default=2, help="FAISS OpenMP threads while building (the "
+                        "scale part; searches run on one)")
+    parser.add_argument("--scale-store", choices=("faiss", "milvus"), help=argparse.SUPPRESS)
+    parser.add_argument("--rewrite-notes", action="store_true", help="Only rewrite the results' markdown notes")
     args = parser.parse_args()
 
     import faiss
@@ -239,18 +301,32 @@ def main() -> None:
     new = NewDocs(doc_ids, [corpus[d].title for d in doc_ids], [corpus[d].text for d in doc_ids],
                   np.ascontiguousarray(doc_vecs, dtype=np.float32))
 
-    if args.scale:
-        args.work = args.work.with_name(args.work.name + "-scale")
-        if args.work.exists():
-            shutil.rmtree(args.work)
-        args.work.mkdir(parents=True)
+    if args.scale_store:  # a child of scale_rows: one store, its row to row-<store>.json
+        row = scale_store_row(args, new, query_vecs, queries, qrels)
+        (args.work / f"row-{args.scale_store}.json").write_text(json.dumps(row, indent=1))
+        return
+    if args.scale or args.rewrite_notes:
         saved = json.loads((RESULTS / "milvus_scifact.json").read_text())
-        rows = [r for r in saved["rows"] if "distractors" not in r] + scale_rows(args, new, query_vecs, queries, qrels)
+        rows = saved["rows"]
+        commands = saved.get("commands") or [saved["command"]]
+        if not args.scale:  # the results keep the command that measured them
+            sys.argv = saved["command"].split()[1:]
+        if args.scale:
+            args.work = args.work.with_name(args.work.name + "-scale")
+            if args.work.exists():
+                shutil.rmtree(args.work)
+            args.work.mkdir(parents=True)
+            # scale rows of this scale, or measured before the per-store processes (build_threads), are replaced
+            rows = [r for r in rows if "distractors" not in r or ("build_threads" in r and r["distractors"] !=
+                                                                  args.scale)]
+            rows += scale_rows(args)
+            commands = [c for c in commands if "--scale" not in c or "build-threads" in c]
+            commands.append(" ".join(["python", *sys.argv]))
+        rows.sort(key=lambda r: r.get("distractors", 0))
         write_results("milvus_scifact", rows, notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n\n" +
-                      (NOTES.split("- The 1,000,000")[0] if args.scale >= 1_000_000 else NOTES) + SCALE_NOTES.format(n=args.scale), extra={
+                      NOTES + SCALE_NOTES, extra={
                           "queries": len(queries), "documents": len(doc_ids), "ef_search": EF,
-                          "milvus_uri": "Milvus Lite (embedded)", "commands": [saved["command"],
-                                                                             " ".join(["python", *sys.argv])]})
+                          "milvus_uri": "Milvus Lite (embedded)", "commands": commands})
         return
     if args.work.exists():
         shutil.rmtree(args.work)

@@ -223,8 +223,12 @@ def test_service_writes_and_reads(built, tiny_bert_dir, tmp_path):
     from twotower.retrieval.milvus.store import client_for
 
     client_for(uri, "--uri").drop_collection("tiny_serve")  # deleted under the running server
-    r = client.post("/search", json={"query": "green tea", "k": 2})
-    assert r.status_code == 400 and "collection 'tiny_serve'" in r.json()["detail"], r.text
+    # a condition of the store, not of the request: 503 naming the collection, for reads and writes alike
+    for r in (client.post("/search", json={"query": "green tea", "k": 2}), client.get("/documents/d1"),
+              client.post("/documents", headers=key, json={"documents": [{"_id": "s2", "text": "Wombats dig."}]})):
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == "unavailable" and "collection 'tiny_serve'" in r.json()["detail"], r.text
+        assert "does not exist (dropped?)" in r.json()["detail"] and "Traceback" not in r.text, r.text
 
 
 def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
@@ -414,3 +418,25 @@ def test_on_a_milvus_server(built, tiny_bert_dir, tmp_path):
         from twotower.retrieval.milvus.store import client_for
 
         client_for(os.environ["TWOTOWER_MILVUS_URI"], "--uri").drop_collection(name)
+
+
+@pytest.mark.milvus_server
+@pytest.mark.skipif(not (os.environ.get("TWOTOWER_MILVUS_URI") and os.environ.get("TWOTOWER_MILVUS_TOKEN")),
+                    reason="needs a Milvus server with authentication on: set TWOTOWER_MILVUS_URI=http://host:19530 "
+                           "and TWOTOWER_MILVUS_TOKEN=user:password")
+def test_a_wrong_token_is_named(built, tiny_bert_dir, tmp_path, monkeypatch):
+    from twotower.retrieval.milvus.client import TOKEN_ENV, forget_client
+
+    data, _, _, _ = built
+    uri = os.environ["TWOTOWER_MILVUS_URI"]
+    forget_client(uri)
+    monkeypatch.setenv(TOKEN_ENV, f"root:wrong-{uuid.uuid4().hex}")
+    try:
+        with pytest.raises(TwoTowerError) as refused:
+            tt.Index.build(tmp_path / "t", data, encoder=str(tiny_bert_dir), precision="fp32", show_progress=False,
+                           backend="milvus", uri=uri, collection=f"twotower_test_{uuid.uuid4().hex[:12]}")
+        message = str(refused.value)  # connecting, or the first call on the connection, names the URI and the variable
+        assert uri in message and "refused the token" in message and TOKEN_ENV in message, message
+        assert not (tmp_path / "t").exists()
+    finally:
+        forget_client(uri)  # the next test connects with the right token again

@@ -39,6 +39,7 @@ from typing import Annotated
 from urllib.parse import unquote
 
 from twotower.errors import TwoTowerError
+from twotower.retrieval.milvus.client import MilvusError
 from twotower.serve.auth import API_KEY_HEADER, check_api_key, read_api_key  # noqa: F401  (read_api_key: re-exported)
 from twotower.serve.body_limit import BodySizeLimit
 from twotower.serve.models import build_models
@@ -92,7 +93,7 @@ def create_app(
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
 
-    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422)}
+    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
     # off, since a browser loading them cannot send the key (and their page would fetch the schema without it).
     docs = {} if open_reads else {"docs_url": None, "redoc_url": None}
@@ -168,6 +169,10 @@ def create_app(
     @app.exception_handler(Conflict)
     async def on_conflict(request: Request, exc: TwoTowerError):
         return error(409, "conflict", str(exc))
+
+    @app.exception_handler(MilvusError)
+    async def on_store_unavailable(request: Request, exc: TwoTowerError):  # the Milvus behind the index: down, the
+        return error(503, "unavailable", str(exc))  # token refused, its collection dropped; not the request's fault
 
     @app.exception_handler(TwoTowerError)
     async def on_twotower(request: Request, exc: TwoTowerError):  # e.g. mode bm25 on an index without BM25
