@@ -103,14 +103,17 @@ def timed(fn):
     return run
 
 
-def twotower_systems(tower, args) -> tuple[dict, dict]:
-    """``{name: texts -> (emb, s)}`` for every twotower runtime/precision this CPU offers, and ``{name: precision}``."""
+def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict]:
+    """``{name: texts -> (emb, s)}`` for every twotower runtime/precision this CPU offers, and ``{name: precision}``
+    (``openvino-int8`` calibrated on ``corpus`` and checked on a sample of it, as ``auto`` does)."""
     def torch_run(precision):
         return timed(lambda t: encode_texts(tower, t, max_length=args.max_length, batch_size=args.batch_size,
                                             precision=precision, show_progress=False))
 
     def graph_run(runtime, precision):
-        graph = runtimes.graph_for(tower, runtime, precision)  # exported (or cached) and verified here
+        # exported (or cached), calibrated (int8) and verified here
+        graph = runtimes.graph_for(tower, runtime, precision, texts=corpus, max_length=args.max_length)
+        graph.check_sample(corpus)
         return timed(lambda t: graph.encode(t, max_length=args.max_length, batch_size=args.batch_size))
 
     bf16 = cpu_has_fast_bf16()
@@ -122,6 +125,7 @@ def twotower_systems(tower, args) -> tuple[dict, dict]:
         ("twotower openvino fp32", "fp32", lambda: graph_run("openvino", "fp32")),
         ("twotower openvino bf16", "bf16", lambda: graph_run("openvino", "bf16")),
         ("twotower onnx-int8", "int8", lambda: graph_run("onnx-int8", "int8")),
+        ("twotower openvino-int8", "int8", lambda: graph_run("openvino-int8", "int8")),
     ):
         if precision == "bf16" and not bf16:
             continue
@@ -132,13 +136,13 @@ def twotower_systems(tower, args) -> tuple[dict, dict]:
     return systems, precisions
 
 
-def auto_row(tower) -> tuple[str, dict]:
-    """The row name of what ``auto`` picks for a whole corpus on this CPU, and the choice."""
-    graph = runtimes.graph_for(tower, "auto", "auto", n_texts=10**9)
+def auto_row(tower, corpus: list[str], max_length: int) -> tuple[str, dict]:
+    """The row name of what ``auto`` picks for the whole corpus on this CPU, and the choice."""
+    runtimes.graph_for(tower, "auto", "auto", texts=corpus, max_length=max_length)
     choice = runtimes.last_choice(tower)
-    name = f"twotower {choice['runtime']} {choice['precision']}" if graph is None or graph.runtime != "onnx-int8" \
-        else "twotower onnx-int8"
-    return name, choice
+    if choice["runtime"] in runtimes.INT8_RUNTIMES:
+        return f"twotower {choice['runtime']}", choice
+    return f"twotower {choice['runtime']} {choice['precision']}", choice
 
 
 def take_turns(systems: dict, texts: list[str], slice_size: int) -> dict:
@@ -187,6 +191,27 @@ def int8_matmul_gflops(m: int, k: int, n: int, seconds: float = 2.0) -> float:
     return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
 
 
+def static_int8_matmul_gflops(m: int, k: int, n: int, seconds: float = 2.0) -> float:
+    """GFLOP/s of OpenVINO's statically quantized MatMul (NNCF, activation scales calibrated once, int8 weights) on
+    an (m×k)·(k×n) product: the kernel twotower's ``openvino-int8`` runs."""
+    import nncf
+    import openvino as ov
+
+    lin = torch.nn.Linear(k, n, bias=False).eval()
+    x = np.random.default_rng(1).standard_normal((m, k)).astype(np.float32)
+    model = ov.convert_model(lin, example_input=torch.from_numpy(x))
+    quantized = nncf.quantize(model, nncf.Dataset([x]), subset_size=1, preset=nncf.QuantizationPreset.MIXED)
+    req = ov.Core().compile_model(quantized, "CPU", {"INFERENCE_NUM_THREADS": torch.get_num_threads(),
+                                                    "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+    for _ in range(3):
+        req.infer([x])
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        req.infer([x])
+        reps += 1
+    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
+
+
 def main() -> None:
     ap = encoding_parser(__doc__)
     ap.add_argument("--docs", type=int, default=1024, help="documents for the speed comparison")
@@ -214,10 +239,10 @@ def main() -> None:
     systems = {name: (lambda t, n=name: worker.encode(n, t)) for name in worker.systems}
     precisions = {name: ("int8" if "int8" in name else "bf16" if "openvino" in name and
                          worker.info.get("openvino_precision") == "bf16" else "fp32") for name in worker.systems}
-    tt_systems, tt_precisions = twotower_systems(tower, args)
+    tt_systems, tt_precisions = twotower_systems(tower, args, corpus)
     systems.update(tt_systems)
     precisions.update(tt_precisions)
-    default_name, choice = auto_row(tower)
+    default_name, choice = auto_row(tower, corpus, args.max_length)
     print(f"auto picks {default_name}: {choice}", flush=True)
 
     out = take_turns(systems, texts, args.slice)
@@ -234,7 +259,8 @@ def main() -> None:
     h, inter = cfg.hidden_size, cfg.intermediate_size
     m = args.batch_size * 128
     peak = {"fp32": np.mean([matmul_gflops(torch.float32, m, h, inter), matmul_gflops(torch.float32, m, inter, h)]),
-            "int8": np.mean([int8_matmul_gflops(m, h, inter), int8_matmul_gflops(m, inter, h)])}
+            "int8": np.mean([int8_matmul_gflops(m, h, inter), int8_matmul_gflops(m, inter, h)]),
+            "int8 static": np.mean([static_int8_matmul_gflops(m, h, inter), static_int8_matmul_gflops(m, inter, h)])}
     attn = {"fp32": attention_gflops(torch.float32, args.batch_size, cfg.num_attention_heads, args.max_length,
                                      h // cfg.num_attention_heads)}
     if cpu_has_fast_bf16():
@@ -242,11 +268,11 @@ def main() -> None:
                                 matmul_gflops(torch.bfloat16, m, inter, h)])
         attn["bf16"] = attention_gflops(torch.bfloat16, args.batch_size, cfg.num_attention_heads, args.max_length,
                                         h // cfg.num_attention_heads)
-    attn["int8"] = attn["fp32"]  # the int8 graphs keep attention's two matmuls in fp32
+    attn["int8"] = attn["int8 static"] = attn["fp32"]  # the int8 graphs keep attention's two matmuls in fp32
     split = encoder_flops(tower, texts, args.batch_size, args.max_length)
     flops = split["dense"] + split["attention"]
     for row in rows:
-        p = row["precision"]
+        p = "int8 static" if row["system"] == "twotower openvino-int8" else row["precision"]
         if p not in peak:
             continue
         ceiling = len(texts) / (split["dense"] / (peak[p] * 1e9) + split["attention"] / (attn[p] * 1e9))
@@ -262,8 +288,10 @@ def main() -> None:
         summary = {"auto": choice, "fastest_st_backend": fastest_st["system"],
                    "auto_vs_fastest_st": default["docs_per_s"] / fastest_st["docs_per_s"]}
         st_int8 = next((r for r in rows if r["system"].startswith("sentence-transformers onnx-int8")), None)
-        tt_int8 = next((r for r in rows if r["system"] == "twotower onnx-int8"), None)
+        tt_int8 = max((r for r in rows if r["system"].startswith("twotower") and r["precision"] == "int8"),
+                      key=lambda r: r["docs_per_s"], default=None)
         if st_int8 and tt_int8:
+            summary["fastest_twotower_int8"] = tt_int8["system"]
             summary["int8_vs_st_int8"] = tt_int8["docs_per_s"] / st_int8["docs_per_s"]
         print(summary, flush=True)
         ndcg_rows = [r["system"] for r in rows if "ndcg@10" in r]
@@ -282,16 +310,17 @@ def main() -> None:
             f"'default' marks the row `auto` picks on this CPU ({choice['runtime']} {choice['precision']}: "
             f"{choice['reason']}). Fastest sentence-transformers backend with min cosine ≥ 0.99: {fastest_st['system']}; "
             f"auto / it = {summary['auto_vs_fastest_st']:.2f}×"
-            + (f"; twotower int8 / sentence-transformers int8 = {summary['int8_vs_st_int8']:.2f}×" if "int8_vs_st_int8"
-               in summary else "") + ". "
+            + (f"; {summary['fastest_twotower_int8']} / sentence-transformers int8 = {summary['int8_vs_st_int8']:.2f}×"
+               if "int8_vs_st_int8" in summary else "") + ". "
             f"NDCG@10 / Recall@100: SciFact test, full corpus ({len(corpus)} documents), queries encoded by the same "
             f"system; rows with it: {', '.join(ndcg_rows) or 'none'} (kept in --work by settings: a row computed by an "
             "earlier run of this script with the same settings is reused). The limit: matmul rate on the encoder's GEMM "
             f"shapes ({m}×{h}×{inter} and {m}×{inter}×{h}): "
             + ", ".join(f"{p} {v:.0f} GFLOP/s" for p, v in peak.items())
-            + " (fp32/bf16: torch's kernels; int8: ONNX Runtime's dynamically quantized MatMul); attention "
+            + " (fp32/bf16: torch's kernels; int8: ONNX Runtime's dynamically quantized MatMul, the int8 rows' limit; "
+            "int8 static: OpenVINO's MatMul quantized by NNCF, the openvino-int8 row's limit); attention "
             "(scaled_dot_product_attention, padding mask) "
-            + ", ".join(f"{p} {v:.0f}" for p, v in attn.items() if p != "int8")
+            + ", ".join(f"{p} {v:.0f}" for p, v in attn.items() if not p.startswith("int8"))
             + " GFLOP/s (int8 rows: attention stays fp32). ceiling_docs_per_s = documents / (dense FLOPs / matmul rate + "
             "attention FLOPs / attention rate), everything else free; fraction_of_ceiling = docs_per_s / ceiling."))
 
@@ -315,10 +344,11 @@ def main() -> None:
 
         settings = {"docs": len(corpus), "max_length": args.max_length, "batch_size": args.batch_size,
                     "versions": worker.info if name in worker.systems else tt_versions()}
-        if name.startswith("twotower") and "torch" not in name:  # the graph as exported and fused now
-            from twotower.encoders import runtimes_graph
+        if name.startswith("twotower") and "torch" not in name:  # the graph as exported, fused, quantized now
+            from twotower.encoders import runtimes_graph, runtimes_int8
 
-            settings["graph"] = [runtimes_graph.SHAPE_POLICY, runtimes_graph.ORT_FILE, runtimes_graph.INT8_FILE]
+            settings["graph"] = [runtimes_graph.SHAPE_POLICY, runtimes_graph.ORT_FILE, runtimes_graph.INT8_FILE,
+                                 runtimes_int8.INT8_STATIC_FILE, runtimes_int8.CALIBRATION_TEXTS, "MIXED"]
         saved = cached_row(work, f"ndcg {name}", settings, quality)
         row.update({k: v for k, v in saved.items() if k != "system"})
         save()

@@ -244,3 +244,86 @@ def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monk
     np.testing.assert_array_equal(
         runtimes.encode_with_runtime(tower, texts, runtime="auto", show_progress=False),
         encode_texts(tower, texts, precision="bf16", show_progress=False))
+
+
+def test_calibration_sample_spreads_over_the_texts():
+    from twotower.encoders import runtimes_int8
+
+    texts = [f"t{i}" for i in range(10)]
+    assert runtimes_int8.calibration_sample(texts, 4) == ["t0", "t3", "t6", "t9"]  # linspace(0, 9, 4), rounded
+    assert runtimes_int8.calibration_sample(texts[:3], 8) == ["t0", "t1", "t2"]
+    assert runtimes_int8.sample_hash(["a", "b"], 256) != runtimes_int8.sample_hash(["ab"], 256)
+    assert runtimes_int8.sample_hash(["a"], 256) != runtimes_int8.sample_hash(["a"], 128)
+    with pytest.raises(TwoTowerError, match="needs texts"):
+        runtimes_int8.calibration_sample([])
+
+
+@pytest.fixture()
+def small_calibration(monkeypatch):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from twotower.encoders import runtimes_int8
+
+    monkeypatch.setattr(runtimes_int8, "CALIBRATION_TEXTS", 96)  # NNCF on 96 texts: seconds, not a minute
+    return runtimes_int8
+
+
+@pytest.fixture(scope="module")
+def corpus(scifact):
+    """96 SciFact documents: the texts int8 calibrates on (the first 24 are ``docs``)."""
+    with open(scifact / "corpus.jsonl") as f:
+        rows = [json.loads(next(f)) for _ in range(96)]
+    return [f"{r['title']} {r['text']}".strip() for r in rows]
+
+
+def test_openvino_int8_is_static_int8_close_and_calibrated_on_the_texts(minilm, docs, corpus, reference,
+                                                                        small_calibration):
+    import openvino as ov
+
+    graph = runtimes.graph_for(minilm, "openvino-int8", texts=corpus, max_length=256)
+    model = ov.Core().read_model(str(graph.graph))
+    assert any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())  # activations quantized statically
+    assert any(op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.i8 for op in model.get_ops())
+    got = graph.encode(docs)
+    cos = _cosines(got, reference)
+    assert cos.min() >= runtimes.MIN_COSINE["int8"] and cos.min() < 0.99999  # quantized: close, not equal
+    assert graph.sample_min_cosine >= runtimes.MIN_COSINE["int8"]  # its own check on 64 of the corpus
+    # the same texts find their graph again; other texts are calibrated anew
+    assert small_calibration.openvino_int8_graph(minilm, corpus, 256) == graph.graph
+    other = small_calibration.openvino_int8_graph(minilm, corpus[:48], 256)
+    assert other != graph.graph and other.is_file() and other.with_suffix(".bin").is_file()
+    assert not list(graph.graph.parent.glob(".int8.*"))  # no half-written pair left behind
+    with pytest.raises(TwoTowerError, match="calibrates on the texts it encodes"):
+        runtimes.graph_for(minilm, "openvino-int8")
+    with pytest.raises(TwoTowerError, match="'openvino-int8' is int8; precision 'fp32'"):
+        runtimes.graph_for(minilm, "openvino-int8", "fp32", texts=docs)
+
+
+def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calibration, monkeypatch, caplog):
+    monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)
+    monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
+    graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
+    choice = runtimes.last_choice(minilm)
+    assert graph.runtime == "openvino-int8" and choice["runtime"] == "openvino-int8"
+    assert choice["min_cosine_on_texts"] >= runtimes.AUTO_INT8_MIN_COSINE
+    # a pinned precision is kept: no int8
+    assert runtimes.graph_for(minilm, "auto", "fp32", texts=corpus, max_length=256).precision == "fp32"
+    # a bar the graph cannot keep on these texts: fp32, saying why
+    monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99999)
+    with caplog.at_level(logging.WARNING, logger="twotower.encoders.runtimes"):
+        graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
+    assert graph.precision == "fp32" and "not openvino-int8" in caplog.text and "differs from torch on 64 of the "\
+        "texts" in caplog.text
+    assert "openvino-int8 did not pass" in runtimes.last_choice(minilm)["reason"]
+    # no 8-bit dot products: not even tried
+    monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99)
+    monkeypatch.setattr(runtimes_graph, "_isa", lambda: "avx2")
+    assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256).precision == "fp32"
+    # nncf missing: an explicit openvino-int8 names it, auto goes on in fp32
+    monkeypatch.setitem(sys.modules, "nncf", None)
+    runtimes._SESSIONS.clear()
+    with pytest.raises(TwoTowerError, match=r"runtime 'openvino-int8' needs nncf.*twotower\[cpu\]"):
+        runtimes.graph_for(minilm, "openvino-int8", texts=corpus[:5])
+    monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
+    assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus[:5]).precision == "fp32"

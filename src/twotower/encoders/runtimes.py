@@ -7,11 +7,17 @@ Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/a
   optimizer (Attention, EmbedLayerNormalization, SkipLayerNormalization, BiasGelu), on its CPU provider, fp32.
 - ``openvino``: OpenVINO's CPU plugin on the same ONNX graph; bf16 inference precision where the CPU has
   AVX512-BF16 / AMX (precision ``auto`` or ``bf16``), else fp32.
-- ``onnx-int8``: opt-in, never picked by ``auto``: ONNX Runtime on the fused graph with int8 MatMul and Attention
-  weights (dynamic quantization); checked on probe texts and on a sample of the texts it is asked to encode.
+- ``onnx-int8``: ONNX Runtime on the fused graph with int8 MatMul and Attention weights (dynamic quantization);
+  checked on probe texts and on a sample of the texts it is asked to encode.
+- ``openvino-int8``: OpenVINO on the graph statically quantized to int8 by NNCF, calibrated on a sample of the texts
+  it is asked to encode (:mod:`twotower.encoders.runtimes_int8`); checked like ``onnx-int8``.
 - ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts (the export and compile would
-  cost more than they save) and with ``compile``; otherwise the first runtime of :data:`AUTO_ORDER` for the precision
-  that can be had and passes its check, each failure logged with its reason, torch last.
+  cost more than they save) and with ``compile``; otherwise, with precision ``auto``: bf16 where it measures faster
+  than fp32; else, on a CPU with 8-bit dot-product instructions (VNNI / AMX), ``openvino-int8`` if its vectors keep
+  a cosine of at least :data:`AUTO_INT8_MIN_COSINE` to torch fp32 on the probe texts *and* on a sample of the texts
+  themselves (stricter than an explicit int8's :data:`MIN_COSINE`); else the first runtime of :data:`AUTO_ORDER`
+  for the precision that can be had and passes its check, each failure logged with its reason, torch last. A named
+  precision (``fp32``, ``bf16``) is kept: ``auto`` never quantizes what the caller pinned.
 
 Every graph runtime is verified against the torch tower (fp32) on :data:`PROBE_TEXTS` before it is used: the
 smallest cosine between the two embeddings of a text must reach :data:`MIN_COSINE` for its precision. An explicit
@@ -40,7 +46,8 @@ from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("auto", "torch", "onnx", "openvino", "onnx-int8")
+RUNTIMES = ("auto", "torch", "onnx", "openvino", "onnx-int8", "openvino-int8")
+INT8_RUNTIMES = ("onnx-int8", "openvino-int8")
 AUTO_MIN_TEXTS = 1000
 # auto's order of preference on a CPU, per precision. Precision auto, for a corpus: bf16 where the CPU has bf16
 # instructions *and* a bf16 matmul on the encoder's shape measures >= BF16_PAYS x the fp32 one (bf16_pays), else
@@ -51,7 +58,10 @@ AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
 BF16_PAYS = 1.2
 # smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
 MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
-INT8_SAMPLE = 32  # texts of the corpus itself, spread over it, that int8 must also encode within MIN_COSINE["int8"]
+# what auto's int8 must keep (probe texts and the sample of the corpus): sentence-transformers' backends are compared
+# at the same bar in benchmarks/cpu_backends.py
+AUTO_INT8_MIN_COSINE = 0.99
+INT8_SAMPLE = 64  # texts of the corpus itself, spread over it, that int8 must also encode within its bar
 PROBE_TEXTS = (
     "what is the effect of vitamin d on bone density?",
     "a",
@@ -112,35 +122,44 @@ def _weights_key(tower: torch.nn.Module) -> tuple:
 
 
 class GraphTower:
-    """``tower`` on a graph runtime (``onnx``, ``openvino`` or ``onnx-int8``) at ``precision``, verified against
-    the torch tower on :data:`PROBE_TEXTS`."""
+    """``tower`` on a graph runtime (``onnx``, ``openvino``, ``onnx-int8`` or ``openvino-int8``) at ``precision``,
+    verified against the torch tower on :data:`PROBE_TEXTS` (each text's cosine ≥ :data:`MIN_COSINE` of the
+    precision) and, for int8, on a sample of the first texts it encodes (≥ ``min_cosine``, by default the same bar).
+    ``openvino-int8`` is calibrated on ``texts`` (at ``max_length``)."""
 
-    def __init__(self, tower: TextEncoder, runtime: str, precision: str) -> None:
+    def __init__(self, tower: TextEncoder, runtime: str, precision: str, *, texts: Sequence[str] | None = None,
+                 max_length: int | None = None, min_cosine: float | None = None) -> None:
         from twotower.encoders.runtimes_graph import int8_graph, onnx_graph, ort_graph
         from twotower.encoders.runtimes_sessions import OpenVinoSession, OrtSession
 
-        if runtime not in ("onnx", "openvino", "onnx-int8"):
+        if runtime not in RUNTIMES[2:]:
             raise ValueError(runtime)
         # the runtime's package first: a missing one is named before anything is exported
-        session_cls = OpenVinoSession if runtime == "openvino" else OrtSession
         _import_runtime(runtime)
         self.tower, self.runtime, self.precision = tower, runtime, precision
-        graph = {"onnx-int8": int8_graph, "onnx": ort_graph, "openvino": onnx_graph}[runtime](tower)
-        self.graph = graph
-        self.session = (OpenVinoSession(graph, precision=precision) if session_cls is OpenVinoSession
-                        else OrtSession(graph, runtime=runtime))
-        self.sample_checked = True  # the probe check encodes through encode(), which must not sample yet
-        self.min_cosine = self.check(PROBE_TEXTS, "probe texts")
-        self.sample_checked = runtime != "onnx-int8"
+        self.need = min_cosine or MIN_COSINE[precision]  # on the texts themselves
+        if runtime == "openvino-int8":
+            from twotower.encoders.runtimes_int8 import openvino_int8_graph
 
-    def check(self, texts: Sequence[str], what: str) -> float:
+            if not texts:
+                raise TwoTowerError("runtime 'openvino-int8' calibrates on the texts it encodes: none were given")
+            self.graph = openvino_int8_graph(tower, texts, max_length or tower.max_length)
+        else:
+            self.graph = {"onnx-int8": int8_graph, "onnx": ort_graph, "openvino": onnx_graph}[runtime](tower)
+        self.session = (OpenVinoSession(self.graph, precision=precision) if runtime.startswith("openvino")
+                        else OrtSession(self.graph, runtime=runtime))
+        self.sample_min_cosine: float | None = None  # int8: on the sample of the texts, once checked
+        self.sample_checked = True  # the probe check encodes through encode(), which must not sample yet
+        self.min_cosine = self.check(PROBE_TEXTS, "probe texts", MIN_COSINE[precision])
+        self.sample_checked = runtime not in INT8_RUNTIMES
+
+    def check(self, texts: Sequence[str], what: str, need: float) -> float:
         """The smallest cosine between this runtime's and torch's (fp32) embeddings of ``texts``; a
-        :class:`TwoTowerError` below :data:`MIN_COSINE`."""
+        :class:`TwoTowerError` below ``need``."""
         ref = encode_texts(self.tower, texts, precision="fp32", show_progress=False)
         got = self.encode(texts, show_progress=False)
         cos = (got * ref).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
         worst = float(cos.min()) if len(cos) else 1.0
-        need = MIN_COSINE[self.precision]
         if not worst >= need:  # NaN fails too
             raise TwoTowerError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
                                 f"cosine {worst:.5f} < {need} (graph {self.graph})")
@@ -150,19 +169,24 @@ class GraphTower:
     def version(self) -> str:
         return self.session.version
 
+    def check_sample(self, texts: Sequence[str]) -> None:
+        """An int8 graph's check on :data:`INT8_SAMPLE` of ``texts``, spread over them (once per graph)."""
+        if self.sample_checked or not len(texts):
+            return
+        picks = np.unique(np.linspace(0, len(texts) - 1, num=min(INT8_SAMPLE, len(texts))).round().astype(int))
+        self.sample_checked = True  # before check(), which encodes through encode()
+        try:
+            worst = self.check([texts[i] for i in picks], f"{len(picks)} of the texts", self.need)
+        except TwoTowerError:
+            self.sample_checked = False
+            raise
+        self.sample_min_cosine = worst
+        log.info("int8 check on the texts: smallest cosine to torch fp32 %.4f (needs ≥ %s)", worst, self.need)
+
     def encode(self, texts: Sequence[str], *, max_length: int | None = None, batch_size: int | None = None,
                show_progress: bool = False, desc: str = "encoding") -> np.ndarray:
         """Embeddings (len(texts), dim), float32, in input order: length-sorted batches as torch encodes them."""
-        if not self.sample_checked and len(texts):
-            spread = np.linspace(0, len(texts) - 1, num=min(INT8_SAMPLE, len(texts))).round().astype(int)
-            self.sample_checked = True  # before check(), which encodes through here
-            try:
-                worst = self.check([texts[i] for i in np.unique(spread)], f"{len(np.unique(spread))} of the texts")
-            except TwoTowerError:
-                self.sample_checked = False
-                raise
-            log.info("int8 check on the texts: smallest cosine to torch fp32 %.4f (needs ≥ %s)", worst,
-                     MIN_COSINE["int8"])
+        self.check_sample(texts)
         max_length = max_length or self.tower.max_length
         out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
         bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
@@ -179,7 +203,7 @@ class GraphTower:
 def _import_runtime(runtime: str) -> None:
     from twotower.encoders.runtimes_sessions import _missing
 
-    package = "openvino" if runtime == "openvino" else "onnxruntime"
+    package = "openvino" if runtime.startswith("openvino") else "onnxruntime"
     try:
         import onnx  # noqa: F401  (torch.onnx.export writes through it)
 
@@ -192,29 +216,38 @@ def _import_runtime(runtime: str) -> None:
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _graph_tower(tower: TextEncoder, runtime: str, precision: str) -> GraphTower:
-    """The verified :class:`GraphTower`, cached on ``tower`` until its weights or torch's thread count change."""
+def _graph_tower(tower: TextEncoder, runtime: str, precision: str, *, texts: Sequence[str] | None = None,
+                 max_length: int | None = None, min_cosine: float | None = None) -> GraphTower:
+    """The verified :class:`GraphTower`, cached on ``tower`` until its weights or torch's thread count change (an
+    ``openvino-int8`` one per calibration sample of ``texts``)."""
     cache = _SESSIONS.setdefault(tower, {})
-    key = (runtime, precision, torch.get_num_threads())
+    key = (runtime, precision, torch.get_num_threads(), min_cosine)
+    if runtime == "openvino-int8" and texts:
+        from twotower.encoders.runtimes_int8 import calibration_sample, sample_hash
+
+        key += (sample_hash(calibration_sample(texts), max_length or tower.max_length),)
     hit = cache.get(key)
     if hit is not None and hit[0] == _weights_key(tower):
         return hit[1]
-    graph = GraphTower(tower, runtime, precision)
+    graph = GraphTower(tower, runtime, precision, texts=texts, max_length=max_length, min_cosine=min_cosine)
     cache[key] = (_weights_key(tower), graph)
     return graph
 
 
 def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_texts: int = 0,
-              compile: bool = False) -> GraphTower | None:
-    """The graph runtime that encodes ``n_texts`` texts with ``tower`` for ``runtime`` / ``precision``, or None for
-    torch. Explicit runtimes raise :class:`TwoTowerError` when they cannot be had; ``auto`` falls back, logging why."""
+              compile: bool = False, texts: Sequence[str] | None = None,
+              max_length: int | None = None) -> GraphTower | None:
+    """The graph runtime that encodes ``texts`` (or ``n_texts`` texts) with ``tower`` for ``runtime`` /
+    ``precision``, or None for torch; int8 runtimes calibrate on / check against ``texts`` at ``max_length``.
+    Explicit runtimes raise :class:`TwoTowerError` when they cannot be had; ``auto`` falls back, logging why."""
     check_runtime(runtime)
+    n_texts = len(texts) if texts is not None else n_texts
     device = next(tower.parameters()).device
     if runtime == "torch":
         _record(tower, {"runtime": "torch", "precision": resolve_precision(precision, device), "reason": "asked for"})
         return None
     if runtime == "auto":
-        return _auto(tower, precision, device, n_texts, compile)
+        return _auto(tower, precision, device, n_texts, compile, texts, max_length)
     if device.type != "cpu":
         raise TwoTowerError(f"runtime '{runtime}' runs on CPU; this model is on {device}: use device 'cpu' or "
                             "runtime 'torch'")
@@ -223,11 +256,12 @@ def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_te
     if runtime == "onnx" and precision == "bf16":
         raise TwoTowerError("runtime 'onnx' runs fp32 on CPU: use precision fp32, or runtime 'openvino' / 'torch' "
                             "for bf16")
-    if runtime == "onnx-int8" and precision not in ("auto", "int8"):
-        raise TwoTowerError(f"runtime 'onnx-int8' is int8; precision '{precision}' does not apply (leave it auto)")
-    target = {"onnx": "fp32", "onnx-int8": "int8"}.get(runtime) or resolve_precision(precision, device)
+    if runtime in INT8_RUNTIMES and precision not in ("auto", "int8"):
+        raise TwoTowerError(f"runtime '{runtime}' is int8; precision '{precision}' does not apply (leave it auto)")
+    target = "int8" if runtime in INT8_RUNTIMES else "fp32" if runtime == "onnx" else resolve_precision(precision,
+                                                                                                        device)
     try:
-        graph = _graph_tower(tower, runtime, target)
+        graph = _graph_tower(tower, runtime, target, texts=texts, max_length=max_length)
     except TwoTowerError as exc:
         raise TwoTowerError(f"{exc} (or use runtime 'torch')") from exc
     _record(tower, _graph_choice(graph, "asked for"))
@@ -235,8 +269,11 @@ def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_te
 
 
 def _graph_choice(graph: GraphTower, reason: str) -> dict:
-    return {"runtime": graph.runtime, "precision": graph.precision, "reason": reason,
-            "min_cosine_vs_torch": round(graph.min_cosine, 6), "version": graph.version}
+    choice = {"runtime": graph.runtime, "precision": graph.precision, "reason": reason,
+              "min_cosine_vs_torch": round(graph.min_cosine, 6), "version": graph.version}
+    if graph.sample_min_cosine is not None:
+        choice["min_cosine_on_texts"] = round(graph.sample_min_cosine, 6)
+    return choice
 
 
 @functools.cache
@@ -262,7 +299,8 @@ def bf16_pays() -> bool:
     return pays
 
 
-def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int, compile: bool) -> GraphTower | None:
+def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int, compile: bool,
+          texts: Sequence[str] | None, max_length: int | None) -> GraphTower | None:
     target = resolve_precision(precision, device)
     torch_choice = {"runtime": "torch", "precision": target}
     if device.type != "cpu":
@@ -279,6 +317,11 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
         torch_choice["precision"] = target
     bf16 = "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
     skipped = []
+    if precision == "auto" and target == "fp32" and texts:
+        graph = _auto_int8(tower, texts, max_length)
+        if graph is not None:
+            return graph
+        skipped.append("openvino-int8 did not pass")
     for candidate in AUTO_ORDER[target]:
         if candidate == "torch":
             break
@@ -288,11 +331,33 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
             log.warning("auto runtime: not %s (%s); trying the next", candidate, exc)
             skipped.append(f"{candidate} unavailable")
             continue
-        _record(tower, _graph_choice(graph, f"auto: fastest {target} runtime measured on CPUs with {bf16}"))
+        why = f"auto: fastest {target} runtime measured on CPUs with {bf16}"
+        _record(tower, _graph_choice(graph, why if not skipped else f"{why}; {', '.join(skipped)}"))
         return graph
     reason = f"auto: fastest {target} runtime on CPUs with {bf16}" if not skipped else "auto: " + ", ".join(skipped)
     _record(tower, {**torch_choice, "reason": reason})
     return None
+
+
+def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> GraphTower | None:
+    """``openvino-int8`` calibrated on ``texts`` where the CPU has 8-bit dot products and the graph passes the int8
+    check on the probe texts and keeps :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else None,
+    logging why."""
+    from twotower.encoders.runtimes_graph import _isa
+
+    if _isa() != "vnni":
+        log.info("auto runtime: no int8 (this CPU has no 8-bit dot-product instructions: VNNI / AMX)")
+        return None
+    try:
+        graph = _graph_tower(tower, "openvino-int8", "int8", texts=texts, max_length=max_length,
+                             min_cosine=AUTO_INT8_MIN_COSINE)
+        graph.check_sample(texts)
+    except TwoTowerError as exc:
+        log.warning("auto runtime: not openvino-int8 (%s); encoding in fp32", exc)
+        return None
+    _record(tower, _graph_choice(graph, f"auto: int8 on a CPU with VNNI, cosine to fp32 ≥ {AUTO_INT8_MIN_COSINE} "
+                                        f"on {INT8_SAMPLE} of these texts"))
+    return graph
 
 
 def encode_with_runtime(
@@ -302,7 +367,7 @@ def encode_with_runtime(
 ) -> np.ndarray:
     """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`)."""
     runtime = runtime or current_runtime()
-    graph = graph_for(tower, runtime, precision, n_texts=len(texts), compile=compile)
+    graph = graph_for(tower, runtime, precision, compile=compile, texts=texts, max_length=max_length)
     used = _used.get()
     if used is not None:
         used[desc.removeprefix("encoding ")] = last_choice(tower)
