@@ -34,8 +34,8 @@ def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict |
     columns = list(dict.fromkeys(k for r in rows for k in r))
     lines = [f"# {name}", "", f"Command: `{payload['command']}`", "",
              f"Machine: {payload['machine']['cpu']}, {payload['machine']['cores']} cores, torch {payload['machine']['torch']}"
-             + {True: ", fast bf16 (AMX/AVX512-BF16)", False: ", no fast bf16 (precision auto = fp32)"}.get(
-                 payload["machine"].get("fast_bf16"), ""), ""]
+             + (f", CPU flags {' '.join(payload['machine']['cpu_flags'])}" if payload["machine"].get("cpu_flags")
+                else ""), ""]
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("|" + "|".join("---" for _ in columns) + "|")
     for r in rows:

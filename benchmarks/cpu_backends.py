@@ -34,18 +34,13 @@ import torch
 
 from _common import cached_row, encoding_parser, load_average, test_documents, vector_metrics, write_results
 from speed import attention_gflops, encoder_flops, matmul_gflops
+from twotower.analysis._common import cpu_flags
 from twotower.encoders import runtimes
 from twotower.encoders.backbone import default_model_path
 from twotower.encoders.inference import cpu_has_fast_bf16, encode_texts
 from twotower.encoders.towers import DualEncoder
 
-FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 ST_TORCH = "sentence-transformers torch fp32"
-
-
-def cpu_flags() -> list[str]:
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    return [f for f in FLAGS if f in flags]
 
 
 def cpu_kind(flags: list[str]) -> str:

@@ -343,7 +343,9 @@ def test_no_train_labels_gives_zero_shot_hybrid(tiny_bert_dir, tmp_path):
     assert json.loads((tmp_path / "out" / "fit.json").read_text())["choices"]["note"] == result.message
 
 
-def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
+def test_cli_fit_and_eval(tiny_bert_dir, tmp_path, caplog):
+    import logging
+
     from typer.testing import CliRunner
 
     from twotower.cli import app
@@ -354,9 +356,11 @@ def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
     out = tmp_path / "fit"
     args = ["fit", "--data", str(data), "--out", str(out), "--model", str(tiny_bert_dir), "--min-dev", "4",
             "--batch-size", "4", "--epochs", "1", "--no-mine", "--no-progress", "--precision", "fp32"]
-    res = runner.invoke(app, args)
+    with caplog.at_level(logging.INFO, logger="twotower.encoders.runtimes"):
+        res = runner.invoke(app, [*args, "--runtime", "onnx"])
     assert res.exit_code == 0, res.output
     assert "model saved to" in res.output
+    assert "encoding with onnx fp32 (asked for)" in caplog.text  # --runtime reached the corpus encoding
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "already done" in res.output
     mode = json.loads((out / "model" / "twotower.json").read_text())["retrieval"]["mode"]
@@ -370,6 +374,8 @@ def test_cli_fit_and_eval(tiny_bert_dir, tmp_path):
     assert bad.exit_code == 2 and "--margins" in bad.output
     bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o4"), "--margins", "1.5"])
     assert bad.exit_code == 2 and "margins" in bad.output and not (tmp_path / "o4").exists()
+    bad = runner.invoke(app, ["fit", "--data", str(data), "--out", str(tmp_path / "o5"), "--runtime", "tvm"])
+    assert bad.exit_code == 2 and "runtime 'tvm'" in bad.output and not (tmp_path / "o5").exists()
 
 
 ZH_DOCS = ["猫喜欢在阳光下睡觉", "狗在公园里追球", "茶叶来自中国南方的山区", "河水流向东边的大海", "鸟在树上唱歌",

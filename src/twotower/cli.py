@@ -15,7 +15,8 @@ from rich.table import Table
 
 import twotower as tt
 
-from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
+from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
+                              RUNTIME_HELP)
 from twotower.console import console, warn
 from twotower.console import fail as _fail
 from twotower.errors import TwoTowerError
@@ -93,8 +94,7 @@ def eval_cmd(
         help="ME-BERT m (without --index; default: the m the model was trained with, else 8)."),
     prf_depth: Optional[int] = typer.Option(None, "--prf-depth", help=PRF_DEPTH_HELP),
     prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
-    runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
-                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
+    runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     if rerank_depth is not None and rerank is None:

@@ -30,8 +30,21 @@ def machine_info() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "fast_bf16": cpu_has_fast_bf16(),  # AMX / AVX512-BF16: what precision auto resolves to on CPU
+        "fast_bf16": cpu_has_fast_bf16(),  # the AMX / AVX512-BF16 flags (not a measured speed: see encoders/runtimes)
+        "cpu_flags": cpu_flags(),
     }
+
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """Which of :data:`CPU_FLAGS` this CPU has (what decides the int8 / bf16 kernels), from /proc/cpuinfo."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    return [f for f in CPU_FLAGS if f in flags]
 
 
 def pyplot():

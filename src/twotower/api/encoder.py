@@ -78,7 +78,7 @@ class Encoder:
         """Load a model by name or directory (None: all-MiniLM-L6-v2) onto ``device`` (``auto`` | ``cpu`` |
         ``cuda`` | ``cuda:N``). ``precision``: ``auto`` (bf16 where the CPU or GPU has fast bf16), ``fp32`` or
         ``bf16``. ``pooling`` and the max lengths override the model's own. ``runtime``: ``auto`` | ``torch`` |
-        ``onnx`` | ``openvino`` | ``onnx-int8`` (CPU runtimes, docs/guides/cpu-runtimes.md).
+        ``onnx`` | ``openvino`` | ``onnx-int8`` | ``openvino-int8`` (CPU runtimes, docs/guides/cpu-runtimes.md).
 
         Example::
 

@@ -50,8 +50,8 @@ def evaluate(
     A model fitted by :func:`twotower.fit` brings its own mode, λ and re-ranker unless given. ``dataset``: a
     :class:`~twotower.Dataset` or a BEIR folder (``split``, default ``test``). ``metrics``: e.g. ``("ndcg@10",
     "recall@100", "map@1000", "mrr@10", "p@1", "acc@5")``; by default nDCG@10, Recall@100, MRR@10, P@1, Recall@1000.
-    ``runtime``: what encodes on a CPU, ``auto`` | ``torch`` | ``onnx`` | ``openvino`` | ``onnx-int8`` (None: an
-    Encoder's own, else auto); what ran is in the result's ``runtime``.
+    ``runtime``: what encodes on a CPU, ``auto`` | ``torch`` | ``onnx`` | ``openvino`` | ``onnx-int8`` |
+    ``openvino-int8`` (None: an Encoder's own, else auto); what ran is in the result's ``runtime``.
 
     Example::
 

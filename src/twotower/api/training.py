@@ -70,8 +70,8 @@ def _fit_data(data, out: Path, split: str | None) -> tuple[Path, str | None]:
 def fit(data, out: str | Path, *, model: str | None = None, split: str | None = None, epochs: float | None = None,
         lr: float | None = None, batch_size: int | None = None, mine: bool | None = None,
         mined_epochs: float | None = None, reranker: bool = False, language: str | None = None,
-        seed: int | None = None, precision: str = "auto", device: str = "auto", show_progress: bool = True,
-        **recipe) -> FitResult:
+        seed: int | None = None, precision: str = "auto", device: str = "auto", runtime: str = "auto",
+        show_progress: bool = True, **recipe) -> FitResult:
     """The best retriever for one data set: fine-tune on its judged train queries (a seeded 20% held out as dev),
     mine hard negatives with the fine-tuned model, retrain, then choose the encoder and the retrieval (dense, a
     BM25 hybrid with its λ and normalisation, or RRF; optionally a re-ranker) by dev nDCG@10. The test split is never
@@ -80,6 +80,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     ``data``: a BEIR folder or a :class:`~twotower.Dataset` (one built in memory is saved to ``out/data``).
     ``out``: the fit folder (``model/``, ``fit.json``, ``stages/``); a rerun resumes after the last finished stage.
     Any other :class:`~twotower.FitRecipe` field can be given by name (e.g. ``rank_to=30``, ``lambdas=(0.3, 0.5)``).
+    ``runtime``: what encodes the corpus and queries on a CPU (``auto`` | ``torch`` | ``onnx`` | ``openvino`` |
+    ``onnx-int8`` | ``openvino-int8``; docs/guides/cpu-runtimes.md).
 
     Example::
 
@@ -88,8 +90,10 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
         result = tt.fit("my-beir-dir", "fitted", epochs=1, mine=False, show_progress=False)
         index = tt.Index.build("fitted-index", "my-beir-dir", encoder=result.model)
     """
+    from twotower.encoders.runtimes import check_runtime, using_runtime
     from twotower.training.fit import FitOptions, run_fit
 
+    check_runtime(runtime)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TwoTowerError(f"out {out}: exists and is not a directory")
@@ -104,8 +108,9 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     for key in ("margins", "lambdas", "matryoshka", "matryoshka_weights"):
         if settings.get(key) is not None:
             settings[key] = tuple(settings[key])
-    result = run_fit(folder, out, FitRecipe(**settings), FitOptions(precision=precision, device=device,
-                                                                   show_progress=show_progress))
+    with using_runtime(runtime):
+        result = run_fit(folder, out, FitRecipe(**settings), FitOptions(precision=precision, device=device,
+                                                                       show_progress=show_progress))
     return FitResult(out=result.out, model=result.model, report=result.report, computed=list(result.computed),
                      message=result.message)
 

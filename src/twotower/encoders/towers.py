@@ -34,7 +34,7 @@ class EncodeOptions:
     precision: str = "auto"
     show_progress: bool = True
     compile: bool = False  # torch.compile the forward pass (pays off on thousands of texts; see inference.py)
-    runtime: str | None = None  # auto | torch | onnx | openvino | onnx-int8; None: runtimes.current_runtime()
+    runtime: str | None = None  # auto | torch | onnx | openvino | (onnx|openvino)-int8; None: runtimes.current_runtime()
 
 
 def new_projection(in_features: int, out_features: int, *, layer_norm: bool = False) -> Projection:

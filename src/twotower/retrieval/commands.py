@@ -11,7 +11,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.console import BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP
+    from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
+                                  RUNTIME_HELP)
     import twotower as tt
     from twotower.console import console
     from twotower.console import fail as _fail
@@ -63,8 +64,7 @@ def register(app: typer.Typer) -> None:
                                           ".db) or a server http(s)://host:19530 (token: $TWOTOWER_MILVUS_TOKEN)."),
         collection: Optional[str] = typer.Option(None, "--collection", help="--backend milvus: the collection "
                                                  "(default: twotower_<name of --out>)."),
-        runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
-                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
+        runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     ) -> None:
         """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
         try:
@@ -100,8 +100,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
         compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
-        runtime: str = typer.Option("auto", "--runtime", help="What encodes on a CPU: auto (per CPU, see "
-                                   "docs/guides/cpu-runtimes.md) | torch | onnx | openvino | onnx-int8 (opt-in)."),
+        runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     ) -> None:
         """Encode only the new documents and add them as a new index version."""
         try:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP, LANGUAGE_HELP
+from twotower.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
 from twotower import FitRecipe
 
 _D = FitRecipe()  # the recipe's defaults are the options' defaults
@@ -48,6 +48,7 @@ def fit_cmd(
     seed: int = typer.Option(42),
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Fine-tune, mine, retrain and tune the hybrid on held-out train queries: the best retriever for DATA.
@@ -78,7 +79,8 @@ def fit_cmd(
         result = tt.fit(data, out, **({"margins": grid} if grid else {}), **mrl, model=model, split=split,
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
-                        rerank_depth=rerank_depth, precision=precision, device=device, show_progress=progress)
+                        rerank_depth=rerank_depth, precision=precision, device=device, runtime=runtime,
+                        show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     if result.message:
