@@ -207,7 +207,7 @@ def test_auto_choices(tiny_bert_dir, home, monkeypatch):
     assert used["documents"]["runtime"] == "torch" and runtimes.current_runtime() == "auto"
 
 
-def test_api_and_cli_runtime(tiny_bert_dir, tiny_beir, home, tmp_path):
+def test_api_and_cli_runtime(tiny_bert_dir, tiny_beir, home, tmp_path, caplog):
     import twotower as tt
     from typer.testing import CliRunner
 
@@ -227,6 +227,14 @@ def test_api_and_cli_runtime(tiny_bert_dir, tiny_beir, home, tmp_path):
     assert out.exit_code == 0, out.output
     bad = runner.invoke(app, ["eval", "--data", str(tiny_beir), "--model", str(tiny_bert_dir), "--runtime", "tvm"])
     assert bad.exit_code != 0 and "runtime 'tvm': choose one of" in bad.output
+    with caplog.at_level(logging.INFO, logger="twotower.encoders.runtimes"):
+        out = runner.invoke(app, ["mine", "--data", str(tiny_beir), "--split", "test", "--out", str(tmp_path / "m.jsonl"),
+                                  "--retriever", "model", "--model", str(tiny_bert_dir), "--runtime", "onnx",
+                                  "--rank-from", "1", "--num-negatives", "1", "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert "encoding with onnx" in caplog.text  # mine's corpus went through the runtime asked for
+    bad = runner.invoke(app, ["mine", "--data", str(tiny_beir), "--out", str(tmp_path / "m2.jsonl"), "--runtime", "x"])
+    assert bad.exit_code == 2 and "runtime 'x'" in bad.output and not (tmp_path / "m2.jsonl").exists()
 
 
 def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monkeypatch):

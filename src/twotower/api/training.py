@@ -181,24 +181,29 @@ def pretrain(config, pretraining, *, resume: bool = False) -> Path:
 @user_errors
 def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: str = "bm25",
          model: str | None = None, num_negatives: int = 4, rank_from: int = 3, rank_to: int = 50, seed: int = 0,
-         language: str = "en", precision: str = "auto", device: str = "auto", show_progress: bool = True) -> int:
+         language: str = "en", precision: str = "auto", device: str = "auto", runtime: str = "auto",
+         show_progress: bool = True) -> int:
     """Mine hard negatives for a BEIR split's judged pairs: ``num_negatives`` sampled from ranks ``rank_from`` to
     ``rank_to`` of ``retriever`` (``bm25`` or ``model``), judged documents excluded; writes a pairs JSONL
     (``query``, ``positive``, ``negatives``) for ``StageConfig(pairs=...)`` and returns the number of examples.
+    ``runtime``: what encodes on a CPU for ``retriever="model"`` (docs/guides/cpu-runtimes.md).
 
     Example::
 
         n = tt.mine("my-beir-dir", "pairs.jsonl", split="train", num_negatives=2)
     """
     from twotower.data.beir import beir_files
+    from twotower.encoders.runtimes import check_runtime, using_runtime
     from twotower.io import check_not_inputs, check_output_file
     from twotower.training.pipeline import mine_pairs
 
+    check_runtime(runtime)
     check_output_file(out, "out")  # before any loading
     check_not_inputs((("out", out),), beir_files(data))
-    return mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
-                      rank_range=(rank_from, rank_to), seed=seed, show_progress=show_progress, precision=precision,
-                      device=device, language=language)
+    with using_runtime(runtime):
+        return mine_pairs(data, split, out, retriever=retriever, model=model, num_negatives=num_negatives,
+                          rank_range=(rank_from, rank_to), seed=seed, show_progress=show_progress,
+                          precision=precision, device=device, language=language)
 
 
 @user_errors

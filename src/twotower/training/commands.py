@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP, LANGUAGE_HELP
+from twotower.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -157,6 +157,7 @@ def mine_cmd(
     rank_to: int = typer.Option(50, "--rank-to", min=1),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     progress: bool = typer.Option(True),
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
@@ -168,7 +169,7 @@ def mine_cmd(
         tt.check_outputs(("--out", out), data=data)  # before any loading
         n = tt.mine(data, out, split=split, retriever=retriever, model=model, num_negatives=num_negatives,
                     rank_from=rank_from, rank_to=rank_to, seed=seed, show_progress=progress, device=device,
-                    language=language)
+                    language=language, runtime=runtime)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     print(f"wrote {n} examples to {out}")
