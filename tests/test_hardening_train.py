@@ -357,6 +357,7 @@ def test_pretraining_on_one_chunk_is_refused(tmp_path, tiny_bert_dir):
     assert res.exit_code == 2, res.output
     assert "1 chunk to pre-train on (1 document)" in text and "nothing is learned" in text, text
     assert not (out / "model").exists() and not (out / "train_log.json").exists()
+    assert not out.exists()  # no half-started run folder (its pretrain_config.json) is left behind
 
 
 def test_fit_refuses_before_zero_shot_when_training_cannot_learn(tmp_path, tiny_bert_dir):

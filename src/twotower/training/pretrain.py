@@ -178,9 +178,18 @@ def pretrain(train: TrainConfig, config: PretrainConfig, *, resume: bool = False
     objective = ContrastivePretraining(config)
     out = Path(train.out)
     trainer = Trainer(train, objective=objective)  # the model and its settings (lengths...) checked first
+    created, config_path = not out.exists(), out / "pretrain_config.json"
+    had_config = config_path.exists()
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "pretrain_config.json", asdict(config))
-    trainer.train(resume=resume)
+    atomic_write_json(config_path, asdict(config))
+    try:
+        trainer.train(resume=resume)
+    except TwoTowerError:  # refused (the corpus, a checkpoint): leave no run folder that looks started
+        if not had_config and not (out / "train_log.json").exists():
+            config_path.unlink(missing_ok=True)
+            if created and not any(out.iterdir()):
+                out.rmdir()
+        raise
     return out / "model"
 
 
