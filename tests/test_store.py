@@ -159,6 +159,11 @@ def test_checksum_and_not_an_index(store, tmp_path):
     (tmp_path / "junk" / "f.txt").write_text("x")
     with pytest.raises(IndexStoreError, match="exists and is not an index directory"):
         IndexStore.build(tmp_path / "junk", _docs(["a"]), model=MODEL, show_progress=False)
+    (tmp_path / "fitted" / "model").mkdir(parents=True)  # a fit folder: said, with the way to index its model
+    (tmp_path / "fitted" / "fit.json").write_text("{}")
+    with pytest.raises(IndexStoreError, match=r"not an index directory \(it holds fit.json: a fit folder; index its "
+                                              r"model with --model .*fitted/model\)"):
+        IndexStore.build(tmp_path / "fitted", _docs(["a"]), model=MODEL, show_progress=False)
 
 
 def test_bad_kind_and_small_pq(tmp_path):

@@ -70,7 +70,11 @@ def check_target(root: Path) -> None:
     if root.exists() and not root.is_dir():
         raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new --out")
     if root.is_dir() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
-        raise IndexStoreError(f"{root}: exists and is not an index directory; choose an empty or new --out")
+        what = next((f" (it holds {name}: {kind})" for name, kind in (
+            ("fit.json", "a fit folder; index its model with --model " + str(root / "model")),
+            ("twotower.json", "a model"), ("train_log.json", "a training run"), ("corpus.jsonl", "a data set"))
+            if (root / name).exists()), "")
+        raise IndexStoreError(f"{root}: exists and is not an index directory{what}; choose an empty or new --out")
 
 
 def discard_unfinished(root: Path, *, created: bool) -> None:
