@@ -208,12 +208,12 @@ def test_langchain_batch_runs_searches_from_threads(index):
 
 
 def test_searches_of_one_index_run_one_at_a_time(index, monkeypatch):
-    """Concurrent async calls of both retrievers over one index never overlap inside Index.search (its fast
-    tokenizer fails under concurrent calls): each search holds the floor for 50 ms, so without the per-index lock
+    """Concurrent async calls of both retrievers over one index never overlap inside the index's searcher (its fast
+    tokenizer fails under concurrent calls): each search holds the floor for 50 ms, so without the Index's lock
     the worker threads would overlap."""
     active, most = [0], [0]
     guard = threading.Lock()
-    real_search = index.search
+    real_search = index._searcher.run
 
     def counting_search(*args, **kwargs):
         with guard:
@@ -227,7 +227,7 @@ def test_searches_of_one_index_run_one_at_a_time(index, monkeypatch):
                 active[0] -= 1
 
     lc, li = LangChainRetriever(index, k=2, mode="dense"), LlamaRetriever(index, k=2, mode="dense")
-    monkeypatch.setattr(index, "search", counting_search)
+    monkeypatch.setattr(index._searcher, "run", counting_search)
 
     async def main():
         return await asyncio.gather(*(lc.ainvoke(q) for q in QUERIES), *(li.aretrieve(q) for q in QUERIES))

@@ -1,10 +1,8 @@
 """What the framework retrievers share: the index they take (an Index or its path), their search options checked
-when the retriever is made, one search at a time per index, and a hit's text as twotower joins title and text."""
+when the retriever is made, and a hit's text as twotower joins title and text."""
 
 from __future__ import annotations
 
-import threading
-import weakref
 from pathlib import Path
 
 from twotower.api.index import Hit, Index
@@ -78,26 +76,12 @@ def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth
             "rerank": rerank, "rerank_depth": rerank_depth, "ef_search": ef_search, "nprobe": nprobe}
 
 
-# Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed"), and the encoder and FAISS use every
-# core anyway: one search at a time per index (serve/state.py does the same), whichever thread or retriever asks.
-_LOCKS: "weakref.WeakKeyDictionary[Index, threading.Lock]" = weakref.WeakKeyDictionary()
-_LOCKS_LOCK = threading.Lock()
-
-
-def _lock(index: Index) -> threading.Lock:
-    with _LOCKS_LOCK:
-        lock = _LOCKS.get(index)
-        if lock is None:
-            lock = _LOCKS[index] = threading.Lock()
-        return lock
-
-
 def search(index: Index, query: str, k: int, options: dict) -> list[Hit]:
-    """``index.search(query, k, **options)``, one at a time per index."""
+    """``index.search(query, k, **options)`` for one non-empty query (the Index runs one search at a time, whichever
+    thread or retriever asks: Hugging Face fast tokenizers fail under concurrent calls)."""
     if not isinstance(query, str) or not query.strip():
         raise TwoTowerError(f"query {query!r}: empty or not a string; give the text to search for")
-    with _lock(index):
-        return index.search(query, k, **options)
+    return index.search(query, k, **options)
 
 
 def joined_text(hit: Hit) -> str:
