@@ -135,3 +135,21 @@ def scifact() -> Path:
     """BEIR SciFact (both splits); every test that reads it takes this fixture, so it skips, with the
     missing path as the reason, where the shared data is absent."""
     return require_data(SCIFACT, SCIFACT_FILES)
+
+
+@pytest.fixture(scope="session")
+def tiny_ce_dir(tmp_path_factory):
+    """A random-weight 2-layer BERT cross-encoder with one output label (the default model's tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from twotower.encoders.backbone import default_model_path
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-ce")
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    BertForSequenceClassification(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -57,24 +57,6 @@ def dense_only(tiny_bert_dir, tmp_path_factory) -> tt.Index:
                           precision="fp32", show_progress=False)
 
 
-@pytest.fixture(scope="module")
-def tiny_ce_dir(tmp_path_factory):
-    """A random-weight 2-layer BERT cross-encoder with one output label."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from twotower.encoders.backbone import default_model_path
-
-    torch.manual_seed(1)
-    path = tmp_path_factory.mktemp("tiny-ce")
-    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, num_labels=1)
-    BertForSequenceClassification(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def _joined(hit: tt.Hit) -> str:
     return f"{hit.title} {hit.text}" if hit.title else hit.text
 

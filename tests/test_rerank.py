@@ -13,22 +13,6 @@ from twotower.errors import ModelError
 from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, mine_negatives, train_reranker
 
 
-@pytest.fixture(scope="session")
-def tiny_ce_dir(tmp_path_factory):
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from twotower.encoders.backbone import default_model_path
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-ce")
-    tok = AutoTokenizer.from_pretrained(str(default_model_path()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, num_labels=1)
-    BertForSequenceClassification(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def _direct_scores(path, pairs):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
