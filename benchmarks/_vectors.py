@@ -40,7 +40,7 @@ def scifact_vectors(precision: str = "auto") -> tuple[list[str], np.ndarray, lis
     corpus = load_corpus(DATA / "scifact" / "corpus.jsonl")
     queries = load_queries(DATA / "scifact" / "queries.jsonl")
     model = DualEncoder.load(None)
-    opts = EncodeOptions(precision=precision)
+    opts = EncodeOptions(precision=meta["precision"])  # pinned: auto would encode a big corpus in int8 on VNNI
     doc_ids, qids = list(corpus), list(queries)
     docs = model.encode_documents([corpus[d].full_text for d in doc_ids], opts)
     qv = model.encode_queries([queries[q] for q in qids], opts)
