@@ -247,6 +247,14 @@ def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monk
     monkeypatch.setattr(runtimes, "AUTO_ORDER", {"bf16": ("torch",), "fp32": ("onnx", "torch")})
     assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None
     assert runtimes.last_choice(tower)["precision"] == "bf16"
+    # a handful of texts (torch, no export) follows the same measurement, not the CPU's flags
+    monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1000)
+    assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None
+    assert runtimes.last_choice(tower)["precision"] == "bf16"
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)
+    assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None
+    assert runtimes.last_choice(tower)["precision"] == "fp32"
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
     # and torch then encodes in bf16, as asked: the same vectors as encode_texts' bf16 path
     texts = ["green tea", "a longer text about coffee and tea"]
     np.testing.assert_array_equal(

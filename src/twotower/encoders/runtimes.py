@@ -306,15 +306,15 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
     if device.type != "cpu":
         _record(tower, {**torch_choice, "reason": f"auto: the model is on {device.type}"})
         return None
+    if precision == "auto":  # measured, not read off the flags: some CPUs with AVX512-BF16 run bf16 no faster
+        target = "bf16" if bf16_pays() else "fp32"
+        torch_choice["precision"] = target
     if compile:
         _record(tower, {**torch_choice, "reason": "auto: compile asks for torch"})
         return None
     if n_texts < AUTO_MIN_TEXTS:
         _record(tower, {**torch_choice, "reason": f"auto: {n_texts} texts (< {AUTO_MIN_TEXTS}, not worth an export)"})
         return None
-    if precision == "auto":  # measured, not read off the flags: some CPUs with AVX512-BF16 run bf16 no faster
-        target = "bf16" if bf16_pays() else "fp32"
-        torch_choice["precision"] = target
     bf16 = "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
     skipped = []
     if precision == "auto" and target == "fp32" and texts:
