@@ -208,7 +208,7 @@ def drain_milvus_lite(uri: str, collection: str) -> int:
     return col._ensure_loaded_segments_indexed()
 
 
-def scale_store_row(args, new, query_vecs: dict, queries: dict, qrels: dict) -> dict:
+def scale_store_rows(args, new, query_vecs: dict, queries: dict, qrels: dict) -> list[dict]:
     """One store (``args.scale_store``) over the SciFact documents among ``args.scale`` distractors, in a process
     of its own so that its memory is its own: build, search, measure."""
     import faiss
@@ -242,12 +242,19 @@ def scale_store_row(args, new, query_vecs: dict, queries: dict, qrels: dict) -> 
     lat = latency(lambda t: searcher.run({"q": t}, 10, mode="dense", ef_search=EF), list(queries.values()))
     disk = folder_bytes(path) + (folder_bytes(args.work / "scale.db") if store_name == "milvus" else 0)
     serve_rss = _status_mb("VmRSS")
-    return {"system": f"{store_name} dense hnsw", "distractors": n, "ndcg@10": m["ndcg@10"],
-            "recall@100": m["recall@100"], **lat, "ingest_docs_per_s": len(ids) / build_s, "build_s": build_s,
-            "disk_mb": disk / 2**20, "peak_rss_mb": _status_mb("VmHWM"), "input_rss_mb": input_rss,
-            "serve_rss_mb": serve_rss, "hnsw_m": args.scale_m, "ef_construction": args.scale_efc, "ef_search": EF,
-            "build_threads": args.build_threads, **({"segments_indexed_after_drain": pending}
-                                                    if store_name == "milvus" else {})}
+    rows = [{"system": f"{store_name} dense hnsw", "distractors": n, "ndcg@10": m["ndcg@10"],
+             "recall@100": m["recall@100"], **lat, "ingest_docs_per_s": len(ids) / build_s, "build_s": build_s,
+             "disk_mb": disk / 2**20, "peak_rss_mb": _status_mb("VmHWM"), "input_rss_mb": input_rss,
+             "serve_rss_mb": serve_rss, "hnsw_m": args.scale_m, "ef_construction": args.scale_efc, "ef_search": EF,
+             "build_threads": args.build_threads, **({"segments_indexed_after_drain": pending}
+                                                     if store_name == "milvus" else {})}]
+    for ef in args.more_ef:  # the same index searched with a larger ef: recall bought with latency
+        run = searcher.run(queries, K_EVAL, mode="dense", ef_search=ef)
+        m = evaluate(qrels, run, ("ndcg@10", "recall@100"))
+        lat = latency(lambda t: searcher.run({"q": t}, 10, mode="dense", ef_search=ef), list(queries.values()))
+        rows.append({**rows[0], "ndcg@10": m["ndcg@10"], "recall@100": m["recall@100"], **lat, "ef_search": ef,
+                     "peak_rss_mb": _status_mb("VmHWM"), "serve_rss_mb": _status_mb("VmRSS")})
+    return rows
 
 
 def scale_rows(args) -> list[dict]:
@@ -256,15 +263,15 @@ def scale_rows(args) -> list[dict]:
     import subprocess
 
     rows = []
-    for store_name in ("faiss", "milvus"):
+    for store_name in args.scale_stores:
         out = args.work / f"row-{store_name}.json"
         cmd = [sys.executable, __file__, "--scale", str(args.scale), "--scale-store", store_name, "--work",
                str(args.work), "--scale-m", str(args.scale_m), "--scale-efc", str(args.scale_efc),
-               "--build-threads", str(args.build_threads)]
+               "--build-threads", str(args.build_threads), "--more-ef", *map(str, args.more_ef)]
         subprocess.run(cmd, check=True)
-        row = json.loads(out.read_text())
-        print(row, flush=True)
-        rows.append(row)
+        for row in json.loads(out.read_text()):
+            print(row, flush=True)
+            rows.append(row)
         shutil.rmtree(args.work / f"scale-{store_name}", ignore_errors=True)
         shutil.rmtree(args.work / "scale.db", ignore_errors=True)
     return rows
@@ -279,6 +286,10 @@ def main() -> None:
     parser.add_argument("--scale-efc", type=int, default=100, help="HNSW efConstruction of both in the scale part")
     parser.add_argument("--build-threads", type=int, default=2, help="FAISS OpenMP threads while building (the "
                         "scale part; searches run on one)")
+    parser.add_argument("--scale-stores", nargs="+", choices=("faiss", "milvus"), default=["faiss", "milvus"],
+                        help="The stores the scale part measures (default both)")
+    parser.add_argument("--more-ef", type=int, nargs="*", default=[], help="Scale part: also search each built "
+                        "index with these HNSW ef values (extra rows)")
     parser.add_argument("--scale-store", choices=("faiss", "milvus"), help=argparse.SUPPRESS)
     parser.add_argument("--rewrite-notes", action="store_true", help="Only rewrite the results' markdown notes")
     args = parser.parse_args()
@@ -302,8 +313,8 @@ def main() -> None:
                   np.ascontiguousarray(doc_vecs, dtype=np.float32))
 
     if args.scale_store:  # a child of scale_rows: one store, its row to row-<store>.json
-        row = scale_store_row(args, new, query_vecs, queries, qrels)
-        (args.work / f"row-{args.scale_store}.json").write_text(json.dumps(row, indent=1))
+        rows = scale_store_rows(args, new, query_vecs, queries, qrels)
+        (args.work / f"row-{args.scale_store}.json").write_text(json.dumps(rows, indent=1))
         return
     if args.scale or args.rewrite_notes:
         saved = json.loads((RESULTS / "milvus_scifact.json").read_text())
@@ -316,11 +327,12 @@ def main() -> None:
             if args.work.exists():
                 shutil.rmtree(args.work)
             args.work.mkdir(parents=True)
-            # scale rows of this scale, or measured before the per-store processes (build_threads), are replaced
-            rows = [r for r in rows if "distractors" not in r or ("build_threads" in r and r["distractors"] !=
-                                                                  args.scale)]
-            rows += scale_rows(args)
-            commands = [c for c in commands if "--scale" not in c or "build-threads" in c]
+            fresh = scale_rows(args)
+            # a new row replaces the one of the same system, scale and ef; rows measured before the per-store
+            # processes (without build_threads) go
+            same = {(r["system"], r["distractors"], r["ef_search"]) for r in fresh}
+            rows = [r for r in rows if "distractors" not in r or (
+                "build_threads" in r and (r["system"], r["distractors"], r["ef_search"]) not in same)] + fresh
             commands.append(" ".join(["python", *sys.argv]))
         rows.sort(key=lambda r: r.get("distractors", 0))
         write_results("milvus_scifact", rows, notes=__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + "\n\n" +

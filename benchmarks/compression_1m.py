@@ -1,0 +1,185 @@
+"""Compressed vectors at scale (issue #33): SciFact's 5,183 documents hidden among 1,000,000 distractor vectors.
+
+The distractors are ``milvus_scifact.distractors`` (drawn from a Gaussian with the SciFact document vectors' mean and
+covariance, L2-normalised, seed 0: the same vectors as the Milvus scale rows), added to the cached all-MiniLM-L6-v2
+SciFact vectors (``_vectors.py``). For each setting one real index directory is written by
+``IndexStore.build`` (exact, ``--kind flat``: fp32, fp16 = FAISS SQfp16, int8 = SQ8 with per-dimension ranges from
+these 1,005,183 vectors, binary = sign bits in a FAISS binary flat index searched by Hamming distance, with the top
+k × 4 rescored against the int8 vectors memory-mapped from disk, or not rescored) and then opened and searched in a
+fresh process of its own (``--measure``), so that the memory it reports is that index's alone:
+
+- ``ndcg@10`` / ``recall@100``: SciFact test queries (top 100 per query, cached query vectors, no encoding);
+- ``fp32_top10_overlap``: the mean share of each query's exact fp32 top 10 (numpy, over all 1,005,183 vectors) that
+  the setting's top 10 keeps;
+- ``p50_ms`` / ``p99_ms``: batch-1 vector search (top 10), one FAISS OpenMP thread, after 10 warm-up queries;
+- ``ram_mb``: the FAISS index file (what the search process reads into memory); ``rss_anon_mb`` / ``rss_file_mb``:
+  the measuring process' anonymous / file-backed resident memory after the searches minus before opening the index
+  (file-backed: the pages of the memory-mapped rescoring vectors that the searches touched);
+  ``ram_bytes_per_doc``: ``ram_mb`` per document; ``disk_mb``: vectors.npy + faiss.index (+ calibration);
+- ``build_s``: ``IndexStore.build`` from the vectors (no encoding), FAISS on ``--build-threads`` threads.
+
+    python benchmarks/compression_1m.py [--distractors 1000000] [--work .cache/compression_1m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+from _common import DATA, write_results  # noqa: E402
+
+K = 100
+SETTINGS = {  # system -> IndexSpec keywords (kind flat)
+    "fp32": {},
+    "fp16": {"vectors": "fp16"},
+    "int8": {"vectors": "int8"},
+    "binary + int8 rescoring x4": {"vectors": "binary", "rescore_factor": 4},
+    "binary, no rescoring": {"vectors": "binary", "rescore": "none"},
+}
+
+
+def _status_kb() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def measure(index_dir: Path, queries_npy: Path, out: Path) -> None:
+    """In a fresh process: open the index, search every query (top 100), time batch-1 top-10 searches."""
+    import faiss
+
+    from twotower.retrieval.store import IndexStore
+
+    faiss.omp_set_num_threads(1)
+    qv = np.load(queries_npy)
+    before = _status_kb()
+    store = IndexStore.open(index_dir)
+    scores, rows = store.search(qv, K)
+    for i in range(10):
+        store.search(qv[i:i + 1], 10)
+    times = []
+    for i in range(len(qv)):
+        t0 = time.perf_counter()
+        store.search(qv[i:i + 1], 10)
+        times.append((time.perf_counter() - t0) * 1000)
+    after = _status_kb()
+    np.save(out.with_suffix(".rows.npy"), rows)
+    np.save(out.with_suffix(".scores.npy"), scores)
+    out.write_text(json.dumps({
+        "p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99)),
+        "rss_anon_mb": (after["RssAnon"] - before["RssAnon"]) / 1024,
+        "rss_file_mb": (after["RssFile"] - before["RssFile"]) / 1024,
+        "peak_rss_mb": after["VmHWM"] / 1024, "factory": store.manifest["factory"]}))
+    store.close()
+
+
+def exact_top10(vecs: np.ndarray, qv: np.ndarray, chunk: int = 200_000) -> np.ndarray:
+    """Each query's exact fp32 top 10 rows by inner product (numpy, chunk by chunk)."""
+    best_s = np.full((len(qv), 10), -np.inf, dtype=np.float32)
+    best_r = np.zeros((len(qv), 10), dtype=np.int64)
+    for start in range(0, len(vecs), chunk):
+        s = qv @ vecs[start:start + chunk].T
+        top = np.argpartition(-s, 10, axis=1)[:, :10]
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+        cand_r = np.concatenate([best_r, top + start], axis=1)
+        keep = np.argsort(-cand_s, axis=1)[:, :10]
+        best_s, best_r = np.take_along_axis(cand_s, keep, 1), np.take_along_axis(cand_r, keep, 1)
+    return best_r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--distractors", type=int, default=1_000_000)
+    ap.add_argument("--work", type=Path, default=Path(__file__).resolve().parents[1] / ".cache" / "compression_1m")
+    ap.add_argument("--build-threads", type=int, default=2, help="FAISS OpenMP threads while building")
+    ap.add_argument("--only", nargs="*", choices=list(SETTINGS), help="Measure only these settings")
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child: an index directory to measure
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        measure(args.measure, args.work / "queries.npy", args.out)
+        return
+
+    import faiss
+
+    from milvus_scifact import distractors
+    from _vectors import scifact_vectors
+    from twotower.data.beir import load_qrels
+    from twotower.evaluation.metrics import evaluate
+    from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
+
+    if args.work.exists():
+        shutil.rmtree(args.work)
+    args.work.mkdir(parents=True)
+    qrels = load_qrels(DATA / "scifact" / "qrels" / "test.tsv")
+    doc_ids, doc_vecs, qids_all, q_all = scifact_vectors()
+    by_id = dict(zip(qids_all, q_all))
+    qids = [q for q in qrels if q in by_id]
+    qv = np.ascontiguousarray(np.stack([by_id[q] for q in qids]), dtype=np.float32)
+    np.save(args.work / "queries.npy", qv)
+    n = args.distractors
+    doc_vecs = np.ascontiguousarray(doc_vecs, dtype=np.float32)
+    vecs = np.concatenate([doc_vecs, *distractors(doc_vecs, n)])
+    ids = list(doc_ids) + [f"x{i}" for i in range(n)]
+    new = NewDocs(ids, [""] * len(ids), ["x"] * len(ids), vecs)
+    t0 = time.perf_counter()
+    ref = exact_top10(vecs, qv)
+    print(f"exact fp32 top 10 (numpy): {time.perf_counter() - t0:.1f} s", flush=True)
+
+    rows = []
+    for name, kw in SETTINGS.items():
+        if args.only and name not in args.only:
+            continue
+        path = args.work / name.replace(" ", "_").replace(",", "").replace("+", "plus")
+        faiss.omp_set_num_threads(args.build_threads)
+        t0 = time.perf_counter()
+        store = IndexStore.build(path, new, model={"name": "all-MiniLM-L6-v2 (cached vectors)"},
+                                 spec=IndexSpec(kind="flat", **kw), show_progress=False)
+        build_s = time.perf_counter() - t0
+        files = ["vectors.npy", "faiss.index", "calibration.npy"]
+        disk = sum((store.dir / f).stat().st_size for f in files if (store.dir / f).is_file())
+        ram = (store.dir / "faiss.index").stat().st_size
+        store.close()
+        out = args.work / f"{path.name}.json"
+        subprocess.run([sys.executable, __file__, "--measure", str(path), "--out", str(out), "--work", str(args.work)],
+                       check=True)
+        got = json.loads(out.read_text())
+        found = np.load(out.with_suffix(".rows.npy"))
+        scores = np.load(out.with_suffix(".scores.npy"))
+        run = {q: {ids[r]: float(s) for s, r in zip(ss, rr) if r >= 0} for q, ss, rr in zip(qids, scores, found)}
+        m = evaluate(qrels, run, ("ndcg@10", "recall@100"))
+        overlap = float(np.mean([len(set(a[:10]) & set(b)) / 10 for a, b in zip(found, ref)]))
+        row = {"system": name, "distractors": n, "documents": len(ids), "ndcg@10": m["ndcg@10"],
+               "recall@100": m["recall@100"], "fp32_top10_overlap": overlap, "p50_ms": got["p50_ms"],
+               "p99_ms": got["p99_ms"], "ram_mb": ram / 2**20, "ram_bytes_per_doc": ram / len(ids),
+               "rss_anon_mb": got["rss_anon_mb"], "rss_file_mb": got["rss_file_mb"], "disk_mb": disk / 2**20,
+               "build_s": build_s, "factory": got["factory"]}
+        print(row, flush=True)
+        rows.append(row)
+        shutil.rmtree(path, ignore_errors=True)
+    fp32 = next((r for r in rows if r["system"] == "fp32"), None)
+    for r in rows:
+        if fp32:
+            r["ndcg_vs_fp32"] = r["ndcg@10"] / fp32["ndcg@10"]
+            r["ram_vs_fp32"] = r["ram_mb"] / fp32["ram_mb"]
+    write_results("compression_1m", rows, notes=NOTES, extra={
+        "queries": len(qids), "scifact_documents": len(doc_ids), "distractors": n, "kind": "flat",
+        "faiss_search_threads": 1, "faiss_build_threads": args.build_threads})
+
+
+NOTES = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+
+if __name__ == "__main__":
+    main()
