@@ -288,6 +288,8 @@ def plot(rows: list[dict], path: Path) -> None:
         if "sub-corpus" in group or "docs)" in r["system"]:
             continue  # rows on a sub-corpus are not comparable with the full-corpus ones
         marker, color = styles.get(group, ("P" if "m=8" in group else "X", "tab:purple"))  # ME-BERT
+        if group.startswith("matryoshka fine-tuned,"):
+            marker, color = "v", "tab:olive"  # the same training with other weights
         ax.scatter(r["ram_bytes_per_doc"], r["ndcg@10"], marker=marker, color=color,
                    label=group if group not in ax.get_legend_handles_labels()[1] else None)
         short = (r["system"].replace("sentence-transformers", "ST").replace("matryoshka fine-tuned", "MRL")
@@ -319,6 +321,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--factor", type=int, default=4, help="Rescore factor of the binary rows.")
     ap.add_argument("--skip-training", action="store_true", help="Only the zero-shot rows.")
+    ap.add_argument("--mrl-also", default="",
+                    help="Other Matryoshka weights to train and report beside, ';'-separated (e.g. '1,1,1,1').")
     ap.add_argument("--multivector", default="4,8", help="ME-BERT m values fine-tuned on SciFact train ('' for none).")
     ap.add_argument("--sub-corpus", type=int, default=0,
                     help="The fine-tuned models' rows search this many documents: every judged test document plus "
@@ -400,9 +404,12 @@ def main() -> None:
             for d in (384, 96):
                 ours_sub(f"zero-shot fp32{f' cut to {d}' if d < 384 else ''}{tag}", "zero-shot sub-corpus",
                          sub_docs, qv, IndexSpec(dim=d if d < 384 else None), sub_settings)
-        for label, mrl in (("plain fine-tuned", None), ("matryoshka fine-tuned", MRL_DIMS)):
-            weights = mrl_weights if mrl else None
-            model, wall = train(work, "mrl" if mrl else "plain", args, mrl, weights)
+        variants = [("plain fine-tuned", None, None, "plain"), ("matryoshka fine-tuned", MRL_DIMS, mrl_weights, "mrl")]
+        for text in filter(None, args.mrl_also.split(";")):  # the same training with other weights, reported beside
+            w = [float(x) for x in text.split(",")]
+            variants.append((f"matryoshka fine-tuned, weights {text}", MRL_DIMS, w, f"mrl-w{text.replace(',', '-')}"))
+        for label, mrl, weights, run_name in variants:
+            model, wall = train(work, run_name, args, mrl, weights)
             train_walls[label] = round(wall, 1)
             dv, tq = encode(model, corpus, sub, all_queries, qids, args.max_length)
             settings = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "mrl": mrl,
@@ -412,7 +419,7 @@ def main() -> None:
                 spec = IndexSpec(dim=d if d < dv.shape[1] else None)
                 name = f"{label} fp32" + (f" cut to {d}" if d < dv.shape[1] else "") + tag
                 ours_sub(name, label, dv, tq, spec, settings)
-            if mrl:  # the 96-d MRL vectors in int8 and binary: both compressions at once
+            if run_name == "mrl":  # the 96-d MRL vectors in int8 and binary: both compressions at once
                 for name, spec in ((f"{label} int8 cut to 96", IndexSpec(dim=96, vectors="int8")),
                                    (f"{label} binary + int8 rescoring x{f} cut to 96",
                                     IndexSpec(dim=96, vectors="binary", rescore_factor=f))):
@@ -432,7 +439,7 @@ def main() -> None:
             r["ram_vs_fp32"] = r["ram_bytes_per_doc"] / fp32["ram_bytes_per_doc"]
         if r["group"] in ("zero-shot", "peer"):
             r["ndcg_vs_fp32"] = r["ndcg@10"] / fp32["ndcg@10"]
-    for label in ("plain fine-tuned", "matryoshka fine-tuned"):
+    for label in dict.fromkeys(r["group"] for r in rows if "fine-tuned" in r["group"] and "ME-BERT" not in r["group"]):
         full = next((r for r in rows if r["system"] == f"{label} fp32{tag}"), None)
         for r in rows:
             if full is not None and r["group"] == label:
@@ -467,7 +474,9 @@ def main() -> None:
         "fine-tuned models encode the corpus; queries 64), seed 0, attention dropout 0. Plain and matryoshka: "
         f"{args.epochs:g} epoch(s) each, identical but for the loss: matryoshka {MRL_DIMS} with weights "
         f"{mrl_weights} (the prefixes of the 96-d target and below count double, set before any run) vs the "
-        f"full vector only. ME-BERT: {args.mv_epochs:g} epoch(s), twotower train --multivector m (max score "
+        "full vector only" + (f"; also reported, the same training with weights {args.mrl_also} (run after the "
+                              "main pair, to see what the weights did)" if args.mrl_also else "") + ". "
+        f"ME-BERT: {args.mv_epochs:g} epoch(s), twotower train --multivector m (max score "
         "over the first m token vectors), each document's m vectors in one flat index (ram_bytes_per_doc = all "
         "entries' fp32 vectors / documents). Training wall s (niced, on 2 cores shared with other jobs): "
         f"{train_walls}. "
