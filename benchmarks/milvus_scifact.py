@@ -18,6 +18,7 @@ queries whose top-10 ids equal the local flat index's (same retriever), max_scor
 among those hits.
 
     python benchmarks/milvus_scifact.py [--work .cache/milvus_scifact]
+    python benchmarks/milvus_scifact.py --scale 1000000 --scale-efc 64 [--scale-stores faiss milvus] [--more-ef 512 2048]
 """
 
 from __future__ import annotations
