@@ -37,6 +37,8 @@ from twotower.retrieval.milvus.writes import BATCH, check_sizes, upsert, write_v
 log = logging.getLogger(__name__)
 
 MAX_TOPK = 16_384  # Milvus' largest limit per search
+
+
 class RowTable:
     """``row_of``: id -> row for the ids a store has met; an id it has not met is looked up in Milvus."""
 
