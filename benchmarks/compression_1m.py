@@ -192,7 +192,8 @@ def main() -> None:
 
 NOTES = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + """
 
-Reading the table (1,000,000 distractors, ``python benchmarks/compression_1m.py``):
+Reading the table (1,000,000 distractors, ``python benchmarks/compression_1m.py``; the cached SciFact vectors were
+encoded in bf16, as their ``meta.json`` says; the distractors and every index are fp32 or the stored type):
 
 - The distractors share the corpus vectors' distribution, so even the exact fp32 top 10 holds fewer relevant
   documents than on SciFact alone (NDCG@10 0.610 against 0.645, ``compression_scifact.md``).
