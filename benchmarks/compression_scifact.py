@@ -85,13 +85,14 @@ def store_row(work: Path, name: str, docs, doc_ids, titles, texts, qrels, qids, 
     return row
 
 
-def train(work: Path, name: str, args, matryoshka, weights=None, multivector=None) -> tuple[Path, float]:
+def train(work: Path, name: str, args, matryoshka, weights=None, multivector=None,
+          epochs: float | None = None) -> tuple[Path, float]:
     from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
     out = work / "train" / name
     model = out / "model"
     meta = out / "bench.json"
-    settings = {"epochs": args.epochs if multivector is None else args.mv_epochs, "lr": args.lr,
+    settings = {"epochs": epochs or (args.epochs if multivector is None else args.mv_epochs), "lr": args.lr,
                 "batch_size": args.batch_size, "matryoshka": matryoshka, "matryoshka_weights": weights,
                 "multivector": multivector, "max_length": args.max_length}
     if model.is_dir() and meta.is_file() and json.loads(meta.read_text())["settings"] == settings:
@@ -165,7 +166,11 @@ def plot(rows: list[dict], path: Path) -> None:
         if "sub-corpus" in group or "docs)" in r["system"]:
             continue  # rows on a sub-corpus are not comparable with the full-corpus ones
         marker, color = styles.get(group, ("P" if "m=8" in group else "X", "tab:purple"))  # ME-BERT
-        if group.startswith("matryoshka fine-tuned,"):
+        if group.startswith("plain fine-tuned,"):
+            marker, color = "d", "black"
+        elif group.startswith("matryoshka fine-tuned, ") and "epochs" in group:
+            marker, color = "^", "darkgreen"
+        elif group.startswith("matryoshka fine-tuned,"):
             marker, color = "v", "tab:olive"  # the same training with other weights
         ax.scatter(r["ram_bytes_per_doc"], r["ndcg@10"], marker=marker, color=color,
                    label=group if group not in ax.get_legend_handles_labels()[1] else None)
@@ -200,6 +205,8 @@ def main() -> None:
     ap.add_argument("--skip-training", action="store_true", help="Only the zero-shot rows.")
     ap.add_argument("--mrl-also", default="",
                     help="Other Matryoshka weights to train and report beside, ';'-separated (e.g. '1,1,1,1').")
+    ap.add_argument("--epochs-also", default="",
+                    help="Train the plain and the Matryoshka model again for these epochs (comma-separated), beside.")
     ap.add_argument("--multivector", default="4,8", help="ME-BERT m values fine-tuned on SciFact train ('' for none).")
     ap.add_argument("--sub-corpus", type=int, default=0,
                     help="The fine-tuned models' rows search this many documents: every judged test document plus "
@@ -281,15 +288,20 @@ def main() -> None:
             for d in (384, 96):
                 ours_sub(f"zero-shot fp32{f' cut to {d}' if d < 384 else ''}{tag}", "zero-shot sub-corpus",
                          sub_docs, qv, IndexSpec(dim=d if d < 384 else None), sub_settings)
-        variants = [("plain fine-tuned", None, None, "plain"), ("matryoshka fine-tuned", MRL_DIMS, mrl_weights, "mrl")]
+        variants = [("plain fine-tuned", None, None, "plain", None),
+                    ("matryoshka fine-tuned", MRL_DIMS, mrl_weights, "mrl", None)]
         for text in filter(None, args.mrl_also.split(";")):  # the same training with other weights, reported beside
             w = [float(x) for x in text.split(",")]
-            variants.append((f"matryoshka fine-tuned, weights {text}", MRL_DIMS, w, f"mrl-w{text.replace(',', '-')}"))
-        for label, mrl, weights, run_name in variants:
-            model, wall = train(work, run_name, args, mrl, weights)
+            variants.append((f"matryoshka fine-tuned, weights {text}", MRL_DIMS, w, f"mrl-w{text.replace(',', '-')}",
+                             None))
+        for e in filter(None, args.epochs_also.split(",")):  # both models again, trained for e epochs
+            variants += [(f"plain fine-tuned, {e} epochs", None, None, f"plain-e{e}", float(e)),
+                         (f"matryoshka fine-tuned, {e} epochs", MRL_DIMS, mrl_weights, f"mrl-e{e}", float(e))]
+        for label, mrl, weights, run_name, epochs in variants:
+            model, wall = train(work, run_name, args, mrl, weights, epochs=epochs)
             train_walls[label] = round(wall, 1)
             dv, tq = encode(model, corpus, sub, all_queries, qids, args.max_length)
-            settings = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "mrl": mrl,
+            settings = {"epochs": epochs or args.epochs, "lr": args.lr, "batch_size": args.batch_size, "mrl": mrl,
                         "mrl_weights": weights, "max_length": args.max_length, "faiss_threads": 1,
                         "sub_corpus": n_sub}
             for d in (384, 192, 96, 48):
@@ -352,7 +364,9 @@ def main() -> None:
         f"{args.epochs:g} epoch(s) each, identical but for the loss: matryoshka {MRL_DIMS} with weights "
         f"{mrl_weights} (the prefixes of the 96-d target and below count double, set before any run) vs the "
         "full vector only" + (f"; also reported, the same training with weights {args.mrl_also} (run after the "
-                              "main pair, to see what the weights did)" if args.mrl_also else "") + ". "
+                              "main pair, to see what the weights did)" if args.mrl_also else "")
+        + (f"; and both again for {args.epochs_also} epochs (twotower fit's default 4, chosen on SciFact dev; run "
+           "after the main pair)" if args.epochs_also else "") + ". "
         f"ME-BERT: {args.mv_epochs:g} epoch(s), twotower train --multivector m (max score "
         "over the first m token vectors), each document's m vectors in one flat index (ram_bytes_per_doc = all "
         "entries' fp32 vectors / documents). Training wall s (niced, on 2 cores shared with other jobs): "
