@@ -128,8 +128,9 @@ def encode(model: Path, corpus, doc_ids, queries, qids, max_length: int) -> tupl
         z = np.load(cache)
         return z["docs"], z["queries"]
     enc = DualEncoder.load(str(model), doc_max_length=max_length, query_max_length=64)
-    docs = enc.encode_documents([corpus[d].full_text for d in doc_ids], EncodeOptions())
-    qv = enc.encode_queries([queries[q] for q in qids], EncodeOptions(show_progress=False))
+    # fp32 pinned: auto would quantize a corpus to int8 on a CPU with VNNI, and these rows compare vector formats
+    docs = enc.encode_documents([corpus[d].full_text for d in doc_ids], EncodeOptions(precision="fp32"))
+    qv = enc.encode_queries([queries[q] for q in qids], EncodeOptions(precision="fp32", show_progress=False))
     np.savez(cache, docs=docs, queries=qv)
     return docs, qv
 
