@@ -2,9 +2,8 @@
 
 An id travels through formats that split on whitespace or end a record at a newline: TREC run files
 (``qid Q0 docid rank score tag``, space-separated), qrels (tab-separated), JSON lines, HTTP paths. So an id is a
-non-empty string of printable characters without whitespace, and not ``.`` or ``..`` (dot segments, which URLs
-remove); the BEIR loader, the service's request models, the index writer and the run writer all call
-:func:`id_problem`, so an id one of them takes every other one takes too.
+non-empty string of printable characters without whitespace; the BEIR loader, the service's request models, the
+index writer and the run writer all call :func:`id_problem`, so an id one of them takes every other one takes too.
 
 Text (titles, document and query texts) may hold anything Unicode can encode; a lone surrogate (a JSON escape
 such as ``"\\ud800"`` without its pair) cannot be encoded as UTF-8, so it is refused where the text comes in
@@ -48,9 +47,6 @@ def id_problem(value: str) -> str | None:
     bad = _NOT_IN_ID.search(value)
     if bad is not None:
         return f"holds {_describe(bad.group())} at character {bad.start() + 1}: {ID_RULE}"
-    if value in (".", ".."):  # URLs drop these path segments, even percent-encoded: /documents/. is /documents/
-        return (f"is {value!r}, a path segment every URL resolves away (the service's /documents/{{id}} could never "
-                "reach it); give it a name, e.g. 'dot'")
     return None
 
 
