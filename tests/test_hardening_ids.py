@@ -11,7 +11,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -199,6 +199,8 @@ def test_service_refuses_ids_the_loader_refuses(served, bad):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ids)
+@example(".")  # dot segments: reachable as %2E (a fresh-clone run drew "." and the test's own URL had lost it)
+@example("..")
 def test_service_and_loader_agree_on_every_id(served, tmp_path_factory, value):
     from twotower.data.beir import load_corpus
     from twotower.errors import DataError
@@ -214,8 +216,10 @@ def test_service_and_loader_agree_on_every_id(served, tmp_path_factory, value):
     assert res.status_code == (200 if loader_ok else 422), (value, res.text)
     if loader_ok:
         value = json.loads(body)["documents"][0]["_id"]  # a surrogate escape pair is one character
-        assert served.delete(f"/documents/{__import__('urllib.parse').parse.quote(value, safe='')}",
-                             headers=HEADERS).status_code == 200
+        # the id as one path segment, dots as %2E: a bare "." or ".." segment is resolved away by the client (as
+        # test_serve's doc_url names documents)
+        segment = __import__("urllib.parse").parse.quote(value, safe="").replace(".", "%2E")
+        assert served.delete(f"/documents/{segment}", headers=HEADERS).status_code == 200, value
 
 
 @pytest.mark.parametrize("body", [{"query": "cats", "k": True}, {"query": "cats", "k": 2.0},
