@@ -13,9 +13,10 @@ Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/a
   it is asked to encode (:mod:`twotower.encoders.runtimes_int8`); checked like ``onnx-int8``.
 - ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts (the export and compile would
   cost more than they save) and with ``compile``; otherwise, with precision ``auto``: bf16 where it measures faster
-  than fp32; else, on a CPU with 8-bit dot-product instructions (VNNI / AMX), ``openvino-int8`` if its vectors keep
-  a cosine of at least :data:`AUTO_INT8_MIN_COSINE` to torch fp32 on the probe texts *and* on a sample of the texts
-  themselves (stricter than an explicit int8's :data:`MIN_COSINE`); else the first runtime of :data:`AUTO_ORDER`
+  than fp32; else, on a CPU with 8-bit dot-product instructions (VNNI / AMX), ``openvino-int8`` if it passes the
+  int8 check on the probe texts (:data:`MIN_COSINE`) and its vectors keep a cosine of at least
+  :data:`AUTO_INT8_MIN_COSINE` to torch fp32 on a sample of the texts themselves (stricter than an explicit int8's
+  bar); else the first runtime of :data:`AUTO_ORDER`
   for the precision that can be had and passes its check, each failure logged with its reason, torch last. A named
   precision (``fp32``, ``bf16``) is kept: ``auto`` never quantizes what the caller pinned.
 
@@ -58,8 +59,8 @@ AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
 BF16_PAYS = 1.2
 # smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
 MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
-# what auto's int8 must keep (probe texts and the sample of the corpus): sentence-transformers' backends are compared
-# at the same bar in benchmarks/cpu_backends.py
+# what auto's int8 must keep on the sample of the texts it encodes (INT8_SAMPLE of them): sentence-transformers'
+# backends are compared at the same bar in benchmarks/cpu_backends.py
 AUTO_INT8_MIN_COSINE = 0.99
 INT8_SAMPLE = 64  # texts of the corpus itself, spread over it, that int8 must also encode within its bar
 PROBE_TEXTS = (
