@@ -336,6 +336,7 @@ def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calib
     monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99)
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "avx2")
     assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256).precision == "fp32"
+    assert "int8" not in runtimes.last_choice(minilm)["reason"]  # not tried, so not said to have failed
     # nncf missing: an explicit openvino-int8 names it, auto goes on in fp32
     monkeypatch.setitem(sys.modules, "nncf", None)
     runtimes._SESSIONS.clear()

@@ -318,7 +318,7 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
         return None
     bf16 = "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
     skipped = []
-    if precision == "auto" and target == "fp32" and texts:
+    if precision == "auto" and target == "fp32" and texts and _int8_instructions():
         graph = _auto_int8(tower, texts, max_length)
         if graph is not None:
             return graph
@@ -340,15 +340,19 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
     return None
 
 
-def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> GraphTower | None:
-    """``openvino-int8`` calibrated on ``texts`` where the CPU has 8-bit dot products and the graph passes the int8
-    check on the probe texts and keeps :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else None,
-    logging why."""
+def _int8_instructions() -> bool:
+    """Whether the CPU has 8-bit dot-product instructions (VNNI / AMX), where int8 pays; logged when not."""
     from twotower.encoders.runtimes_graph import _isa
 
-    if _isa() != "vnni":
-        log.info("auto runtime: no int8 (this CPU has no 8-bit dot-product instructions: VNNI / AMX)")
-        return None
+    if _isa() == "vnni":
+        return True
+    log.info("auto runtime: no int8 (this CPU has no 8-bit dot-product instructions: VNNI / AMX)")
+    return False
+
+
+def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> GraphTower | None:
+    """``openvino-int8`` calibrated on ``texts`` if the graph passes the int8 check on the probe texts and keeps
+    :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else None, logging why."""
     try:
         graph = _graph_tower(tower, "openvino-int8", "int8", texts=texts, max_length=max_length,
                              min_cosine=AUTO_INT8_MIN_COSINE)
