@@ -102,25 +102,18 @@ def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
         ax1.fill_between([xpos[i] for i in ok], [lo[i] for i in ok], [hi[i] for i in ok],
                          color=line.get_color(), alpha=0.15)
     ax1.set_xticks(xpos, [f"{x}\n({row['mean_doc_tokens']:.0f})" for x, row in zip(xlab, by_len)])
-    ax1.set_xlabel("truncation length L in analysed tokens\n(in brackets: mean tokens per document)")
-    ax1.set_ylabel("normalized margin ε (median over queries; band: IQR)")
     ax1.set_yscale("log")
-    ax1.set_title("(a) documents truncated to L tokens")
-    if ax1.get_legend_handles_labels()[0]:
-        ax1.legend(title="margin rank r")
-    ax1.grid(True, which="both", alpha=0.3)
+    _label_margin_axis(ax1, "truncation length L in analysed tokens\n(in brackets: mean tokens per document)",
+                       "normalized margin ε (median over queries; band: IQR)", "(a) documents truncated to L tokens")
     by_top1 = result["margins_by_top1_length"]
     for r in cfg["margin_ranks"]:
         pts = [(row["top1_tokens_median"], row[f"margin_{r}th_median"]) for row in by_top1
                if row.get(f"margin_{r}th_median") is not None]
         if pts:
             ax2.plot(*zip(*pts), marker="o", label=f"{r}th smallest")
-    ax2.set_xlabel("length of BM25's top-1 document in analysed tokens\n(median of a quantile bin of queries)")
-    ax2.set_ylabel("normalized margin ε (median over queries)")
-    ax2.set_title("(b) untruncated, by the top-1 document's own length")
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(title="margin rank r")
-    ax2.grid(True, which="both", alpha=0.3)
+    _label_margin_axis(ax2, "length of BM25's top-1 document in analysed tokens\n"
+                            "(median of a quantile bin of queries)", "normalized margin ε (median over queries)",
+                       "(b) untruncated, by the top-1 document's own length")
     ax1.yaxis.set_major_formatter(ScalarFormatter())
     ax1.yaxis.set_minor_formatter(ScalarFormatter())
     ax1.tick_params(axis="y", which="minor", labelsize=7)
@@ -153,3 +146,13 @@ def plot_fidelity(result: dict, out_dir: str | Path) -> list[Path]:
     fig.tight_layout()
     paths.append(save_figure(fig, out_dir / "fidelity_recall.png"))
     return paths
+
+
+def _label_margin_axis(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """Labels, title, a legend of the margin ranks drawn (if any) and the grid of one margins panel."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(title="margin rank r")
+    ax.grid(True, which="both", alpha=0.3)
