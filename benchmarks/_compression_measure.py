@@ -87,6 +87,16 @@ def peer_gap(work: Path, docs, doc_ids, titles, texts, query_sets: dict, factor:
     return result
 
 
+def gap_note(gaps: dict, factor: int) -> str:
+    """The query-by-query comparison of every vector set (``{vectors: peer_gap(...)}``) as one sentence."""
+    parts = [f"{vectors}, {k} queries ({g['queries']}): {g['ours']:.4f} vs {g['peer']:.4f}, difference "
+             f"{g['ours_minus_peer']:+.4f} [{g['ci95'][0]:+.4f}, {g['ci95'][1]:+.4f}], ours better on "
+             f"{g['ours_better']}, the peer on {g['peer_better']}"
+             for vectors, sets in gaps.items() for k, g in sets.items()]
+    return (f"Query by query, on each set of vectors (ours binary + int8 rescoring x{factor} minus the peer's "
+            f"recipe x{factor}, paired bootstrap 95% interval): " + "; ".join(parts) + ". ")
+
+
 def st_rows(docs, doc_ids, qrels, qids, qv, factor: int, ref: np.ndarray, other) -> dict[str, dict]:
     """sentence-transformers' quantisation on the same vectors."""
     from sentence_transformers.util.quantization import semantic_search_faiss

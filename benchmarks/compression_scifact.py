@@ -20,8 +20,10 @@ encoding) and searched through ``IndexStore.search`` with the cached query vecto
 - ME-BERT: the default model fine-tuned with ``train --multivector m`` (``--multivector``, default 4,8), each
   document's m token vectors in one flat index: what m vectors per document cost in memory and buy;
 - the peer comparison query by query (``peer_gap`` in the JSON): ours binary + int8 rescoring against
-  sentence-transformers' recipe, paired bootstrap over the test queries and over the 809 train queries (which
-  the zero-shot model never saw either; ``train_q_ndcg@10`` for every zero-shot and peer row).
+  sentence-transformers' recipe on every set of vectors here (the zero-shot model's and each fine-tuned
+  single-vector model's), paired bootstrap over the test queries, and for the zero-shot vectors also over the
+  809 train queries (which the zero-shot model never saw either; ``train_q_ndcg@10`` for every zero-shot and
+  peer row).
 
 Metrics: SciFact test NDCG@10 and R@100 (top-100 runs); ram_bytes_per_doc: the FAISS index file (what a
 search process holds in memory) / documents; disk_bytes_per_doc: vectors.npy + faiss.index (+ calibration) /
@@ -30,7 +32,7 @@ documents (binary rows keep their rescoring vectors there, memory-mapped); p50_m
 (as a serving process between requests; on 2 shared cores, two spinning OpenMP threads made the same
 batch-1 flat search vary from 0.3 to 280 ms).
 
-    python benchmarks/compression_scifact.py [--work .cache/compression] [--epochs 2] [--mv-epochs 1] [--lr 1e-4]
+    python benchmarks/compression_scifact.py [--work .cache/compression] [--epochs 2] [--mv-epochs 2] [--lr 1e-4]
         [--mrl-weights 1,1,2,2] [--multivector 4,8] [--max-length 128] [--sub-corpus 0]
 """
 
@@ -48,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from _common import DATA, RESULTS, cached_row, load_average, write_results  # noqa: E402
-from _compression_measure import K, metrics_of, overlap10, p50, peer_gap, st_rows  # noqa: E402
+from _compression_plot import plot  # noqa: E402
+from _compression_measure import K, gap_note, metrics_of, overlap10, p50, peer_gap, st_rows  # noqa: E402
 from _vectors import scifact_vectors  # noqa: E402
 
 MRL_DIMS = [384, 192, 96, 48]
@@ -153,49 +156,11 @@ def encode_multivector_docs(model: Path, corpus, doc_ids, queries, qids, max_len
     return docs, offsets, qv
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(11, 6.5))
-    styles = {"zero-shot": ("o", "tab:blue"), "peer": ("s", "tab:red"), "plain fine-tuned": ("D", "tab:gray"),
-              "matryoshka fine-tuned": ("^", "tab:green")}
-    for r in rows:
-        group = r.get("group", "")
-        if "sub-corpus" in group or "docs)" in r["system"]:
-            continue  # rows on a sub-corpus are not comparable with the full-corpus ones
-        marker, color = styles.get(group, ("P" if "m=8" in group else "X", "tab:purple"))  # ME-BERT
-        if group.startswith("plain fine-tuned,"):
-            marker, color = "d", "black"
-        elif group.startswith("matryoshka fine-tuned, ") and "epochs" in group:
-            marker, color = "^", "darkgreen"
-        elif group.startswith("matryoshka fine-tuned,"):
-            marker, color = "v", "tab:olive"  # the same training with other weights
-        ax.scatter(r["ram_bytes_per_doc"], r["ndcg@10"], marker=marker, color=color,
-                   label=group if group not in ax.get_legend_handles_labels()[1] else None)
-        short = (r["system"].replace("sentence-transformers", "ST").replace("matryoshka fine-tuned", "MRL")
-                 .replace("plain fine-tuned", "plain FT").replace(" fine-tuned", "").replace(" rescoring", ""))
-        below = group == "peer" or "x10" in short or "fp32 rescoring" in short  # the crowd at 48 B/doc
-        ax.annotate(short, (r["ram_bytes_per_doc"], r["ndcg@10"]), fontsize=6,
-                    xytext=(3, -8 if below else 2) if "fp32 rescoring" not in short else (3, -15),
-                    textcoords="offset points")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bytes per document held in RAM (FAISS index)")
-    ax.set_ylabel("SciFact test NDCG@10")
-    ax.set_title("Compressed vectors: quality vs memory (all-MiniLM-L6-v2 zero-shot and fine-tuned, SciFact test)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default=str(Path(__file__).resolve().parents[1] / ".cache" / "compression"))
     ap.add_argument("--epochs", type=float, default=2.0, help="Fine-tuning epochs of the plain and MRL models.")
-    ap.add_argument("--mv-epochs", type=float, default=1.0, help="Fine-tuning epochs of the ME-BERT models.")
+    ap.add_argument("--mv-epochs", type=float, default=2.0, help="Fine-tuning epochs of the ME-BERT models.")
     ap.add_argument("--mrl-weights", default="1,1,2,2",
                     help=f"Matryoshka weights for the prefixes {MRL_DIMS} (the 96-d target and below count double).")
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -266,7 +231,7 @@ def main() -> None:
     for d in (192, 96, 48):
         ours(f"fp32 cut to {d}", "zero-shot", docs, qv, IndexSpec(dim=d), zs, ref)
     peer = st_rows(docs, doc_ids, qrels, qids, qv, f, ref, other)
-    gap = peer_gap(work, docs, doc_ids, titles, texts, {"test": (qrels, qids, qv), "train": other}, f)
+    gap = {"zero-shot": peer_gap(work, docs, doc_ids, titles, texts, {"test": (qrels, qids, qv), "train": other}, f)}
     for name, row in peer.items():
         add(name, "peer", {**zs, "factor": f}, lambda row=row: row)
 
@@ -309,7 +274,9 @@ def main() -> None:
                 spec = IndexSpec(dim=d if d < dv.shape[1] else None)
                 name = f"{label} fp32" + (f" cut to {d}" if d < dv.shape[1] else "") + tag
                 ours_sub(name, label, dv, tq, spec, settings)
-            if run_name == "mrl":  # the 96-d MRL vectors in int8 and binary: both compressions at once
+            gap[label] = peer_gap(work, dv, sub, sub_store["titles"], sub_store["texts"],
+                                  {"test": (qrels, qids, tq)}, f)
+            if weights == mrl_weights:  # the 96-d MRL vectors in int8 and binary: both compressions at once
                 for name, spec in ((f"{label} int8 cut to 96", IndexSpec(dim=96, vectors="int8")),
                                    (f"{label} binary + int8 rescoring x{f} cut to 96",
                                     IndexSpec(dim=96, vectors="binary", rescore_factor=f))):
@@ -354,11 +321,7 @@ def main() -> None:
         "divided by its corpus range (max - min): an implicit per-dimension reweighting, not the model's cosine "
         "(fp32_top10_overlap 0.95 against ours 0.99); ours decodes the codes back to the model's values (FAISS SQ8, "
         "the same min/max calibration and rounding) and so reproduces fp32's ranking up to rounding. "
-        "Query by query (ours binary + int8 rescoring x4 minus the peer's recipe x4, paired bootstrap 95% "
-        "interval): "
-        + "; ".join(f"{k} queries ({g['queries']}): {g['ours']:.4f} vs {g['peer']:.4f}, difference "
-                    f"{g['ours_minus_peer']:+.4f} [{g['ci95'][0]:+.4f}, {g['ci95'][1]:+.4f}], ours better on "
-                    f"{g['ours_better']}, the peer on {g['peer_better']}" for k, g in gap.items()) + ". "
+        + gap_note(gap, f) +
         f"Fine-tuning: SciFact train (all {len(train_qids)} judged train queries), lr {args.lr}, batch "
         f"{args.batch_size}, warmup 10%, temperature 0.05, max length {args.max_length} (documents, also when the "
         "fine-tuned models encode the corpus; queries 64), seed 0, attention dropout 0. Plain and matryoshka: "
@@ -370,7 +333,7 @@ def main() -> None:
            "after the main pair)" if args.epochs_also else "") + ". "
         f"ME-BERT: {args.mv_epochs:g} epoch(s), twotower train --multivector m (max score "
         "over the first m token vectors), each document's m vectors in one flat index (ram_bytes_per_doc = all "
-        "entries' fp32 vectors / documents). Training wall s (niced, on 2 cores shared with other jobs): "
+        "entries' fp32 vectors / documents). Training wall s (2 cores; the 2-epoch runs shared them with other jobs, niced): "
         f"{train_walls}. "
         + (f"The fine-tuned rows search a {n_sub}-document sub-corpus (every judged test document plus random "
            "others, seed 0) and compare only among themselves. " if args.sub_corpus else
