@@ -469,6 +469,28 @@ def test_serve_cli_errors(index, tmp_path):
     assert r.exit_code == 2 and "index directory not found" in r.output
 
 
+@pytest.mark.parametrize("option, message", [(["--precision", "weird"], "precision 'weird': choose one of auto"),
+                                             (["--query-runtime", "x"], "unknown query runtime 'x'")])
+def test_bad_option_values_stop_before_the_port_and_the_index(tmp_path, option, message):
+    """A bad value is named before anything else is looked at: a busy port and a missing index go unmentioned (a
+    bad --precision used to start the service; the runtime was checked only after the model had loaded)."""
+    from typer.testing import CliRunner
+
+    import twotower as tt
+    from twotower.cli import app
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        r = CliRunner().invoke(app, ["serve", "--index", str(tmp_path / "missing"), "--port", port, *option])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert "in use" not in r.output and "not found" not in r.output
+    kwargs = {"precision": option[1]} if option[0] == "--precision" else {"query_runtime": option[1]}
+    with pytest.raises(tt.TwoTowerError, match=message):
+        tt.create_app(tmp_path / "missing", **kwargs)
+
+
 # ---------------------------------------------------------------------------------------------
 # fuzzing against the OpenAPI schema
 

@@ -99,10 +99,14 @@ class OnnxTower:
         return out
 
 
-def query_runtime(tower: TextEncoder, runtime: str, *, max_length: int | None = None) -> OnnxTower | None:
-    """The ONNX Runtime tower for ``runtime`` (``onnx``, or ``auto`` where it can be had), or None for torch."""
+def check_query_runtime(runtime: str) -> None:
     if runtime not in RUNTIMES:
         raise TwoTowerError(f"unknown query runtime '{runtime}': choose one of {', '.join(RUNTIMES)}")
+
+
+def query_runtime(tower: TextEncoder, runtime: str, *, max_length: int | None = None) -> OnnxTower | None:
+    """The ONNX Runtime tower for ``runtime`` (``onnx``, or ``auto`` where it can be had), or None for torch."""
+    check_query_runtime(runtime)
     if runtime == "torch":
         return None
     if runtime == "auto" and next(tower.parameters()).device.type != "cpu":

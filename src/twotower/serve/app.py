@@ -52,6 +52,16 @@ log = logging.getLogger(__name__)
 # the app
 
 
+def check_options(*, precision: str = "auto", query_runtime: str = "auto") -> None:
+    """The service's option values, checked before the port, the index or the model is touched."""
+    from twotower.encoders.inference import PRECISIONS
+    from twotower.encoders.onnx_runtime import check_query_runtime
+
+    if precision not in PRECISIONS:
+        raise TwoTowerError(f"precision '{precision}': choose one of {', '.join(PRECISIONS)}")
+    check_query_runtime(query_runtime)
+
+
 def create_app(
     index_path: str | Path,
     api_key: str | None = None,
@@ -81,6 +91,7 @@ def create_app(
     from twotower.retrieval.store import UnknownIdError
 
     limits = limits or ServeLimits()
+    check_options(precision=precision, query_runtime=query_runtime)
     if api_key is not None:  # checked before the index and the model are loaded
         check_api_key(api_key, "api_key (--api-key-file)")
     if not open_reads and api_key is None:
