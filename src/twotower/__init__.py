@@ -10,7 +10,8 @@ Models
     :func:`fetch_model`, :func:`align_languages`
 Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info``), :class:`Hit`,
-    :class:`Reranker`, :func:`create_app`, :func:`check_port` and :func:`serve_index` (the HTTP service)
+    :class:`Reranker`, :func:`create_app`, :func:`check_serve_options`, :func:`check_port` and
+    :func:`serve_index` (the HTTP service)
 Evaluation
     :func:`evaluate`, :class:`EvalResult`, :func:`read_result`, :func:`score_run`, :func:`read_run`, :func:`write_run`
 Training
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "create_app": "twotower.api.tools",
     "serve_index": "twotower.api.tools",
     "check_port": "twotower.api.tools",
+    "check_serve_options": "twotower.api.tools",
     # evaluation
     "evaluate": "twotower.api.evaluate",
     "EvalResult": "twotower.evaluation.pipeline",

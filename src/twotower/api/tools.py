@@ -129,6 +129,20 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
                    precision=precision, query_runtime=query_runtime, device=device)
 
 
+def check_serve_options(*, precision: str = "auto", query_runtime: str = "auto") -> None:
+    """Check the service's option values before anything else (the port, the index, the model): a precision other
+    than auto / fp32 / bf16 or a query runtime other than auto / torch / onnx is a :class:`~twotower.TwoTowerError`.
+    :func:`create_app` checks them first too.
+
+    Example::
+
+        tt.check_serve_options(precision="fp32", query_runtime="onnx")
+    """
+    from twotower.serve.app import check_options
+
+    check_options(precision=precision, query_runtime=query_runtime)
+
+
 def check_port(host: str, port: int, option: str = "--port") -> None:
     """Check that a server can listen on ``host:port`` (bind once and let go), before anything is loaded: a port in
     use, a privileged port or an address this machine lacks is a :class:`~twotower.TwoTowerError` naming

@@ -39,12 +39,11 @@ def serve_cmd(
     import twotower as tt
     from twotower.console import fail as _fail, console
     from twotower.errors import TwoTowerError
-    from twotower.serve.app import check_options
 
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         _fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
     try:
-        check_options(precision=precision, query_runtime=query_runtime)  # the values first, then the port
+        tt.check_serve_options(precision=precision, query_runtime=query_runtime)  # the values, then the port
         tt.check_port(host, port)  # before loading anything, and before saying it serves
         api = tt.create_app(index, api_key_file=api_key_file, keyed_reads=keyed_reads, model=model,
                             precision=precision, query_runtime=query_runtime, device=device, max_k=max_k,
