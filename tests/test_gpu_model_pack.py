@@ -124,3 +124,18 @@ def test_restore_refuses_to_replace_a_file(tool, packed, tmp_path, capsys):
     dest.write_text("keep me")
     assert tool.main(["restore", str(folder), "--dest", str(dest)]) == 2
     assert dest.read_text() == "keep me" and "not a directory" in capsys.readouterr().err
+
+
+def test_verify_compares_the_restored_vectors_with_the_packed_models(tool, packed, tmp_path, capsys, monkeypatch):
+    _, folder = packed
+    data = tmp_path / "data" / "scifact"
+    data.mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": str(i), "text": t}) + "\n" for i, t in
+                                               enumerate(["cats purr", "vitamin D and bones", "stem cells"])))
+    monkeypatch.setenv("TWOTOWER_DATA", str(tmp_path / "data"))
+    assert tool.main(["verify", str(folder), "--docs", "3"]) == 0
+    cosine = float(capsys.readouterr().out.split("min cosine ")[1].split()[0])
+    assert 0.9999 < cosine <= 1.000001
+    monkeypatch.setenv("TWOTOWER_DATA", str(tmp_path / "nowhere"))
+    assert tool.main(["verify", str(folder), "--docs", "3"]) == 2
+    assert "set TWOTOWER_DATA" in capsys.readouterr().err

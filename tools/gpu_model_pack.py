@@ -11,6 +11,7 @@ call, and restores it there:
     #                                                    ".gpu-models/mpnet-base/part-000"])
     #   run(command="...", carry=[".gpu-models/mpnet-base/part-001"]) ...
     python3 tools/gpu_model_pack.py restore .gpu-models/mpnet-base   # → $TWOTOWER_HOME/models/mpnet-base
+    python tools/gpu_model_pack.py verify .gpu-models/mpnet-base [--docs 64]   # here: restored vs packed vectors
 
 The weights travel as fp16 (a tensor whose values fp16 cannot hold stays fp32) and are restored to fp32: each
 weight is then exactly ``w.half().float()`` of the original. Every other file travels byte for byte. ``pack``
@@ -25,6 +26,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import sys
 import tarfile
 from pathlib import Path
@@ -154,6 +156,30 @@ def restore(folder: Path, dest: Path | None) -> Path:
     return dest
 
 
+def verify(folder: Path, docs: int) -> float:
+    """Restore the parts into a temporary folder and encode the first ``docs`` SciFact documents with it and with
+    the model it was packed from (fp32, torch, this machine): the smallest cosine between the two."""
+    import json as _json
+    import tempfile
+
+    import numpy as np
+
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+
+    manifest, _ = check_parts(folder)
+    corpus = Path(os.environ.get("TWOTOWER_DATA", ROOT.parent / "shared" / "data")) / "scifact" / "corpus.jsonl"
+    if not corpus.is_file():
+        raise TwoTowerError(f"{corpus} not found: set TWOTOWER_DATA to the folder that holds scifact/")
+    with corpus.open() as f:
+        texts = [_json.loads(line)["text"] for line, _ in zip(f, range(docs))]
+    opts = EncodeOptions(precision="fp32", runtime="torch", show_progress=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        restored = restore(folder, Path(tmp) / "model")
+        a = DualEncoder.load(manifest["source"]).encode_documents(texts, opts)
+        b = DualEncoder.load(str(restored)).encode_documents(texts, opts)
+    return float(np.min(np.sum(a * b, axis=1)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="verb", required=True)
@@ -165,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("restore", help="check the parts and install the model (fp32)")
     r.add_argument("folder")
     r.add_argument("--dest", default=None, help="model directory to write (default: where --model <name> looks)")
+    v = sub.add_parser("verify", help="restore into a temporary folder and compare vectors with the packed model")
+    v.add_argument("folder")
+    v.add_argument("--docs", type=int, default=64, help="SciFact documents to encode with both")
     args = ap.parse_args(argv)
     try:
         if args.verb == "pack":
@@ -178,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
                 carry = ([str(folder / MANIFEST)] if i == 0 else []) + [str(folder / part["file"])]
                 print(f"  call {i + 1}: carry={json.dumps(carry)}  ({part['size'] / (1 << 20):.1f} MiB)")
             print(f"then: python3 tools/gpu_model_pack.py restore {folder}")
+        elif args.verb == "verify":
+            if args.docs < 1:
+                raise TwoTowerError(f"--docs {args.docs}: must be at least 1")
+            print(f"{args.docs} SciFact documents: min cosine {verify(Path(args.folder), args.docs):.6f} between the "
+                  "restored model's vectors and the packed model's (fp32, torch)")
         else:
             print(f"restored {restore(Path(args.folder), Path(args.dest) if args.dest else None)}")
     except TwoTowerError as exc:
