@@ -57,11 +57,10 @@ class Encoder:
                  batch_size: int | None = None, runtime: str = "auto") -> None:
         """Wrap a loaded ``twotower`` dual encoder (most users call :meth:`load`). ``source``: the name or
         directory it was loaded from (what an index records to load it again)."""
-        from twotower.encoders.inference import PRECISIONS
+        from twotower.encoders.inference import check_precision
         from twotower.encoders.runtimes import check_runtime
 
-        if precision not in PRECISIONS:
-            raise TwoTowerError(f"precision '{precision}': choose one of {', '.join(PRECISIONS)}")
+        check_precision(precision)
         self.runtime = check_runtime(runtime)
         self.model = model
         self.source = source

@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from twotower.encoders.encoder import TextEncoder
+from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ def cpu_has_fast_bf16() -> bool:
     except OSError:
         return False
     return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def check_precision(precision: str, what: str = "precision") -> None:
+    """A :class:`TwoTowerError` naming ``what`` unless ``precision`` is one of :data:`PRECISIONS`."""
+    if precision not in PRECISIONS:
+        raise TwoTowerError(f"{what} '{precision}': choose one of {', '.join(PRECISIONS)}")
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

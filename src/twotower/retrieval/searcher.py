@@ -119,10 +119,9 @@ def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int
     """Everything an index build can check before encoding: the output directory, the index kind and
     its options for ``num_docs`` documents of ``dim`` dimensions (up to ``multivector`` vectors each), the
     precision. A failure here costs nothing and writes nothing."""
-    from twotower.encoders.inference import PRECISIONS
+    from twotower.encoders.inference import check_precision
 
-    if cfg.precision not in PRECISIONS:
-        raise TwoTowerError(f"unknown --precision '{cfg.precision}': choose one of {', '.join(PRECISIONS)}")
+    check_precision(cfg.precision, "unknown --precision")
     check_target(Path(out))
     check_spec(spec, dim, num_docs, num_docs * multivector if multivector else num_docs)
 

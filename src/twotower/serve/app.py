@@ -54,11 +54,10 @@ log = logging.getLogger(__name__)
 
 def check_options(*, precision: str = "auto", query_runtime: str = "auto") -> None:
     """The service's option values, checked before the port, the index or the model is touched."""
-    from twotower.encoders.inference import PRECISIONS
+    from twotower.encoders.inference import check_precision
     from twotower.encoders.onnx_runtime import check_query_runtime
 
-    if precision not in PRECISIONS:
-        raise TwoTowerError(f"precision '{precision}': choose one of {', '.join(PRECISIONS)}")
+    check_precision(precision)
     check_query_runtime(query_runtime)
 
 

@@ -68,12 +68,11 @@ def _ours(root: Path, uri: str, collection: str, props: dict) -> bool:
 def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
                       collection: str | None) -> MilvusStore:
     """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``."""
-    from twotower.encoders.inference import PRECISIONS
+    from twotower.encoders.inference import check_precision
     from twotower.retrieval.searcher import encode_new_docs, model_info
 
     out = Path(out)
-    if cfg.precision not in PRECISIONS:
-        raise TwoTowerError(f"unknown --precision '{cfg.precision}': choose one of {', '.join(PRECISIONS)}")
+    check_precision(cfg.precision, "unknown --precision")
     if not docs:
         raise TwoTowerError("the corpus holds no documents to index")
     if encoder.multivector:
