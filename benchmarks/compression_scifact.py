@@ -333,7 +333,8 @@ def main() -> None:
            "after the main pair)" if args.epochs_also else "") + ". "
         f"ME-BERT: {args.mv_epochs:g} epoch(s), twotower train --multivector m (max score "
         "over the first m token vectors), each document's m vectors in one flat index (ram_bytes_per_doc = all "
-        "entries' fp32 vectors / documents). Training wall s (2 cores; the 2-epoch runs shared them with other jobs, niced): "
+        "entries' fp32 vectors / documents). Training wall s (2 cores; the 2-epoch runs shared them with other "
+        "jobs, niced): "
         f"{train_walls}. "
         + (f"The fine-tuned rows search a {n_sub}-document sub-corpus (every judged test document plus random "
            "others, seed 0) and compare only among themselves. " if args.sub_corpus else

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from twotower.errors import TwoTowerError  # noqa: E402
-from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json, check_output_dir  # noqa: E402
+from twotower.io import atomic_directory, atomic_write_json, check_output_dir  # noqa: E402
 
 FP16_MAX = 65504.0
 MANIFEST = "manifest.json"
@@ -135,6 +135,8 @@ def check_parts(folder: Path) -> tuple[dict, bytes]:
 
 
 def restore(folder: Path, dest: Path | None) -> Path:
+    """Check the parts in ``folder`` and install the model they hold in ``dest`` (default: the registered name's
+    place)."""
     manifest, stream = check_parts(folder)
     if dest is None:
         from twotower.encoders.catalog import default_dest, lookup
@@ -143,38 +145,42 @@ def restore(folder: Path, dest: Path | None) -> Path:
             raise TwoTowerError(f"{manifest['model']} is not a registered model: give --dest")
         dest = default_dest(manifest["model"])
     check_output_dir(dest, "--dest", replaced=True)
+    return _install(manifest, stream, dest)
+
+
+def _install(manifest: dict, stream: bytes, dest: Path) -> Path:
+    """Write the checked parts' files into ``dest`` (fp16 weights back to fp32), the whole folder in one rename."""
     halved = set(manifest["fp16_files"])
     with tarfile.open(fileobj=io.BytesIO(stream)) as tar, atomic_directory(dest) as tmp:
         members = [m for m in tar.getmembers() if m.isfile()]
-        for m in members:  # the marker file (if any) last: an installed model is one whose marker is there
-            target = (tmp / m.name).resolve()
-            if not target.is_relative_to(tmp.resolve()):
-                raise TwoTowerError(f"{folder}: part stream names {m.name!r}, outside the model folder")
-        for m in sorted(members, key=lambda m: m.name.endswith(".twotower-model.json")):
+        for m in members:
+            if not (tmp / m.name).resolve().is_relative_to(tmp.resolve()):
+                raise TwoTowerError(f"part stream names {m.name!r}, outside the model folder: pack the model again")
+        for m in members:
             data = tar.extractfile(m).read()
-            atomic_write_bytes(tmp / m.name, _float(data) if m.name in halved else data)
+            (tmp / m.name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / m.name).write_bytes(_float(data) if m.name in halved else data)
     return dest
 
 
 def verify(folder: Path, docs: int) -> float:
     """Restore the parts into a temporary folder and encode the first ``docs`` SciFact documents with it and with
     the model it was packed from (fp32, torch, this machine): the smallest cosine between the two."""
-    import json as _json
     import tempfile
 
     import numpy as np
 
     from twotower.encoders.towers import DualEncoder, EncodeOptions
 
-    manifest, _ = check_parts(folder)
+    manifest, stream = check_parts(folder)
     corpus = Path(os.environ.get("TWOTOWER_DATA", ROOT.parent / "shared" / "data")) / "scifact" / "corpus.jsonl"
     if not corpus.is_file():
         raise TwoTowerError(f"{corpus} not found: set TWOTOWER_DATA to the folder that holds scifact/")
     with corpus.open() as f:
-        texts = [_json.loads(line)["text"] for line, _ in zip(f, range(docs))]
+        texts = [json.loads(line)["text"] for line, _ in zip(f, range(docs))]
     opts = EncodeOptions(precision="fp32", runtime="torch", show_progress=False)
     with tempfile.TemporaryDirectory() as tmp:
-        restored = restore(folder, Path(tmp) / "model")
+        restored = _install(manifest, stream, Path(tmp) / "model")
         a = DualEncoder.load(manifest["source"]).encode_documents(texts, opts)
         b = DualEncoder.load(str(restored)).encode_documents(texts, opts)
     return float(np.min(np.sum(a * b, axis=1)))
