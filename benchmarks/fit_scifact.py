@@ -1,4 +1,5 @@
-"""`twotower fit` on SciFact: test NDCG@10 and R@100 after each stage, with wall times (CPU, MiniLM).
+"""`twotower fit` on SciFact: test NDCG@10 and R@100 after each stage, with wall times (CPU; all-MiniLM-L6-v2
+unless ``--fit-args "--model NAME"``).
 
 1. runs ``twotower fit --data scifact --out WORK/fit --reranker`` as a command (its stages time themselves in
    fit.json; every choice is made on a dev part of the *train* queries: fit never reads qrels/test.tsv);
@@ -25,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, write_results  # noqa: E402
+
+from twotower.encoders.inference import cpu_has_fast_bf16  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,10 +72,13 @@ def main() -> None:
         cpu = (f" CPU time of the fit process (sampled every 20 s from /proc, {args.cpu_log.name}): {max(cpu_s):.0f} s "
                f"by the last sample; 1-minute load average while it ran {min(loads):.1f}–{max(loads):.1f} "
                f"(mean {sum(loads) / len(loads):.1f}) on 2 cores.")
+    starting_model = report["recipe"].get("model") or "all-MiniLM-L6-v2"
+    precision_note = ("training in bf16 (the CPU has AMX/AVX512-BF16); the corpus encoded by the runtime 'auto' "
+                      "chose, as the fit's log says" if cpu_has_fast_bf16() else "fp32: no fast bf16 on this CPU")
     notes_md = f"""
 SciFact: fit learns from qrels/train.tsv only (809 judged queries; a seeded 20% of them, by query id, held out as dev
-for every choice); the table is on the 300 test queries, read only after fit finished. all-MiniLM-L6-v2, CPU,
-2 threads, precision auto (bf16 on this AMX CPU). wall_s per stage row: that stage alone (as fit.json records it;
+for every choice); the table is on the 300 test queries, read only after fit finished. {starting_model}, CPU,
+2 threads, precision auto ({precision_note}). wall_s per stage row: that stage alone (as fit.json records it;
 encodings of the corpus included); 'twotower fit' row: every stage but the optional re-ranker (the default command
 `twotower fit --data scifact --out DIR`; its wall_s is the sum of the stages'), evaluated with the retrieval stored
 in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}, normalisation
@@ -127,7 +133,7 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     bm = BM25().index(doc_ids, [test.corpus[d].full_text for d in doc_ids], show_progress=False)
     s, i = bm.search([test.queries[q] for q in qids], 100, show_progress=False)
     sparse = to_run(qids, doc_ids, s, i)
-    zs = dense("zeroshot", None)
+    zs = dense("zeroshot", report["recipe"].get("model"))  # the starting model (None: the default)
     rows = [row("bm25", sparse), row("zero-shot dense", zs, stages["zeroshot"]["wall_s"]),
             row("zero-shot hybrid λ 0.5", interpolate(zs, sparse, 0.5, n_best=100, top_k=100))]
     fitted = read_defaults(out / "model")  # what eval / search / serve will use
