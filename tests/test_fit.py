@@ -488,3 +488,28 @@ def test_no_labels_english_only_encoder_on_chinese_gives_bm25(tmp_path):
     assert searcher.resolve(None, None)[0] == "bm25" and searcher.store.manifest["bm25"]["language"] == "zh"
     asked = {q: t for q, t in ((x["_id"], x["text"]) for x in queries)}
     assert searcher.run(asked, 5) == searcher.run(asked, 5, mode="bm25") != searcher.run(asked, 5, mode="dense")
+
+
+def test_cache_chunk_reaches_both_training_rounds(tiny_bert_dir, tmp_path, monkeypatch):
+    """--cache-chunk is a run option: both rounds train with GradCache in chunks of that size (the retraining with
+    its mined negatives as a third group), and it is checked before any work."""
+    import twotower as tt
+    from twotower.training import trainer as trainer_mod
+
+    seen = []
+    original = trainer_mod.cached_backward
+
+    def spy(groups, loss_of, chunk, **kw):
+        seen.append((len(groups), chunk))
+        return original(groups, loss_of, chunk, **kw)
+
+    monkeypatch.setattr(trainer_mod, "cached_backward", spy)
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    run_fit(data, out, _recipe(tiny_bert_dir), FitOptions(show_progress=False, precision="fp32", cache_chunk=3))
+    configs = {s: json.loads((out / "stages" / s / "run" / "train_config.json").read_text())["stages"][0]
+               for s in ("finetune", "retrain")}
+    assert {s: c["cache_chunk"] for s, c in configs.items()} == {"finetune": 3, "retrain": 3}
+    assert {2, 3} == {g for g, _ in seen} and {c for _, c in seen} == {3}  # queries + positives (+ negatives)
+    with pytest.raises(TwoTowerError, match="cache_chunk 0"):
+        tt.fit(data, tmp_path / "other", model=str(tiny_bert_dir), cache_chunk=0)
+    assert not (tmp_path / "other").exists()

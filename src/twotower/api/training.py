@@ -71,7 +71,7 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
         lr: float | None = None, batch_size: int | None = None, mine: bool | None = None,
         mined_epochs: float | None = None, reranker: bool = False, language: str | None = None,
         seed: int | None = None, precision: str = "auto", device: str = "auto", runtime: str = "auto",
-        show_progress: bool = True, **recipe) -> FitResult:
+        cache_chunk: int | None = None, show_progress: bool = True, **recipe) -> FitResult:
     """The best retriever for one data set: fine-tune on its judged train queries (a seeded 20% held out as dev),
     mine hard negatives with the fine-tuned model, retrain, then choose the encoder and the retrieval (dense, a
     BM25 hybrid with its λ and normalisation, or RRF; optionally a re-ranker) by dev nDCG@10. The test split is never
@@ -82,6 +82,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     Any other :class:`~twotower.FitRecipe` field can be given by name (e.g. ``rank_to=30``, ``lambdas=(0.3, 0.5)``).
     ``runtime``: what encodes the corpus and queries on a CPU (``auto`` | ``torch`` | ``onnx`` | ``openvino`` |
     ``onnx-int8`` | ``openvino-int8``; docs/guides/cpu-runtimes.md).
+    ``cache_chunk``: train both rounds with GradCache in chunks of this many texts (memory bounded by the chunk, not
+    the batch; the same loss); a rerun may change it.
 
     Example::
 
@@ -94,6 +96,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     from twotower.training.fit import FitOptions, run_fit
 
     check_runtime(runtime)
+    if cache_chunk is not None and (type(cache_chunk) is not int or cache_chunk < 1):
+        raise TwoTowerError(f"cache_chunk {cache_chunk!r}: a whole number of texts, at least 1 (or None: whole batches)")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TwoTowerError(f"out {out}: exists and is not a directory")
@@ -110,7 +114,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
             settings[key] = tuple(settings[key])
     with using_runtime(runtime):
         result = run_fit(folder, out, FitRecipe(**settings), FitOptions(precision=precision, device=device,
-                                                                       show_progress=show_progress))
+                                                                       show_progress=show_progress,
+                                                                       cache_chunk=cache_chunk))
     return FitResult(out=result.out, model=result.model, report=result.report, computed=list(result.computed),
                      message=result.message)
 

@@ -49,6 +49,9 @@ def fit_cmd(
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
+    cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", min=1, help="GradCache chunk size for both "
+                                              "training rounds (memory bounded by it, the same loss); a rerun may "
+                                              "change it."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Fine-tune, mine, retrain and tune the hybrid on held-out train queries: the best retriever for DATA.
@@ -80,7 +83,7 @@ def fit_cmd(
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
                         rerank_depth=rerank_depth, precision=precision, device=device, runtime=runtime,
-                        show_progress=progress)
+                        cache_chunk=cache_chunk, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
         _fail(exc)
     if result.message:

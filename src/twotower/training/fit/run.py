@@ -44,6 +44,9 @@ class FitOptions:
     device: str = "auto"
     show_progress: bool = True
     batch_size: int | None = None  # encoding batch (None: the device's default)
+    # GradCache chunk for both training rounds (None: whole batches): the same loss in memory bounded by this many
+    # texts (docs/guides/fit.md: mpnet-base's retraining without it)
+    cache_chunk: int | None = None
 
 
 @dataclass
@@ -157,7 +160,8 @@ class _Fit:
             checkpoint_every=25, matryoshka=list(r.matryoshka) if r.matryoshka else None,
             matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None, stages=[StageConfig(
                 name=stage, pairs=str(pairs), epochs=epochs, batch_size=r.batch_size, lr=r.lr,
-                temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives)],
+                temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives,
+                cache_chunk=self.opts.cache_chunk)],
         )
         trainer = Trainer(cfg)
         trainer.train(resume=resume)
