@@ -93,11 +93,11 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
         index = tt.Index.build("fitted-index", "my-beir-dir", encoder=result.model)
     """
     from twotower.encoders.runtimes import check_runtime, using_runtime
+    from twotower.training.config import StageConfig
     from twotower.training.fit import FitOptions, run_fit
 
     check_runtime(runtime)
-    if cache_chunk is not None and (type(cache_chunk) is not int or cache_chunk < 1):
-        raise TwoTowerError(f"cache_chunk {cache_chunk!r}: a whole number of texts, at least 1 (or None: whole batches)")
+    StageConfig(cache_chunk=cache_chunk).validate("fit: ")  # before any work, as the training rounds will check it
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TwoTowerError(f"out {out}: exists and is not a directory")
