@@ -513,3 +513,39 @@ def test_cache_chunk_reaches_both_training_rounds(tiny_bert_dir, tmp_path, monke
     with pytest.raises(TwoTowerError, match="cache_chunk 0"):
         tt.fit(data, tmp_path / "other", model=str(tiny_bert_dir), cache_chunk=0)
     assert not (tmp_path / "other").exists()
+
+
+def test_a_round_that_finished_training_is_not_trained_again(tiny_bert_dir, tmp_path, monkeypatch):
+    """Killed in the retraining stage's dev encoding, after its model was written: the rerun keeps that model
+    (trains nothing) and finishes the stage; a model made with other settings than the fit's is refused."""
+    from twotower.training import trainer as trainer_mod
+    from twotower.training.fit import run as fit_run
+
+    data, out, recipe = _data(tmp_path / "data"), tmp_path / "out", _recipe(tiny_bert_dir)
+    original_dev = fit_run._Fit.dense_dev
+
+    def killed_in_retrain(self, stage, model):
+        if stage == "retrain":
+            raise RuntimeError("killed while encoding dev")
+        return original_dev(self, stage, model)
+
+    with monkeypatch.context() as m:
+        m.setattr(fit_run._Fit, "dense_dev", killed_in_retrain)
+        with pytest.raises(RuntimeError):
+            run_fit(data, out, recipe, QUIET)
+    run = out / "stages" / "retrain" / "run"
+    weights = {p: p.stat().st_mtime_ns for p in (run / "model").rglob("*") if p.is_file()}
+    assert weights and not (out / "stages" / "retrain" / "done.json").exists()
+    trained = []
+    original_train = trainer_mod.Trainer.train
+    monkeypatch.setattr(trainer_mod.Trainer, "train", lambda self, **kw: trained.append(1) or original_train(self, **kw))
+    config = json.loads((run / "train_config.json").read_text())
+    (run / "train_config.json").write_text(json.dumps({**config, "seed": 7}))
+    with pytest.raises(TwoTowerError, match="retrain/run.*seed: 7 -> 42"):
+        run_fit(data, out, recipe, QUIET)
+    (run / "train_config.json").write_text(json.dumps(config))
+    result = run_fit(data, out, recipe, QUIET)
+    assert result.computed == ["retrain", "select"] and trained == []
+    assert {p: p.stat().st_mtime_ns for p in weights} == weights
+    done = json.loads((out / "stages" / "retrain" / "done.json").read_text())
+    assert done["model"] == "stages/retrain/run/model" and 0 <= done["dev_dense"]["ndcg@10"] <= 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import TINY_CORPUS, write_beir
+from conftest import TINY_CORPUS, copy_without_dropout, write_beir
 from twotower.cli import app
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
@@ -127,6 +127,41 @@ def test_resume_with_other_settings_is_refused(tmp_path, tiny_bert_dir, train_be
                               "--steps", "4", "--batch-size", "3", "--lr", "1e-3", "--precision", "fp32",
                               "--resume", "--no-progress"])
     assert res.exit_code == 2 and "differ from the checkpoint" in " ".join(res.output.split())
+
+
+def test_resume_may_change_the_gradcache_chunk_and_gives_the_same_run(tmp_path, tiny_bert_dir, train_beir):
+    """cache_chunk changes how a step is computed, not what: a resume may add it, and ends where the run without
+    it ends (the losses of an uninterrupted run without GradCache; dropout off, whose masks GradCache's chunks
+    draw in another order)."""
+    model, out = copy_without_dropout(tiny_bert_dir, tmp_path / "model"), tmp_path / "run"
+    full_log = _interrupted(out, lambda: _cfg(out, model, train_beir, steps=4), keep_until=2)
+    with pytest.raises(TwoTowerError, match="stage 1 batch_size"):  # what a step computes is still checked
+        Trainer(_cfg(out, model, train_beir, steps=4, batch_size=3, cache_chunk=1)).train(resume=True)
+    Trainer(_cfg(out, model, train_beir, steps=4, cache_chunk=1)).train(resume=True)
+    log = json.loads((out / "train_log.json").read_text())
+    assert [r["loss"] for r in log] == pytest.approx([r["loss"] for r in full_log], abs=1e-5)
+
+
+def test_checkpoint_minutes_checkpoints_a_slow_run_between_step_checkpoints(tmp_path, tiny_bert_dir, train_beir):
+    """checkpoint_minutes=10 with steps of 7 minutes (a clock that advances 7 minutes a step): a checkpoint after
+    steps 2, 4 and 6 (14 minutes after the last), none after the last step; without it, none at all."""
+    def run(out, minutes):
+        cfg = _cfg(out, tiny_bert_dir, train_beir, steps=7)
+        cfg.checkpoint_every, cfg.checkpoint_minutes = 1000, minutes
+        trainer = Trainer(cfg)
+        trainer.clock = lambda: 7 * 60 * (len(trainer.history) + len(trainer._pending))  # 7 minutes a step
+        trainer.train()
+        return [p.name for p in complete_checkpoints(out / "checkpoints")]
+
+    assert run(tmp_path / "timed", 10) == ["step-00000002", "step-00000004", "step-00000006"]
+    assert run(tmp_path / "steps", None) == []
+
+
+@pytest.mark.parametrize("minutes", [0, -1, float("nan"), True, "10"])
+def test_checkpoint_minutes_must_be_positive(tmp_path, minutes):
+    cfg = TrainConfig(out=str(tmp_path / "run"), checkpoint_minutes=minutes)
+    with pytest.raises(TwoTowerError, match="checkpoint_minutes"):
+        cfg.validate()
 
 
 def test_a_diverged_loss_stops_training_without_saving(tmp_path, tiny_bert_dir, train_beir):

@@ -21,7 +21,7 @@ import torch
 
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_directory, atomic_write_json
-from twotower.training.config import RESUME_INVARIANTS, TrainConfig
+from twotower.training.config import RESUME_INVARIANTS, RUN_ONLY_STAGE_KEYS, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ def check_resumable(saved: dict | None, config: TrainConfig, where: Path) -> Non
     for key in RESUME_INVARIANTS:
         if key == "stages":
             for i, (a, b) in enumerate(zip(saved.get("stages", []), now["stages"]), start=1):
-                diffs += [f"stage {i} {k}: {a.get(k)!r} -> {b.get(k)!r}" for k in b if k in a and a[k] != b[k]]
+                diffs += [f"stage {i} {k}: {a.get(k)!r} -> {b.get(k)!r}" for k in b
+                          if k in a and a[k] != b[k] and k not in RUN_ONLY_STAGE_KEYS]
             if len(saved.get("stages", [])) != len(now["stages"]):
                 diffs.append(f"stages: {len(saved.get('stages', []))} -> {len(now['stages'])}")
         elif key in saved and saved[key] != now[key]:

@@ -64,6 +64,9 @@ def train_cmd(
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
     config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
+    checkpoint_minutes: Optional[float] = typer.Option(
+        None, "--checkpoint-minutes",
+        help="Also checkpoint once this many minutes have passed since the last checkpoint (slow steps)."),
     resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
     tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
     seed: int = typer.Option(42),
@@ -81,7 +84,8 @@ def train_cmd(
         _fail(exc)
     common = dict(out=str(out), model=model, towers=towers, dim=dim, layer_norm=layer_norm, similarity=similarity,
                   precision=precision, device=device, doc_max_length=max_length, query_max_length=query_max_length,
-                  seed=seed, checkpoint_every=checkpoint_every, tensorboard=tensorboard, show_progress=progress,
+                  seed=seed, checkpoint_every=checkpoint_every, checkpoint_minutes=checkpoint_minutes,
+                  tensorboard=tensorboard, show_progress=progress,
                   multivector=multivector, attention_dropout=attention_dropout,
                   freeze_embeddings=freeze_embeddings or None, matryoshka=mrl, matryoshka_weights=mrl_weights)
     try:

@@ -4,6 +4,7 @@ checked as a whole before any model is loaded (:meth:`TrainConfig.validate`)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,9 @@ DEFAULT_BUCKET_SIZE = {"cpu": 8, "cuda": 0}
 RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pooling", "query_max_length",
                      "doc_max_length", "seed", "multivector", "attention_dropout", "freeze_embeddings", "stages",
                      "matryoshka", "matryoshka_weights")
+# stage settings that change how a step is computed, not what it computes: a resume may change them (GradCache's
+# chunk: the same loss and gradient in less memory)
+RUN_ONLY_STAGE_KEYS = ("cache_chunk",)
 
 
 @dataclass
@@ -117,6 +121,9 @@ class TrainConfig:
     freeze_embeddings: bool = False
     seed: int = 42
     checkpoint_every: int = 100
+    # also a checkpoint once this many minutes have passed since the last one (or the start): on a slow machine
+    # a kill then loses at most that much work, however long a step takes; None: by steps only
+    checkpoint_minutes: float | None = None
     keep_checkpoints: int = 2
     tensorboard: bool = False
     show_progress: bool = True
@@ -146,6 +153,10 @@ class TrainConfig:
                 raise TwoTowerError(f"{name} {value}: at least 1 token")
         if self.checkpoint_every < 0 or self.keep_checkpoints < 1:
             raise TwoTowerError("checkpoint_every must be 0 or more and keep_checkpoints at least 1")
+        minutes = self.checkpoint_minutes
+        if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, (int, float))
+                                    or not math.isfinite(minutes) or minutes <= 0):
+            raise TwoTowerError(f"checkpoint_minutes {minutes!r}: a number of minutes above 0 (or leave it out)")
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise TwoTowerError(f"stage names must differ (they name stages/<name>/): {names}")

@@ -49,6 +49,9 @@ def pretrain_cmd(
         False, "--freeze-embeddings", help="Keep the token-embedding matrix out of the gradient and the optimizer "
         "(multilingual-e5-small: 82% of the parameters; as train --freeze-embeddings)."),
     checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
+    checkpoint_minutes: Optional[float] = typer.Option(
+        None, "--checkpoint-minutes",
+        help="Also checkpoint once this many minutes have passed since the last checkpoint (slow steps)."),
     resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
     tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
     seed: int = typer.Option(42),
@@ -76,6 +79,7 @@ def pretrain_cmd(
                             bucket_size=bucket_size)
         cfg = tt.TrainConfig(out=str(out), model=model, precision=precision, device=device, doc_max_length=max_length,
                           query_max_length=max_length, seed=seed, checkpoint_every=checkpoint_every,
+                          checkpoint_minutes=checkpoint_minutes,
                           tensorboard=tensorboard, show_progress=progress, stages=[stage],
                           freeze_embeddings=freeze_embeddings)
         result = tt.pretrain(cfg, pre, resume=resume)

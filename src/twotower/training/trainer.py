@@ -158,6 +158,8 @@ class Trainer:
         self.writer = None
         self.history: list[dict] = []  # one record per step, the whole run (kept across resumes)
         self._pending: list[tuple[dict, torch.Tensor]] = []  # steps whose loss is still on the device
+        self.clock = time.monotonic  # what checkpoint_minutes is measured with
+        self._saved_at = self.clock()  # the run's start, then its last checkpoint
 
     # ---------------------------------------------------------------- checkpoints
     @property
@@ -172,9 +174,17 @@ class Trainer:
         if self.rank != 0:
             return
         self._flush_log()
+        self._saved_at = self.clock()
         save_checkpoint(self.checkpoint_dir, stage=stage_idx, step=step, global_step=global_step, model=self.model,
                         optimizer=optimizer, scheduler=scheduler, objective_state=self.objective.state_dict(),
                         history=self.history, config=self.config, keep=self.config.keep_checkpoints)
+
+    def _checkpoint_due(self, done: int) -> bool:
+        """Every ``checkpoint_every`` steps of a stage, and once ``checkpoint_minutes`` have passed since the last."""
+        cfg = self.config
+        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
+            return True
+        return bool(cfg.checkpoint_minutes) and self.clock() - self._saved_at >= cfg.checkpoint_minutes * 60
 
     def _restore(self, state: dict) -> dict:
         self.model.load_state_dict(state["model"])
@@ -291,6 +301,7 @@ class Trainer:
 
             self.writer = open_writer(self.out / "tensorboard")
         global_step = 0
+        self._saved_at = self.clock()
         for stage_idx, stage in enumerate(cfg.stages):
             examples = stage_examples[stage_idx]
             total, _ = steps_for(stage, len(examples), self.world)
@@ -381,7 +392,7 @@ class Trainer:
                 self._flush_log()
                 bar.set_postfix(loss=f"{self.history[-1]['loss']:.4f}", ex_s=f"{rate:.1f}")
             bar.update(1)
-            if cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done < total:
+            if done < total and self._checkpoint_due(done):
                 self._save_checkpoint(stage_idx, done, global_step + done, optimizer, scheduler)
         bar.close()
         self.model.eval()

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 STAGES = ("split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank")
 FEW_DEV = 10  # dev queries below which fit warns that its choices rest on too few
+# a training round also checkpoints every 10 minutes: mpnet-base's retraining on 2 CPU cores took ~190 s a step,
+# so 25 steps (the other rule) would be 80 minutes of work a kill could lose
+CHECKPOINT_MINUTES = 10.0
 ZERO_SHOT_LAMBDA = 0.5  # retrieval.searcher.DEFAULT_LAMBDA (kept in step by tests/test_fit.py)
 
 
@@ -145,28 +148,35 @@ class _Fit:
         return detect_language([doc.full_text for doc in load_corpus(self.data / "corpus.jsonl").values()])
 
     def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int) -> Path:
-        from twotower.training.checkpoints import complete_checkpoints
+        from twotower.training.checkpoints import check_resumable, complete_checkpoints
         from twotower.training.config import StageConfig, TrainConfig
         from twotower.training.trainer import Trainer
 
         r = self.recipe
         run_dir = self.stages.dir(stage) / "run"
-        resume = bool(complete_checkpoints(run_dir / "checkpoints"))
-        if not resume and run_dir.exists():
-            shutil.rmtree(run_dir)  # an unfinished attempt without a checkpoint: nothing to keep
         cfg = TrainConfig(
             out=str(run_dir), model=model, precision=self.opts.precision, device=self.opts.device,
             attention_dropout=r.attention_dropout, seed=r.seed, show_progress=self.opts.show_progress,
-            checkpoint_every=25, matryoshka=list(r.matryoshka) if r.matryoshka else None,
+            checkpoint_every=25, checkpoint_minutes=CHECKPOINT_MINUTES,
+            matryoshka=list(r.matryoshka) if r.matryoshka else None,
             matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None, stages=[StageConfig(
                 name=stage, pairs=str(pairs), epochs=epochs, batch_size=r.batch_size, lr=r.lr,
                 temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives,
                 cache_chunk=self.opts.cache_chunk)],
         )
+        if (run_dir / "train_log.json").is_file() and (run_dir / "model").is_dir():
+            # the round finished (its log is written after the model) and the stage stopped later, in its dev
+            # encoding: keep the model, made with these settings, instead of training again from a checkpoint
+            check_resumable(json.loads((run_dir / "train_config.json").read_text()), cfg, run_dir)
+            log.info("%s: training finished in an earlier run; using %s", stage, run_dir / "model")
+            self.last_rate = _last_rate(json.loads((run_dir / "train_log.json").read_text()))
+            return run_dir / "model"
+        resume = bool(complete_checkpoints(run_dir / "checkpoints"))
+        if not resume and run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished attempt without a checkpoint: nothing to keep
         trainer = Trainer(cfg)
         trainer.train(resume=resume)
-        rates = [h["examples_per_s"] for h in trainer.history if "examples_per_s" in h]
-        self.last_rate = round(rates[-1], 2) if rates else None
+        self.last_rate = _last_rate(trainer.history)
         return run_dir / "model"
 
     # ------------------------------------------------------------------ stages
@@ -356,6 +366,12 @@ class _Fit:
                 result = self.stages.finish(name, getattr(self, f"stage_{name}")(), started)
             report[name] = {k: v for k, v in result.items() if k not in ("dev", "train")}  # ids: in stages/split
         return report
+
+
+def _last_rate(history: list[dict]) -> float | None:
+    """The last training speed (examples/s) in a run's log, rounded; None for a log without one."""
+    rates = [h["examples_per_s"] for h in history if "examples_per_s" in h]
+    return round(rates[-1], 2) if rates else None
 
 
 def _norm(row: dict) -> str | None:
