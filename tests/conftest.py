@@ -153,3 +153,14 @@ def tiny_ce_dir(tmp_path_factory):
     BertForSequenceClassification(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say in the summary how many tests skipped because the real data is missing (a fresh clone without
+    ../shared): the count and where the data was looked for, so a green run cannot hide them."""
+    missing = [r for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and "real data missing" in str(r.longrepr[2])]
+    if missing:
+        terminalreporter.write_line(
+            f"{len(missing)} test(s) skipped: real data missing (looked in {SHARED_DATA}; put BEIR SciFact and "
+            "XQuAD-R there, or set TWOTOWER_TEST_DATA=DIR)", yellow=True, bold=True)

@@ -261,7 +261,7 @@ def test_mine_language_option(tmp_path):
 
 def _xquad(name: str):
     if not (XQUAD / name / "corpus.jsonl").is_file():
-        pytest.skip(f"XQuAD-R not found at {XQUAD / name}")
+        pytest.skip(f"real data missing: XQuAD-R not found at {XQUAD / name}")
     return XQUAD / name
 
 
