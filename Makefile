@@ -20,7 +20,9 @@ $(VENV)/.setup-stamp: pyproject.toml Makefile
 
 demo: setup
 	@set -euo pipefail; \
-	data=$$($(BIN)/twotower data locate "$(DATA)" --cache "$(CACHE)"); \
+	data=$$($(BIN)/twotower data locate "$(DATA)" --cache "$(CACHE)") || { \
+		echo "make demo: BEIR SciFact is not at $(DATA) and could not be downloaded. Put the folder (corpus.jsonl," \
+		     "queries.jsonl, qrels/) at $(CACHE)/scifact, or run: make demo DATA=/path/to/scifact" >&2; exit 2; }; \
 	mkdir -p "$(OUT)"; \
 	$(BIN)/twotower eval --data "$$data" --split test --retriever bm25 --out "$(OUT)/bm25.json" --run "$(OUT)/bm25.trec"; \
 	$(BIN)/twotower eval --data "$$data" --split test --retriever dense --out "$(OUT)/dense.json" --run "$(OUT)/dense.trec"; \
