@@ -75,7 +75,7 @@ def _qrels(qrels) -> dict[str, dict[str, int]]:
     return out
 
 
-@dataclass
+@dataclass(repr=False)  # BeirDataset's one-line repr
 class Dataset(BeirDataset):
     """One split of a retrieval data set: ``corpus`` (``{id: Document}``, each with ``title`` and ``text``),
     ``queries`` (``{id: text}``, the queries the split judges) and ``qrels`` (``{query_id: {doc_id: grade}}``).

@@ -249,6 +249,12 @@ class BeirDataset:
     unknown_docs: int = 0
     warnings: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:  # one line: the default would print the whole corpus
+        name = Path(self.root).name if self.root is not None else "in-memory"
+        judgements = sum(len(r) for r in self.qrels.values())
+        return (f"{type(self).__name__}({name!r}, split={self.split!r}, documents={len(self.corpus)}, "
+                f"queries={len(self.queries)}, judgements={judgements})")
+
     @classmethod
     def load(cls, root: str | Path, split: str = "test", *, strict: bool = False) -> "BeirDataset":
         """Load ``root`` and keep the queries that ``qrels/<split>.tsv`` judges.

@@ -84,6 +84,11 @@ class EvalResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
     runtime: dict | None = None  # what encoded: {"documents" | "queries": encoders.runtimes.last_choice}
 
+    def __repr__(self) -> str:  # one line: the data set, what ran, the main metrics
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in list(self.metrics.items())[:3])
+        return (f"EvalResult({self.dataset}/{self.split}, {self.retriever}, {self.num_queries} queries"
+                f"{', ' + shown if shown else ''})")
+
     def to_json(self) -> dict:
         return {
             "dataset": self.dataset,
