@@ -145,3 +145,20 @@ def test_batch_texts_draws_each_examples_own_negatives(model_dir, tmp_path):
     assert trainer.batch_texts(examples, StageConfig(hard_negatives=0), random.Random(5))[2] == []
     with pytest.raises(TwoTowerError, match="asks for 5 hard negatives per query but an example has 4"):
         trainer.batch_texts(examples, StageConfig(hard_negatives=5), random.Random(5))
+
+
+def test_the_trainer_is_the_training_loop_objectives_see(model_dir, tmp_path):
+    """Objectives type against ``objective.TrainingLoop`` (so that objective.py need not import the trainer, which
+    imports it): every attribute and method of that protocol is on a Trainer, methods with the same parameters."""
+    import inspect
+
+    from twotower.training.objective import TrainingLoop
+
+    trainer = _trainer(tmp_path / "out", model_dir, "sde")
+    for name in TrainingLoop.__annotations__:
+        assert hasattr(trainer, name), f"Trainer has no attribute {name}"
+    methods = [n for n, v in vars(TrainingLoop).items() if inspect.isfunction(v) and not n.startswith("__")]
+    assert {"batch_texts", "backward", "_step_loss"} <= set(methods)
+    for name in methods:
+        assert list(inspect.signature(getattr(TrainingLoop, name)).parameters) == \
+            list(inspect.signature(getattr(Trainer, name)).parameters), name

@@ -373,7 +373,8 @@ def run_fidelity(cfg: FidelityConfig) -> dict:
             "recall of BM25's top-1 after projection": "recall",
         },
         "timings": {"projection_s": round(proj_s, 2), "total_s": round(time.perf_counter() - t_start, 2)},
-        "notes": fidelity_notes(fits, bins, margins_by_len, margins_by_top1_len, cfg, bound_slope),
+        "notes": fidelity_notes(fits, margins_by_len, k_max=cfg.k_max, margin_ranks=cfg.margin_ranks,
+                                bound_slope=bound_slope),
     }
 
 

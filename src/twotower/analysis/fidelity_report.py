@@ -5,26 +5,23 @@ document length) and recall@r by k and length."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from twotower.analysis.fidelity import FidelityConfig
 
-
-def fidelity_notes(fits: dict, bins: list, by_len: list, by_top1: list, cfg: FidelityConfig, bound_slope: float) -> list[str]:
-    """The result's notes: each projection's empirical k* against the bound, and the r-th smallest margins by
-    truncation length (shrinking with length, or not)."""
+def fidelity_notes(fits: dict, by_len: list, *, k_max: int, margin_ranks: tuple[int, ...],
+                   bound_slope: float) -> list[str]:
+    """The result's notes: each projection's empirical k* against the bound (k* beyond ``k_max`` censored), and
+    the r-th smallest margins (r in ``margin_ranks``) by truncation length (shrinking with length, or not)."""
     notes = []
     for kind, f in fits.items():
         under = f["max_kstar_over_bound"] <= 1.0
         notes.append(
             f"{kind}: empirical k* ≈ {f['slope_through_origin']:.2f}·x (R² {f['r2']:.3f} over {f['bins_used']} bins, "
-            f"{f['bins_censored']} bins beyond k={cfg.k_max}); bound slope {bound_slope:.2f}; "
+            f"{f['bins_censored']} bins beyond k={k_max}); bound slope {bound_slope:.2f}; "
             f"largest k*/bound {f['max_kstar_over_bound']:.3f} — {'under' if under else 'ABOVE'} the bound."
         )
-    for r in cfg.margin_ranks:
+    for r in margin_ranks:
         key = f"margin_{r}th_median"
         seq = [(row["doc_length"], row[key]) for row in by_len if row.get(key) is not None]
         if len(seq) >= 2:

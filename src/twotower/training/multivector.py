@@ -23,7 +23,6 @@ so ``twotower eval --retriever multivector`` uses it by default. Not supported: 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,10 +31,7 @@ from twotower.errors import TwoTowerError
 from twotower.retrieval.multivector import document_token_vectors, maxsim
 from twotower.training.losses import InBatchSoftmaxLoss
 from twotower.training.config import StageConfig
-from twotower.training.objective import Objective
-
-if TYPE_CHECKING:
-    from twotower.training.trainer import Trainer
+from twotower.training.objective import Objective, TrainingLoop
 
 
 def multivector_scores(
@@ -65,7 +61,7 @@ class MultiVectorObjective(Objective):
             raise TwoTowerError(f"--multivector must be at least 1 (the number of document token vectors), got {m}")
         self.m = m
 
-    def setup(self, trainer: Trainer) -> None:
+    def setup(self, trainer: TrainingLoop) -> None:
         if trainer.world > 1:
             raise TwoTowerError("--multivector training runs in one process: launch it without torchrun")
         for stage in trainer.config.stages:
@@ -74,7 +70,7 @@ class MultiVectorObjective(Objective):
                                     "support --multivector training; drop it and lower --batch-size to fit memory")
         trainer.model.multivector = self.m  # saved in twotower.json: eval's default m
 
-    def step_loss(self, trainer: Trainer, batch: list[TrainExample], stage: StageConfig,
+    def step_loss(self, trainer: TrainingLoop, batch: list[TrainExample], stage: StageConfig,
                   loss_fn: InBatchSoftmaxLoss, rng: random.Random) -> torch.Tensor:
         model = trainer.model
         queries, positives, negatives = trainer.batch_texts(batch, stage, rng)

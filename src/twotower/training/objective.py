@@ -1,21 +1,22 @@
-"""What a training step optimises (:class:`Objective`), apart from the loop that runs it (``trainer.Trainer``)."""
+"""What a training step optimises (:class:`Objective`), apart from the loop that runs it (``trainer.Trainer``).
+
+An objective sees the loop through :class:`TrainingLoop`, the part of the Trainer it may call: the trainer imports
+this module, never the other way round."""
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 
 from twotower.data.pairs import TrainExample
+from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
-from twotower.training.config import StageConfig
+from twotower.training.config import StageConfig, TrainConfig
 from twotower.training.losses import InBatchSoftmaxLoss
-
-if TYPE_CHECKING:
-    from twotower.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,31 @@ def stage_examples(stage: StageConfig) -> list[TrainExample]:
     raise TwoTowerError(f"stage '{stage.name}': give data (a BEIR directory) or pairs (a JSONL file)")
 
 
+class TrainingLoop(Protocol):
+    """What an :class:`Objective` may use of the loop that runs it (``twotower.training.trainer.Trainer``): the
+    model, the run's settings, where it runs, and the loop's ways to turn a batch into texts, tokens, a
+    false-negative mask and a backward pass."""
+
+    config: TrainConfig
+    model: DualEncoder
+    device: torch.device
+    world: int
+
+    def batch_texts(self, examples: list[TrainExample], stage: StageConfig,
+                    rng: random.Random) -> tuple[list[str], list[str], list[str]]: ...
+
+    def false_negative_mask(self, examples: list[TrainExample]) -> torch.Tensor | None: ...
+
+    def backward(self, groups, loss_of: Callable[..., torch.Tensor], stage: StageConfig, *,
+                 buckets: bool = True) -> torch.Tensor: ...
+
+    def _tokenize(self, tower, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def _autocast(self): ...
+
+    def _step_loss(self, examples: list[TrainExample], stage: StageConfig, loss_fn,
+                   rng: random.Random) -> torch.Tensor: ...
+
 
 class Objective:
     """What a training step optimises; the Trainer keeps the loop, optimizer, schedule, precision,
@@ -76,7 +102,7 @@ class Objective:
       (``objective.pt``) and restored on resume.
     """
 
-    def setup(self, trainer: "Trainer") -> None:
+    def setup(self, trainer: TrainingLoop) -> None:
         pass
 
     def examples(self, stage: StageConfig) -> Sequence:
@@ -84,7 +110,7 @@ class Objective:
         check_learnable(examples, stage)
         return examples
 
-    def step_loss(self, trainer: "Trainer", batch: list, stage: StageConfig, loss_fn: InBatchSoftmaxLoss,
+    def step_loss(self, trainer: TrainingLoop, batch: list, stage: StageConfig, loss_fn: InBatchSoftmaxLoss,
                   rng: random.Random) -> torch.Tensor:
         return trainer._step_loss(batch, stage, loss_fn, rng)
 
