@@ -21,7 +21,7 @@ Russian, Greek, Arabic, Devanagari: Hindi, Latin: English; :class:`ScriptStemmer
 ``auto`` (see :func:`detect_language`) picks a code from the documents' scripts.
 
 Each choice was measured on XQuAD-R (question → answer sentence, 1190 questions per language, NDCG@10;
-``benchmarks/bm25_analyzer_choices.py``): for zh, character uni+bi-grams 0.817 against unigrams 0.815,
+``benchmarks/experiments/bm25_analyzer_choices.py``): for zh, character uni+bi-grams 0.817 against unigrams 0.815,
 bigrams 0.799, the jieba segmenter 0.801, and jieba's words plus their characters 0.820 (not significantly
 better: paired randomization p = 0.38, for a 42 MB dependency); for th, grapheme bigrams 0.810 against
 grapheme uni+bi-grams 0.804, code-point bigrams 0.799, code-point unigrams 0.339 and pythainlp's newmm

@@ -1,7 +1,7 @@
 """BM25 over bm25s: text analysis chosen per language (stopwords, Snowball stemming), Lucene scoring.
 
 Document text is title + " " + text, as in BEIR. Defaults k1=1.5, b=0.75: a sweep on SciFact's
-*train* queries (``benchmarks/bm25_params.py``) found NDCG@10 flat within 0.003 over k1 in
+*train* queries (``benchmarks/experiments/bm25_params.py``) found NDCG@10 flat within 0.003 over k1 in
 {0.9, 1.2, 1.5} and b in {0.4 … 0.9}; these kept the best MRR@10 and P@1.
 
 ``BM25Params(ngram=2)`` indexes unigrams plus bigrams of adjacent terms (after stopword removal

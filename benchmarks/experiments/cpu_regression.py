@@ -1,7 +1,7 @@
 """Is CPU encoding any slower than at an earlier commit? ``encode_texts`` of ``--before`` (read with ``git show``)
 against this checkout's, on the same SciFact documents, taking turns slice by slice (load falls on both alike).
 
-    python benchmarks/cpu_regression.py [--before 8a3a97e] [--docs 768]
+    python benchmarks/experiments/cpu_regression.py [--before 8a3a97e] [--docs 768]
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import DATA, interleaved, load_average, write_results
 from twotower.data.beir import load_corpus
 from twotower.encoders import inference
 from twotower.encoders.towers import DualEncoder
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common.py
+from _common import DATA, interleaved, load_average, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_at(commit: str, path: str):

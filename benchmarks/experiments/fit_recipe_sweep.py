@@ -3,9 +3,9 @@ fit's training part (its seeded 80% of the judged train queries; ``--all``: dev 
 (what the defaults were chosen on) and on test (reported only). Appends a JSON line to
 .cache/fit_recipe_sweep/results.jsonl; results/fit_recipe_sweep.md lists the runs made.
 
-    python benchmarks/fit_recipe_sweep.py zeroshot             # no training
-    python benchmarks/fit_recipe_sweep.py base                 # 2 epochs, lr 5e-5 (the old default)
-    python benchmarks/fit_recipe_sweep.py ep4 --epochs 4
+    python benchmarks/experiments/fit_recipe_sweep.py zeroshot             # no training
+    python benchmarks/experiments/fit_recipe_sweep.py base                 # 2 epochs, lr 5e-5 (the old default)
+    python benchmarks/experiments/fit_recipe_sweep.py ep4 --epochs 4
 """
 import argparse
 import json
@@ -22,11 +22,11 @@ from twotower.training.trainer import Trainer
 from twotower.encoders.towers import DualEncoder, EncodeOptions
 from twotower.retrieval.bm25 import BM25
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common.py
 from _common import DATA as _DATA  # noqa: E402
 
 DATA = _DATA / "scifact"
-EXP = Path(__file__).resolve().parents[1] / ".cache" / "fit_recipe_sweep"
+EXP = Path(__file__).resolve().parents[2] / ".cache" / "fit_recipe_sweep"
 ap = argparse.ArgumentParser()
 ap.add_argument("name"); ap.add_argument("--start", default=None)
 ap.add_argument("--pairs", default=None, help="pairs file (else train split pairs)")

@@ -3,22 +3,26 @@ Chinese and Thai splitting (character n-grams vs a word segmenter), stemming on/
 ``multi``'s script stemmers on the mixed pool. The segmenters are not dependencies of twotower: their rows
 appear when jieba / pythainlp are importable (``pip install jieba pythainlp``).
 
-    python benchmarks/bm25_analyzer_choices.py
+    python benchmarks/experiments/bm25_analyzer_choices.py
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import bm25s
 from bm25s.tokenization import Tokenizer
 
-from _common import DATA, write_results
 from twotower.data.beir import BeirDataset
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval import analyzers as A
 from twotower.retrieval.dense import to_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common.py
+from _common import DATA, write_results  # noqa: E402
 
 METRICS = ("ndcg@10", "recall@100")
 _HAN = A.regex.compile(r"\p{Han}")

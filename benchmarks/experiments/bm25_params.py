@@ -1,18 +1,22 @@
 """Sweep BM25 k1 and b on SciFact's *train* queries (never test) to choose the defaults.
 
-    python benchmarks/bm25_params.py
+    python benchmarks/experiments/bm25_params.py
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
+from pathlib import Path
 
-from _common import DATA, write_results
 from twotower.data.beir import BeirDataset
 from twotower.evaluation.metrics import evaluate
 from twotower.retrieval.bm25 import BM25, BM25Params
 from twotower.retrieval.dense import to_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common.py
+from _common import DATA, write_results  # noqa: E402
 
 
 def main() -> None:
