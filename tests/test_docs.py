@@ -3,8 +3,9 @@ reference entry.
 
 - ``test_site_builds_strictly``: ``mkdocs build --strict`` (broken links, missing anchors, a reference entry that
   mkdocstrings cannot collect: each fails the build).
-- ``test_every_public_name_has_a_reference_entry``: each name of ``twotower.__all__`` has its anchor
-  (``#twotower.NAME``) on the built API page and a docstring of its own.
+- ``test_every_public_name_has_a_reference_entry``: each name of ``twotower.__all__`` has its own page
+  (``reference/api/NAME/``) with the anchor ``#twotower.NAME``, a row on the API index with the same anchor, and a
+  docstring of its own; its ``Example::`` blocks show as highlighted Python.
 - ``test_code_blocks_run[PAGE]``: every ``python`` and ``bash`` block of PAGE runs, in page order, in a fresh folder
   holding a SciFact sample at ``data/scifact`` (and an XQuAD-R sample at ``data/xquad-r/zh``), with the real
   default model; python blocks share one namespace per page, bash blocks see the venv's ``twotower`` on PATH.
@@ -164,13 +165,56 @@ def _own_docstring(obj) -> str:
 def test_every_public_name_has_a_reference_entry(site):
     import twotower
 
-    html = (site / "reference" / "python" / "index.html").read_text(encoding="utf-8")
+    index = (site / "reference" / "python" / "index.html").read_text(encoding="utf-8")
     names = list(twotower.__all__)
     assert names, "twotower.__all__ is empty"
-    missing = [n for n in names if f'id="twotower.{n}"' not in html]
-    assert not missing, f"no API reference entry for: {', '.join(missing)} (docs/hooks/api_reference.py)"
+    missing = [n for n in names if f'id="twotower.{n}"' not in index or f'href="../api/{n}/"' not in index]
+    assert not missing, f"no row on the API index for: {', '.join(missing)} (docs/hooks/api_reference.py)"
+    pages = {n: site / "reference" / "api" / n / "index.html" for n in names}
+    no_page = [n for n, page in pages.items() if not page.is_file()
+               or f'id="twotower.{n}"' not in (html := page.read_text(encoding="utf-8")) or "doc-contents" not in html]
+    assert not no_page, f"no API reference page for: {', '.join(no_page)} (docs/hooks/api_reference.py)"
     undocumented = [n for n in names if not _own_docstring(getattr(twotower, n))]
     assert not undocumented, f"public names without a docstring of their own: {', '.join(undocumented)}"
+    # examples: fenced and highlighted as Python (docs/hooks/griffe_examples.py), never a bare "Example::"
+    highlighted = re.compile(r'<summary>Examples?</summary>\s*<div class="highlight"><pre><span></span><code>'
+                             r'<span class="(?:kn|n|k|nb)">')  # pygments' Python tokens, not a bare <pre><code>
+    plain = [n for n in names if "Example::" in _own_docstring(getattr(twotower, n))
+             and not highlighted.search(pages[n].read_text(encoding="utf-8"))]
+    assert not plain, f"API pages whose examples are not highlighted as Python: {', '.join(plain)}"
+    assert not [n for n, page in pages.items() if "Example::" in page.read_text(encoding="utf-8")]
+
+
+def _hook(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_hook", DOCS / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_literal_blocks_become_fenced_python_or_text():
+    fence = _hook("griffe_examples").fence_literal_blocks
+    doc = ("Load it.\n\nExample::\n\n    import twotower as tt\n\n    if tt:\n        print(1)\n\nAfter it.\n\n"
+           "A layout::\n\n    DIR/\n      a.json   one\n\nNo block here::")
+    assert fence(doc) == (
+        "Load it.\n\nExample:\n    ```python\n    import twotower as tt\n\n    if tt:\n        print(1)\n    ```\n\n"
+        "After it.\n\nA layout:\n\n```text\nDIR/\n  a.json   one\n```\n\nNo block here::")
+
+
+def test_index_summaries_stop_at_the_first_sentence_outside_code_and_brackets():
+    hook = _hook("api_reference")
+
+    class Short:
+        """Score a run ``{q: {d: s}}`` (one read with :func:`~twotower.read_run`, e.g. TREC). More text."""
+
+    class Long:
+        """Everything ``fit`` does, as settings: the model, the fine-tuning, the mining and retraining, the candidates
+        and the re-ranker, each with its default and the checks it makes."""
+
+    assert hook.summary(Short) == "Score a run `{q: {d: s}}` (one read with `read_run`, e.g. TREC)."
+    assert hook.summary(Long) == "Everything `fit` does, as settings"
 
 
 def test_cli_reference_covers_every_command(site):
