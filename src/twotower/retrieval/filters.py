@@ -63,7 +63,7 @@ def _fail(message: str, field: str, hint: str | None = None) -> DataError:
 
 
 def kind(value: Any) -> str:
-    """The kind of a JSON value: ``null`` ``bool`` ``number`` ``string`` ``list`` ``object``."""
+    """The kind of a JSON value: ``null`` ``bool`` ``number`` ``string`` ``list`` ``object`` (``other``: not JSON)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -74,7 +74,7 @@ def kind(value: Any) -> str:
         return "string"
     if isinstance(value, (list, tuple)):
         return "list"
-    return "object"
+    return "object" if isinstance(value, dict) else "other"
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -185,7 +185,8 @@ class Or(Filter):
 def _scalar(value: Any, field: str) -> Any:
     k = kind(value)
     if k in ("list", "object"):
-        raise _fail(f"compares with {'a list' if k == 'list' else 'an object'} ({json.dumps(value)[:60]})", field,
+        raise _fail(f"compares with {'a list' if k == 'list' else 'an object'} ({json.dumps(value, default=str)[:60]})",
+                    field,
                     "compare with one value; $in takes a list of values; dotted paths reach into objects")
     if k not in ("null", "bool", "number", "string"):
         raise _fail(f"value of type {type(value).__name__} is not JSON", field)
@@ -206,8 +207,8 @@ def _condition(path: tuple[str, ...], op: str, value: Any, name: str) -> Conditi
         value = tuple(_scalar(v, f"{where}[{i}]") for i, v in enumerate(value))
     elif op in RANGES:
         if kind(value) not in ("number", "string"):
-            raise _fail(f"{op} compares with a number or a string, got {json.dumps(value) if kind(value) != 'object' else type(value).__name__}",
-                        where, "booleans and null have no order; use $eq / $ne")
+            raise _fail(f"{op} compares with a number or a string, got {json.dumps(value, default=str)[:60]}", where,
+                        "booleans and null have no order; use $eq / $ne")
         value = _scalar(value, where)
     else:
         value = _scalar(value, where)
