@@ -4,12 +4,14 @@ The public Python API lives here, at the package top; everything else is interna
 first use, so ``import twotower`` is fast and does not import torch.
 
 Data
-    :func:`load_beir`, :class:`Dataset`, :class:`Document`
+    :func:`load_beir`, :class:`Dataset`, :class:`Document`, :func:`document_id` / :func:`document_ids` (the ids
+    plain-string documents get)
 Models
     :class:`Encoder` (``encode_queries`` / ``encode_documents`` / ``save``), :func:`list_models`,
     :func:`fetch_model`, :func:`align_languages`
 Search
-    :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info``), :class:`Hit`,
+    :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info`` / ``documents``),
+    :class:`Hit` (with the document's ``metadata``), :func:`parse_filter` / :class:`Filter` (metadata filters),
     :class:`Reranker`, :func:`create_app`, :func:`check_serve_options`, :func:`check_port` and
     :func:`serve_index` (the HTTP service)
 Evaluation
@@ -60,6 +62,8 @@ _EXPORTS: dict[str, str] = {
     "Dataset": "twotower.api.dataset",
     "Document": "twotower.api.dataset",
     "load_beir": "twotower.api.dataset",
+    "document_id": "twotower.data.metadata",
+    "document_ids": "twotower.data.metadata",
     "fetch_beir": "twotower.api.tools",
     "locate_beir": "twotower.api.tools",
     # models
@@ -70,6 +74,8 @@ _EXPORTS: dict[str, str] = {
     # search
     "Index": "twotower.api.index",
     "Hit": "twotower.api.index",
+    "Filter": "twotower.retrieval.filters",
+    "parse_filter": "twotower.retrieval.filters",
     "Reranker": "twotower.retrieval.rerank",
     "create_app": "twotower.api.tools",
     "serve_index": "twotower.api.tools",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels
+from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata
+from twotower.data.ids import text_problem
+from twotower.data.metadata import check_metadata, document_id
 from twotower.api._errors import user_errors
 from twotower.errors import DataError
 from twotower.io import atomic_directory
 
-__all__ = ["Dataset", "Document", "load_beir", "as_documents"]
+__all__ = ["Dataset", "Document", "load_beir", "as_documents", "corpus_documents", "stored_document"]
 
 
 def _records(source, what: str) -> Iterable[tuple[str, dict]]:
@@ -19,36 +21,119 @@ def _records(source, what: str) -> Iterable[tuple[str, dict]]:
     if isinstance(source, Mapping):
         for key, value in source.items():
             if isinstance(value, Document):
-                value = {"title": value.title, "text": value.text}
+                value = {"title": value.title, "text": value.text, **value.metadata}
             record = {"text": value} if isinstance(value, str) else value
             if not isinstance(record, Mapping):
                 raise DataError(f"{what}[{key!r}]", f"expected a string or a dict with 'text', got "
                                 f"{type(value).__name__}")
-            yield f"{what}[{key!r}]", {"_id": key, **record}
+            for name in ("_id", "id"):
+                if name in record and record[name] != key:
+                    raise DataError(f"{what}[{key!r}]", f"the document's {name} {record[name]!r} is not its key "
+                                    f"{key!r}", field=name, hint="drop it: the key is the id")
+            yield f"{what}[{key!r}]", {**{k: v for k, v in record.items() if k != "id"}, "_id": key}
     elif isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
         raise DataError(what, f"expected a list of dicts or a dict keyed by id, got {type(source).__name__}")
     else:
         for i, value in enumerate(source):
             if isinstance(value, Document):
-                value = {"_id": value.id, "title": value.title, "text": value.text}
+                value = {"_id": value.id, "title": value.title, "text": value.text, **value.metadata}
             if not isinstance(value, Mapping):
                 raise DataError(f"{what}[{i}]", f"expected a dict with '_id' and 'text', got {type(value).__name__}")
-            yield f"{what}[{i}]", dict(value)
+            yield f"{what}[{i}]", _with_id(dict(value), f"{what}[{i}]")
 
 
-def as_documents(corpus, what: str = "corpus") -> dict[str, Document]:
-    """``{id: Document}`` from documents given as ``[{"_id", "title", "text"}]``, ``{id: text}``,
-    ``{id: {"title", "text"}}`` or :class:`Document` objects, checked as a BEIR ``corpus.jsonl`` is (ids non-empty
-    and unique, texts strings)."""
+def _with_id(record: dict, where: str) -> dict:
+    """A dict document with ``id`` (the LangChain / Chroma spelling) moved to ``_id`` (the BEIR one)."""
+    if "id" not in record:
+        return record
+    doc_id = record.pop("id")
+    if "_id" in record and record["_id"] != doc_id:
+        raise DataError(where, f"both _id {record['_id']!r} and id {doc_id!r}", field="id", hint="give one of them")
+    return {"_id": doc_id, **record}
+
+
+def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, dict]]:
+    """``(where, record)`` for a list of plain strings, with the ``ids`` (default: content ids) and ``metadatas``
+    (each a dict or None) given beside them."""
+    for name, values in (("ids", ids), ("metadatas", metadatas)):
+        if values is None:
+            continue
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+            raise DataError(name, f"expected a list, got {type(values).__name__}", hint=f"one entry per text")
+        if len(values) != len(texts):
+            raise DataError(name, f"{len(values)} {name} for {len(texts)} texts", hint="give one entry per text")
+    out = []
+    for i, text in enumerate(texts):
+        where = f"{what}[{i}]"
+        if not isinstance(text, str):
+            raise DataError(where, f"expected a string (the list's first item is one), got {type(text).__name__}",
+                            hint="give all documents as strings, or all as dicts with '_id' and 'text'")
+        problem = text_problem(text)
+        if problem:
+            raise DataError(where, f"text {problem}", field="text")
+        doc_id = ids[i] if ids is not None else document_id(text)
+        meta = metadatas[i] if metadatas is not None else None
+        if meta is not None and not isinstance(meta, Mapping):
+            raise DataError(f"metadatas[{i}]", f"expected a dict or None, got {type(meta).__name__}")
+        check_metadata(meta, where)  # its reserved keys (title, _id ...) before they merge with the document's
+        out.append((where, {**(meta or {}), "_id": doc_id, "text": text}))
+    return out
+
+
+def as_documents(corpus, what: str = "corpus", *, ids=None, metadatas=None) -> dict[str, Document]:
+    """``{id: Document}`` from documents given as a list of strings (ids from the content:
+    :func:`~twotower.document_id`, or ``ids``; metadata from ``metadatas``), ``[{"_id" or "id", "title", "text",
+    ...}]`` (every other key is metadata), ``{id: text}``, ``{id: {"title", "text", ...}}`` or :class:`Document`
+    objects, checked as a BEIR ``corpus.jsonl`` is (ids non-empty and unique, texts strings, metadata JSON:
+    :mod:`twotower.data.metadata`)."""
+    items = list(corpus) if isinstance(corpus, Sequence) and not isinstance(corpus, (str, bytes)) else None
+    if items and isinstance(items[0], str):
+        records = _string_records(items, what, ids, metadatas)
+    else:
+        if ids is not None or metadatas is not None:
+            raise DataError("ids" if ids is not None else "metadatas", "goes with a list of strings; these documents "
+                            "carry their own ids and metadata", hint="put the id and the metadata keys into each "
+                            "document's dict, or give the texts as strings")
+        records = _records(corpus, what)
     docs: dict[str, Document] = {}
-    for where, record in _records(corpus, what):
+    first: dict[str, str] = {}
+    for where, record in records:
         doc_id = _require_id(Path(where), None, record)
         doc = Document(doc_id, _require_text(Path(where), None, record, "title", required=False),
-                       _require_text(Path(where), None, record, "text", required=True))
+                       _require_text(Path(where), None, record, "text", required=True),
+                       record_metadata(where, None, record))
         if doc_id in docs:
-            raise DataError(where, f"duplicate document id '{doc_id}'", field="_id", hint="ids must be unique")
+            raise DataError(where, f"duplicate document id '{doc_id}' (first: {first[doc_id]})", field="_id",
+                            hint="ids must be unique" + ("; a text's id comes from its content: the same text twice?"
+                                                         if ids is None and items and isinstance(items[0], str)
+                                                         else ""))
         docs[doc_id] = doc
+        first[doc_id] = where
     return docs
+
+
+def corpus_documents(corpus, *, ids=None, metadatas=None) -> list:
+    """The documents of ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or Python
+    documents: a list of strings (ids from the content, :func:`~twotower.document_id`, unless ``ids`` are given;
+    ``metadatas``: one dict or None per text), ``[{"_id" or "id", "title", "text", ...}]`` (every other key is
+    metadata), ``{id: text}``, ``{id: {"title", "text", ...}}`` or :class:`~twotower.Document` objects."""
+    from twotower.data.beir import load_corpus
+
+    if isinstance(corpus, (BeirDataset, str, Path)) and (ids is not None or metadatas is not None):
+        raise DataError("ids" if ids is not None else "metadatas", "goes with a list of strings, not a data set or "
+                        "a file", hint="put extra fields into the corpus file's records: they become metadata")
+    if isinstance(corpus, BeirDataset):
+        return list(corpus.corpus.values())
+    if isinstance(corpus, (str, Path)):
+        path = Path(corpus)
+        return list(load_corpus(path / "corpus.jsonl" if path.is_dir() else path).values())
+    return list(as_documents(corpus, ids=ids, metadatas=metadatas).values())
+
+
+def stored_document(store, row: int) -> dict:
+    """The document in ``row`` as users give it: ``{"_id", "title", "text", **metadata}``."""
+    doc = store.document(row)
+    return {"_id": doc["_id"], "title": doc["title"], "text": doc["text"], **(doc.get("metadata") or {})}
 
 
 def _queries(queries) -> dict[str, str]:
@@ -159,7 +244,8 @@ class Dataset(BeirDataset):
         with atomic_directory(root) as tmp:
             with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
                 for d in self.corpus.values():
-                    f.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n")
+                    f.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text, **d.metadata}, ensure_ascii=False)
+                            + "\n")
             with (tmp / "queries.jsonl").open("w", encoding="utf-8") as f:
                 for qid, text in self.queries.items():
                     f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")

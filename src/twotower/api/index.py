@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.api._errors import user_errors
+from twotower.api.dataset import corpus_documents, stored_document
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
@@ -17,37 +18,25 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Hit:
-    """One search result: the document's ``id``, its ``score`` (higher is better), ``title`` and ``text``.
+    """One search result: the document's ``id``, its ``score`` (higher is better), ``title``, ``text`` and
+    ``metadata`` (the document's other fields, ``{}`` when it has none).
 
     Example::
 
         hit = index.search("green tea", k=1)[0]
-        print(hit.id, round(hit.score, 3), hit.title, hit.document)
+        print(hit.id, round(hit.score, 3), hit.title, hit.metadata, hit.document)
     """
 
     id: str
     score: float
     title: str
     text: str
+    metadata: dict = field(default_factory=dict)
 
     @property
     def document(self) -> dict:
-        """``{"_id", "title", "text"}``, as in a BEIR corpus."""
-        return {"_id": self.id, "title": self.title, "text": self.text}
-
-
-def corpus_documents(corpus) -> list:
-    """The documents of ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or Python
-    documents (``[{"_id", "title", "text"}]``, ``{id: text}``, ``{id: {"title", "text"}}``)."""
-    from twotower.api.dataset import as_documents
-    from twotower.data.beir import BeirDataset, load_corpus
-
-    if isinstance(corpus, BeirDataset):
-        return list(corpus.corpus.values())
-    if isinstance(corpus, (str, Path)):
-        path = Path(corpus)
-        return list(load_corpus(path / "corpus.jsonl" if path.is_dir() else path).values())
-    return list(as_documents(corpus).values())
+        """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
+        return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
 
 
 def _locked(method):
@@ -80,15 +69,18 @@ def _encoder_parts(encoder, device: str):
 class Index:
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
-    even while another process adds documents.
+    even while another process adds documents. Documents carry metadata (every field but id, title and text),
+    returned on each :class:`Hit` and filtered on with ``search(..., filter=...)``; ``added_ids`` holds the ids the
+    last :meth:`build` / :meth:`add` through this object wrote, in order.
 
     Example::
 
         import twotower as tt
 
-        index = tt.Index.build("tea-index", {"d1": "Green tea is steamed.", "d2": "Coffee is roasted."}, bm25=True)
-        for hit in index.search("green tea", k=1, mode="hybrid"):
-            print(hit.id, hit.title, hit.text)
+        index = tt.Index.build("tea-index", ["Green tea is steamed.", "Coffee is roasted."],
+                               metadatas=[{"kind": "tea"}, {"kind": "coffee"}], bm25=True)
+        for hit in index.search("green tea", k=1, mode="hybrid", filter={"kind": "tea"}):
+            print(hit.id, hit.text, hit.metadata)
     """
 
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
@@ -104,6 +96,7 @@ class Index:
         self.precision = precision
         self._lock = threading.RLock()
         self._rerankers: dict[str, object] = {}  # cross-encoders loaded from a directory, by path
+        self.added_ids: list[str] = []  # the ids the last build / add through this object wrote, in order
         self._searcher = Searcher(IndexStore.open(self.path, verify=verify), model=model, query_runtime=query_runtime,
                                   precision=precision, device=device)
 
@@ -125,7 +118,7 @@ class Index:
     @classmethod
     @user_errors
     def build(
-        cls, path: str | Path, corpus, *, encoder=None, kind: str = "flat", bm25: bool = False,
+        cls, path: str | Path, corpus, *, ids=None, metadatas=None, encoder=None, kind: str = "flat", bm25: bool = False,
         language: str | None = None, bigrams: bool = False, multivector: int | None = None,
         project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
@@ -135,8 +128,11 @@ class Index:
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
-        ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or documents
-        (``[{"_id", "title", "text"}]``, ``{id: text}``, ``{id: {"title", "text"}}``). ``encoder``: an
+        ``corpus``: a list of strings (ids from their content, :func:`~twotower.document_id`, or ``ids``; metadata
+        from ``metadatas``, one dict or None per text), documents (``[{"_id" or "id", "title", "text", ...}]``:
+        every other key is metadata; ``{id: text}``; ``{id: {"title", "text", ...}}``), a
+        :class:`~twotower.Dataset`, or a BEIR folder or ``corpus.jsonl`` path (extra fields: metadata). The ids
+        written, in order, are in :attr:`added_ids` afterwards. ``encoder``: an
         :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
         gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
         string. ``bm25`` (implied by ``language`` or ``bigrams``) adds the lexical side for ``bm25`` / ``hybrid`` /
@@ -186,15 +182,19 @@ class Index:
             check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
             model, source = _encoder_parts(encoder, device)
             spec = spec_for_model(spec, source, language_given=language is not None)
+            docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
             with using_runtime(runtime):
-                build_milvus_from(corpus_documents(corpus), path, model, model=source, spec=spec, cfg=cfg, uri=uri,
+                build_milvus_from(docs, path, model, model=source, spec=spec, cfg=cfg, uri=uri,
                                   collection=collection)
             index = cls(path, device=device, precision=precision)
             index._searcher._encoder = model
+            index.added_ids = [d.id for d in docs]
             return index
         if ray:
             if multivector or project:
                 raise TwoTowerError("ray encodes single-vector indexes; drop multivector/project")
+            if ids is not None or metadatas is not None:
+                raise TwoTowerError("ray=True reads the corpus from a file: put ids and metadata into its records")
             if not isinstance(corpus, (str, Path)) or not isinstance(encoder, (str, Path, type(None))):
                 raise TwoTowerError("ray=True reads the corpus and the model on every worker: give corpus and encoder "
                                     "as paths or names")
@@ -204,8 +204,10 @@ class Index:
             spec = spec_for_model(spec, model_name, language_given=language is not None)
             build_index_ray(corpus, path, model=model_name, spec=spec, cfg=cfg, ray_cfg=RayConfig(
                 address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
-            return cls(path, device=device, precision=precision)
-        docs = corpus_documents(corpus)
+            index = cls(path, device=device, precision=precision)
+            index.added_ids = list(index.store.doc_ids)
+            return index
+        docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
         model, source = _encoder_parts(encoder, device)
         spec = spec_for_model(spec, source, language_given=language is not None)
         with using_runtime(runtime):
@@ -213,6 +215,7 @@ class Index:
                              cfg=cfg)
         index = cls(path, device=device, precision=precision)
         index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
+        index.added_ids = [d.id for d in docs]
         return index
 
     # ------------------------------------------------------------------ facts
@@ -258,10 +261,20 @@ class Index:
         """
         return self._searcher.resolve(mode, lam)
 
+    @user_errors
     def documents(self, ids: Sequence[str]) -> list[dict]:
-        """The stored documents ``{"_id", "title", "text"}`` for ``ids`` (an unknown id is an error)."""
+        """The stored documents ``{"_id", "title", "text", **metadata}`` for ``ids`` (an unknown id is an error).
+
+        Example::
+
+            doc = index.documents([index.added_ids[0]])[0]
+            print(doc["_id"], doc["text"])
+        """
+        if isinstance(ids, str):
+            raise TwoTowerError("documents takes a list of ids, not a single string")
+        self._searcher.refresh()
         store = self._searcher.store
-        return [{"_id": i, **store.document(r)} for i, r in zip(ids, store.rows(list(ids)))]
+        return [stored_document(store, r) for r in store.rows(list(ids))]
 
     # ------------------------------------------------------------------ search
     @user_errors
@@ -269,7 +282,7 @@ class Index:
     def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
                norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
-               nprobe: int | None = None) -> list[Hit] | list[list[Hit]]:
+               nprobe: int | None = None, filter=None) -> list[Hit] | list[list[Hit]]:
         """The ``k`` best documents for a query (a list of :class:`Hit`), or for each of a list of queries (a list
         of lists, all from one index version).
 
@@ -278,12 +291,16 @@ class Index:
         model, else dense. ``prf_depth``/``prf_weight``: dense pseudo-relevance feedback (Rocchio on vectors).
         ``rerank``: a cross-encoder directory or :class:`Reranker` re-scoring the top ``rerank_depth`` (default
         100), ``"none"`` to leave a fitted one out. ``ef_search``/``nprobe``: HNSW / IVF search breadth.
+        ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in $nin $exists``,
+        ``$and`` / ``$or``, dotted paths: :mod:`twotower.retrieval.filters`): only the documents it lets through
+        are searched, in every mode — the ``k`` best of them (exact on flat indexes; fewer only when fewer match).
 
         Example::
 
             hits = index.search("how is green tea made", k=5, mode="hybrid", lam=0.6)
             batch = index.search(["green tea", "coffee"], k=3)
-            print(hits[0].id, hits[0].score, len(batch))
+            teas = index.search("green tea", k=3, filter={"type": "tea"})
+            print(hits[0].id, hits[0].score, len(batch), [h.metadata for h in teas])
         """
         single = isinstance(query, str)
         queries = [query] if single else list(query)
@@ -314,7 +331,8 @@ class Index:
         rerank_depth = 100 if rerank_depth is None else rerank_depth
         depth = max(k, rerank_depth) if rerank is not None else k
         run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
-                           prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store)
+                           prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store,
+                           filter=filter)
         # best first; equal scores keep the order the search returned them in (as the service's hits do)
         ranked = [sorted(run[str(i)].items(), key=lambda kv: -kv[1]) for i in range(len(queries))]
         if rerank is not None:
@@ -322,7 +340,7 @@ class Index:
         out = []
         for hits in ranked:
             docs = [(d, s, store.document(store.row_of[d])) for d, s in hits[:k]]
-            out.append([Hit(d, float(s), doc["title"], doc["text"]) for d, s, doc in docs])
+            out.append([Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}) for d, s, doc in docs])
         return out[0] if single else out
 
     def _rerank(self, queries, ranked, rerank, depth: int, weight: float | None, store):
@@ -354,7 +372,7 @@ class Index:
     @_locked
     def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``{query_id: text}`` (the options of :meth:`search` but
-        re-ranking), as :func:`twotower.evaluate` and TREC run files use.
+        re-ranking, ``filter`` included), as :func:`twotower.evaluate` and TREC run files use.
 
         Example::
 
@@ -366,15 +384,18 @@ class Index:
     # ------------------------------------------------------------------ writes
     @user_errors
     @_locked
-    def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
-            show_progress: bool = False, runtime: str = "auto") -> "Index":
-        """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
-        version; ids already in the index are an error unless ``replace=True``; ``runtime`` as in :meth:`build`.
-        Returns the index.
+    def add(self, docs, *, ids=None, metadatas=None, replace: bool = False, batch_size: int | None = None,
+            compile: bool = False, show_progress: bool = False, runtime: str = "auto") -> "Index":
+        """Encode ``docs`` (any corpus form :meth:`build` takes, with its ``ids`` / ``metadatas`` for a list of
+        strings) with the index's encoder and add them as a new version; ids already in the index are an error
+        unless ``replace=True`` (a replaced document's metadata is replaced too); ``runtime`` as in :meth:`build`.
+        Returns the index; the ids added, in order, are in :attr:`added_ids`.
 
         Example::
 
-            index.add([{"_id": "d3", "title": "Oolong", "text": "Oolong is partly oxidised."}])
+            index.add([{"_id": "d3", "title": "Oolong", "text": "Oolong is partly oxidised.", "type": "tea"}])
+            index.add(["Matcha is ground green tea."], metadatas=[{"type": "tea"}])
+            print(index.added_ids)  # ['doc-…']: the text's content id
         """
         from twotower.encoders.runtimes import check_runtime, using_runtime
         from twotower.retrieval.searcher import EncodeConfig, add_documents_from
@@ -386,10 +407,12 @@ class Index:
         cfg = EncodeConfig(batch_size=batch_size, precision=self.precision, device=self.device,
                            show_progress=show_progress, compile=compile)
         source = str(docs) if isinstance(docs, (str, Path)) else "documents"
+        new = corpus_documents(docs, ids=ids, metadatas=metadatas)
         with using_runtime(runtime):
-            add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
-                               encoder=searcher.encoder, source=source)
+            add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=searcher.encoder,
+                               source=source)
         searcher.refresh()
+        self.added_ids = [d.id for d in new]
         return self
 
     @user_errors

@@ -1,6 +1,7 @@
 """Load and validate BEIR-format data sets.
 
-A BEIR directory holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
+A BEIR directory holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; any other field is the document's
+metadata), ``queries.jsonl``
 (``_id``, ``text``) and ``qrels/<split>.tsv`` (header ``query-id corpus-id score``).
 Files are streamed line by line; every problem is reported with file, line and field.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from twotower.data.ids import id_problem, text_problem
 from twotower.data.grades import check_grade
+from twotower.data.metadata import check_metadata
 from twotower.errors import DataError
 from twotower.io import open_input
 
@@ -23,17 +25,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One corpus document: its ``id`` (``_id`` in corpus.jsonl), ``title`` (may be empty) and ``text``.
+    """One corpus document: its ``id`` (``_id`` in corpus.jsonl), ``title`` (may be empty), ``text`` and
+    ``metadata`` (every other field of its JSON object, default empty: :mod:`twotower.data.metadata`).
+
+    Frozen; equality compares all four fields, the hash only ``id``, ``title`` and ``text`` (the metadata is a dict:
+    treat it as read-only).
 
     Example::
 
         doc = tt.load_beir("my-beir-dir").corpus["d1"]
-        print(doc.id, doc.title, doc.text, doc.full_text)
+        print(doc.id, doc.title, doc.text, doc.full_text, doc.metadata)
     """
 
     id: str
     title: str
     text: str
+    metadata: dict = field(default_factory=dict, hash=False)
 
     @property
     def full_text(self) -> str:
@@ -125,12 +132,27 @@ def _require_text(path: Path, number: int, record: dict, name: str, *, required:
     return value
 
 
+_OWN_FIELDS = ("_id", "title", "text")
+
+
+def record_metadata(path: Path | str, number: int | None, record: dict, own=_OWN_FIELDS) -> dict:
+    """The metadata of a document record: every field but ``own`` (checked: :func:`check_metadata`)."""
+    extra = {key: value for key, value in record.items() if key not in own}
+    if not extra:
+        return {}
+    where = f"{path}, line {number}" if number is not None else str(path)
+    if "_id" in record and isinstance(record["_id"], (str, int)) and not isinstance(record["_id"], bool):
+        where += f" (document '{record['_id']}')"
+    return check_metadata(extra, where)
+
+
 def _iter_numbered_documents(path: Path) -> Iterator[tuple[int, Document]]:
     for number, record in iter_json_records(path):
         yield number, Document(
             id=_require_id(path, number, record),
             title=_require_text(path, number, record, "title", required=False),
             text=_require_text(path, number, record, "text", required=True),
+            metadata=record_metadata(path, number, record),
         )
 
 

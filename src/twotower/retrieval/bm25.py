@@ -102,9 +102,12 @@ class BM25:
         return self
 
     def search(
-        self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = True, n_threads: int = 0
+        self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = True, n_threads: int = 0,
+        mask: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(scores, doc indices)``, each (n_queries, min(k, n_docs)), best first."""
+        """Top-k ``(scores, doc indices)``, each (n_queries, min(k, n_docs)), best first. ``mask`` (bool, one per
+        document: a metadata filter's) scores the documents where it is False 0 (bm25s' ``weight_mask``), so that
+        :func:`matching_run` drops them: the top k of the matching documents."""
         if not self.doc_ids:
             raise ValueError("the BM25 index is empty: call index() first")
         k = min(k, len(self.doc_ids))
@@ -117,8 +120,9 @@ class BM25:
                 q_ids[i] = [0]
         else:
             q_ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
+        weights = None if mask is None else np.asarray(mask, dtype=np.float32)
         indices, scores = self.index_.retrieve(
-            q_ids, k=k, show_progress=show_progress, n_threads=n_threads
+            q_ids, k=k, show_progress=show_progress, n_threads=n_threads, weight_mask=weights
         )
         if unmatched:
             scores[unmatched] = 0.0

@@ -93,7 +93,8 @@ def encode_new_docs(
         opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
                              compile=cfg.compile)
         vectors, offsets = encoder.encode_documents(texts, opts), None
-    return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets)
+    return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets,
+                   metadata=[getattr(d, "metadata", None) or {} for d in docs])
 
 
 def spec_for_model(spec: IndexSpec, model: str | None, *, language_given: bool = False) -> IndexSpec:
@@ -222,7 +223,7 @@ def add_documents_from(
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
-            f"(pass --replace to overwrite them)"
+            f"(pass replace=True / --replace to overwrite them)"
         )
     # before spending time encoding: the files a write copies must still match their checksums (the
     # write checks again under the lock)
@@ -239,6 +240,28 @@ def add_documents_from(
                             index_dim=int(vectors.get("source_dim") or store.manifest.get("dim") or encoder.dim))
     new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection)
     return store.add(new, replace=replace, show_progress=cfg.show_progress)
+
+
+def filter_mask(store, filter) -> np.ndarray | None:
+    """The row mask of ``filter`` (a dict, JSON text or parsed :class:`~twotower.retrieval.filters.Filter`) over
+    ``store``'s version, or None for no filter (``None`` / ``{}``); checked before any encoding."""
+    from twotower.retrieval.filters import parse_filter
+
+    flt = parse_filter(filter)
+    if flt.empty:
+        return None
+    if not hasattr(store, "document_bytes"):
+        raise TwoTowerError(f"{store.root}: metadata filters are not supported by this index's backend "
+                            f"({store.manifest.get('backend')}) yet; search without filter")
+    from twotower.retrieval.filter_columns import columns_of
+
+    return flt.mask(columns_of(store))
+
+
+def _masked(mask: np.ndarray | None) -> dict:
+    """``mask=`` for a store's searches when there is a filter (a Milvus store's searches take none: filter_mask
+    refuses a filter there)."""
+    return {} if mask is None else {"mask": mask}
 
 
 @dataclass
@@ -323,7 +346,7 @@ class Searcher:
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
         store: IndexStore | None = None, norm: str | None = None, prf_depth: int | None = None,
-        prf_weight: float | None = None,
+        prf_weight: float | None = None, filter=None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
@@ -331,7 +354,9 @@ class Searcher:
         ``max(k, n_best)``-best. ``mode`` / ``lam`` / ``norm`` (the hybrid's normalisation) left out: the model's
         fitted choices (:meth:`resolve`; min-max when it has none). ``prf_depth``: the dense side searches again
         after Rocchio feedback from its ``prf_depth`` best, weighted by ``prf_weight`` (default
-        ``prf.DEFAULT_WEIGHT``; ``retrieval.prf``; single-vector indexes)."""
+        ``prf.DEFAULT_WEIGHT``; ``retrieval.prf``; single-vector indexes). ``filter``: a metadata filter
+        (:mod:`twotower.retrieval.filters`): every side searches only the documents it lets through, so each query
+        gets the ``k`` best matching documents (PRF's feedback comes from matching documents too)."""
         mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
@@ -340,21 +365,24 @@ class Searcher:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
         check_prf(prf_depth, prf_weight, mode=mode, mode_option="mode")
         store = store or self.store  # one version for the whole call
+        mask = filter_mask(store, filter)
         qids, texts = list(queries), list(queries.values())
+        if mask is not None and not mask.any():  # nothing matches: no hits (and no encoding)
+            return {q: {} for q in qids}
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
         runs = {}
         if mode != "bm25":
             q_vecs = self.encode_queries(texts)
             if prf_depth:
                 q_vecs = self._feedback(store, q_vecs, prf_depth, DEFAULT_WEIGHT if prf_weight is None else prf_weight,
-                                        ef_search, nprobe)
-            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
+                                        ef_search, nprobe, mask)
+            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
         if mode != "dense":
             from twotower.retrieval.bm25 import matching_run
 
-            scores, rows = store.bm25.search(texts, depth, show_progress=False)
+            scores, rows = store.bm25.search(texts, depth, show_progress=False, **_masked(mask))
             runs["bm25"] = matching_run(qids, store.doc_ids, scores, rows)  # no document that matches nothing
         if mode in ("dense", "bm25"):
             return runs[mode]
@@ -363,7 +391,8 @@ class Searcher:
         return rrf([runs["dense"], runs["bm25"]], n_best=depth, top_k=k)
 
     @staticmethod
-    def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe) -> np.ndarray:
+    def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe,
+                  mask: np.ndarray | None = None) -> np.ndarray:
         """Query vectors moved toward their ``depth`` best documents' stored vectors (retrieval.prf.rocchio)."""
         from twotower.retrieval.prf import feedback_rows, rocchio
 
@@ -371,7 +400,9 @@ class Searcher:
             raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
                                 "multi-vector: drop --prf-depth")
         q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
-        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe)
+        if mask is not None:  # feedback from the matching documents, as many as there are up to depth
+            depth = max(1, min(depth, int(mask.sum())))
+        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
         return rocchio(q_vecs, store.float_vectors(feedback_rows(rows, depth)), weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:

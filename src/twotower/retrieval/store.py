@@ -14,7 +14,8 @@ Layout of an index directory ``INDEX``::
                                    (multi-vector indexes only; single-vector: row i is document i)
         projection.npy             optional (hidden, dim) projection applied to queries (multi-vector)
         doc_ids.json               document ids in row order
-        docs.jsonl, docs.offsets.npy  {"_id", "title", "text"} per row, and each line's byte offset
+        docs.jsonl, docs.offsets.npy  {"_id", "title", "text"[, "metadata"]} per row (metadata only when the
+                                   document has some), and each line's byte offset
         faiss.index                the ANN / exact index over the vectors (ids = vector rows)
         bm25/                      optional bm25s index (``twotower.retrieval.bm25.BM25.save``)
 
@@ -190,8 +191,14 @@ class IndexStore:
         return self._docs_map[start:end]
 
     def document(self, row: int) -> dict:
-        """``{"_id", "title", "text"}`` of the document in ``row`` (read from the mapped docs.jsonl)."""
+        """``{"_id", "title", "text"}`` of the document in ``row`` (read from the mapped docs.jsonl), with
+        ``"metadata"`` when it has some."""
         return json.loads(self.document_bytes(row))
+
+    def metadata(self, row: int) -> dict:
+        """The metadata of the document in ``row`` (``{}`` when it has none, as in indexes written before
+        metadata existed)."""
+        return self.document(row).get("metadata") or {}
 
     def document_fields(self, row: int) -> tuple[str, str, str]:
         d = self.document(row)
@@ -258,7 +265,7 @@ class IndexStore:
 
     def search(
         self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
-        candidates: int | None = None, rescore_factor: int | None = None,
+        candidates: int | None = None, rescore_factor: int | None = None, mask: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` documents by inner product: ``(scores, rows)``, each (n_queries, k), best first.
 
@@ -266,10 +273,17 @@ class IndexStore:
         index the FAISS hits (``candidates`` entries, default k·m) are reduced to documents and the
         documents re-scored exactly: score = max over the document's vectors. A binary index takes the
         ``k × rescore_factor`` (default: the manifest's) nearest by Hamming distance and rescores them
-        with the float query (``twotower.retrieval.index.binary``).
+        with the float query (``twotower.retrieval.index.binary``). ``mask`` (bool, one per document row: a
+        metadata filter's) restricts the search to the documents where it is True
+        (``twotower.retrieval.index.filtered``: exact on flat indexes).
         """
         tune_faiss()
         q = self.project_queries(queries)
+        if mask is not None:
+            from twotower.retrieval.index.filtered import search_masked
+
+            return search_masked(self, q, max(1, k), mask, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
+                                 rescore_factor=rescore_factor)
         index = self.faiss_index
         if self.codec.vectors == "binary":
             from twotower.retrieval.index.binary import search_binary

@@ -11,30 +11,37 @@ from twotower.retrieval.index.codecs import Codec, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
 
 
-def hamming_params(index, ef_search: int | None, nprobe: int | None):
+def hamming_params(index, ef_search: int | None, nprobe: int | None, sel=None, share: float = 1.0):
+    """Per-call parameters of the Hamming search; ``sel`` (a FAISS ID selector: a filter) widens an HNSW's
+    efSearch by 1 / ``share`` (the share of documents it lets through)."""
     import faiss
 
     if nprobe is not None:
         raise IndexStoreError("nprobe applies to IVF indexes; this index is a binary "
                               f"{type(index).__name__}: drop --nprobe")
-    if ef_search is None:
-        return None
-    if not isinstance(index, faiss.IndexBinaryHNSW):
+    hnsw = isinstance(index, faiss.IndexBinaryHNSW)
+    if ef_search is not None and not hnsw:
         raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(index).__name__}: drop "
                               f"--ef-search")
-    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+    if sel is None:
+        return None if ef_search is None else faiss.SearchParametersHNSW(efSearch=int(ef_search))
+    if hnsw:
+        base = ef_search or index.hnsw.efSearch
+        return faiss.SearchParametersHNSW(sel=sel, efSearch=int(min(4096, max(base, -(-base // share)))))
+    return faiss.SearchParameters(sel=sel)
 
 
 def search_binary(
     index, queries: np.ndarray, k: int, codec: Codec, stored: np.ndarray, *, rescore_factor: int | None = None,
-    ef_search: int | None = None, nprobe: int | None = None,
+    ef_search: int | None = None, nprobe: int | None = None, sel=None, share: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, rows)``, each (n_queries, k), best first; row -1 / score -inf where fewer documents exist.
-    ``queries``: float32 at the index's (cut) dimension."""
+    ``queries``: float32 at the index's (cut) dimension; ``sel``: a FAISS ID selector (a metadata filter letting
+    ``share`` of the documents through: :mod:`twotower.retrieval.index.filtered`)."""
     factor = codec.rescore_factor if rescore_factor is None else rescore_factor
     if factor < 1:
         raise IndexStoreError(f"rescore factor {factor}: must be at least 1")
-    params = hamming_params(index, ef_search, nprobe)
+    params = hamming_params(index, ef_search, nprobe, sel, share)
     rescore = codec.rescore != "none"
     depth = max(1, min(k * factor if rescore else k, index.ntotal))
     distances, rows = index.search(pack_bits(queries), depth, params=params)

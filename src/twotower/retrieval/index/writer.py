@@ -44,10 +44,13 @@ class NewDocs:
     texts: list[str]
     vectors: np.ndarray
     offsets: np.ndarray | None = None
+    metadata: list[dict] | None = None  # one JSON dict per document (checked: data.metadata); None: all empty
 
     def __post_init__(self) -> None:
         if not (len(self.ids) == len(self.titles) == len(self.texts)):
             raise ValueError(f"{len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
+        if self.metadata is not None and len(self.metadata) != len(self.ids):
+            raise ValueError(f"{len(self.ids)} ids, {len(self.metadata)} metadata dicts")
         if self.vectors.ndim != 2:
             raise DimensionError(f"vectors must be a 2-d array (rows, dim), got shape {self.vectors.shape}")
         expected = len(self.ids) if self.offsets is None else int(self.offsets[-1])
@@ -303,7 +306,8 @@ def _write_vectors(path: Path, previous, keep_mask, old_rows, new_stored, num_ve
 
 
 def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
-    """docs.jsonl (kept lines copied as bytes, new ones appended), its line offsets, doc_ids.json."""
+    """docs.jsonl (kept lines copied as bytes, new ones appended; ``{"_id", "title", "text"}`` and, when the
+    document has any, ``"metadata"``), its line offsets, doc_ids.json."""
     ids: list[str] = []
     line_offsets = [0]
     with (out / "docs.jsonl").open("wb") as handle:
@@ -314,8 +318,12 @@ def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
                 line_offsets.append(line_offsets[-1] + len(line))
                 ids.append(previous.doc_ids[r])
         if new is not None:
-            for doc_id, title, text in zip(new.ids, new.titles, new.texts):
-                line = (json.dumps({"_id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n").encode()
+            metadata = new.metadata or [None] * len(new.ids)
+            for doc_id, title, text, meta in zip(new.ids, new.titles, new.texts, metadata):
+                record = {"_id": doc_id, "title": title, "text": text}
+                if meta:  # stored only when there is some: a document without metadata keeps the old line
+                    record["metadata"] = meta
+                line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
                 handle.write(line)
                 line_offsets.append(line_offsets[-1] + len(line))
                 ids.append(doc_id)

@@ -1,0 +1,120 @@
+"""Documents as users have them: content ids for plain strings, and the metadata a document carries.
+
+A document's **metadata** is every key of its JSON object other than the id (``_id`` or ``id``), ``title`` and
+``text``: a JSON object whose values are strings, numbers, booleans, null, lists and nested objects. It is stored
+with the document in the index (``docs.jsonl``), comes back on every hit and can be filtered on
+(:mod:`twotower.retrieval.filters`). The rules, checked before anything is encoded or written:
+
+- keys are non-empty strings; the top-level keys ``_id``, ``id``, ``text``, ``title`` and ``score`` are reserved
+  (they name the document's own fields and a hit's score);
+- values are JSON: ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``/``tuple`` (stored as a list) and
+  ``dict`` with string keys; not sets, bytes, dates or other objects; numbers are finite (no NaN, no ±inf) and
+  integers lie within ±2**53 (numbers compare as float64; keep larger ids as strings); nesting at most
+  :data:`MAX_DEPTH` levels;
+- one document's metadata takes at most :data:`MAX_METADATA_BYTES` (64 KiB) as UTF-8 JSON.
+
+A plain string gets its id from its content: :func:`document_id` (``"doc-"`` and the first 16 hex digits of the
+SHA-256 of the text), so the same text always gets the same id and adding it twice is detected as a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+
+from twotower.data.ids import text_problem
+from twotower.errors import DataError
+
+RESERVED = ("_id", "id", "text", "title", "score")
+MAX_METADATA_BYTES = 64 * 1024
+MAX_DEPTH = 32
+MAX_INT = 2**53
+
+
+def document_id(text: str) -> str:
+    """The id a document given as a plain string gets: ``"doc-"`` + the first 16 hex digits of the SHA-256 of its
+    UTF-8 text (deterministic: the same text, the same id).
+
+    Example::
+
+        import twotower as tt
+
+        assert tt.document_id("Green tea is steamed.") == tt.document_ids(["Green tea is steamed."])[0]
+    """
+    return "doc-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def document_ids(texts: Sequence[str]) -> list[str]:
+    """The ids :meth:`Index.build <twotower.Index.build>` / :meth:`Index.add <twotower.Index.add>` give a list of
+    plain strings (:func:`document_id` of each), known before adding them.
+
+    Example::
+
+        ids = tt.document_ids(["Green tea is steamed.", "Coffee is roasted."])
+        assert len(set(ids)) == 2 and ids[0].startswith("doc-")
+    """
+    if isinstance(texts, str):
+        raise DataError("texts", "expected a list of strings, got one string", hint="wrap it in a list: [text]")
+    out = []
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise DataError(f"texts[{i}]", f"expected a string, got {type(text).__name__}")
+        out.append(document_id(text))
+    return out
+
+
+def _check_value(value, where: str, path: str, depth: int) -> object:
+    """``value`` as stored JSON (tuples as lists), or a DataError naming ``path`` inside the metadata."""
+    if depth > MAX_DEPTH:
+        raise DataError(where, f"metadata nested deeper than {MAX_DEPTH} levels", field=path,
+                        hint="flatten the metadata")
+    if value is None or isinstance(value, (str, bool)):
+        problem = text_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise DataError(where, f"metadata string {problem}", field=path)
+        return value
+    if isinstance(value, int):
+        if not -MAX_INT <= value <= MAX_INT:
+            raise DataError(where, f"metadata integer {value} is beyond ±2**53 (numbers compare as float64)",
+                            field=path, hint="store such a number as a string")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(where, f"metadata number {value} is not finite (JSON has no NaN or infinity)",
+                            field=path, hint="use null for a missing number")
+        return float(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key:
+                raise DataError(where, f"metadata key {key!r} is not a non-empty string", field=path or None,
+                                hint="JSON object keys are strings")
+            out[key] = _check_value(item, where, f"{path}.{key}" if path else key, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_check_value(item, where, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise DataError(where, f"metadata value of type {type(value).__name__} is not JSON", field=path,
+                    hint="use strings, numbers, booleans, null, lists and objects (e.g. a set as a sorted list, "
+                         "bytes as a string)")
+
+
+def check_metadata(metadata, where: str) -> dict:
+    """``metadata`` checked against the rules above and returned as a plain JSON dict (a copy; tuples as lists);
+    a :class:`~twotower.DataError` naming ``where`` (the document) and the field otherwise."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise DataError(where, f"metadata must be a dict, got {type(metadata).__name__}", field="metadata")
+    for key in metadata:
+        if key in RESERVED:
+            raise DataError(where, f"metadata key {key!r} is reserved (the document's own id, title and text, "
+                            "and a hit's score)", field=key, hint=f"rename it; reserved keys: {', '.join(RESERVED)}")
+    out = _check_value(metadata, where, "", 0)
+    size = len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise DataError(where, f"metadata takes {size:,} bytes as JSON, more than the {MAX_METADATA_BYTES:,} "
+                        "(64 KiB) a document may carry", field="metadata",
+                        hint="store large content elsewhere and keep a reference (a path, a URL) in the metadata")
+    return out

@@ -1,0 +1,345 @@
+"""Metadata filters: the language LangChain, Chroma and Milvus users write, with one exact meaning.
+
+A filter is a JSON object over a document's metadata (:mod:`twotower.data.metadata`)::
+
+    {"source": "wiki"}                                   equality
+    {"source": "wiki", "year": {"$gte": 2020}}           several keys: all must hold (AND)
+    {"$or": [{"lang": "en"}, {"lang": {"$in": ["de", "fr"]}}]}
+    {"author.name": {"$ne": "Ann"}}                      a dotted path into nested objects
+
+Operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists`` on a field; ``$and`` / ``$or`` over a non-empty list of
+filters. A field may take several operators at once (``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no
+filter (every document matches).
+
+The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` and in every search mode):
+
+- **Kinds.** A value is a string, a number (int or float: ``1 == 1.0``), a boolean, null, a list or an object.
+  Booleans are not numbers (``True`` does not equal ``1``). Two values are equal only when they are of the same kind
+  and equal. ``$gt $gte $lt $lte`` compare numbers with numbers and strings with strings (by Unicode code point, as
+  Python and UTF-8 byte order do); a field of another kind does not match (``{"title_len": {"$gt": 3}}`` skips a
+  document whose ``title_len`` is the string ``"long"``) — no error, since metadata differ from document to document.
+- **Missing fields.** A document without the field matches no condition on it except ``{"$exists": false}``; that
+  includes ``$ne`` and ``$nin`` (``{"lang": {"$ne": "en"}}`` needs a ``lang``). A field holding null exists.
+- **Lists** (tags): a field holding a list matches ``$eq`` / ``$in`` / ``$gt`` … when *any* element does, and
+  ``$ne`` / ``$nin`` when *no* element equals the value(s). ``{"tags": "tea"}`` finds ``{"tags": ["tea", "green"]}``.
+- **Objects**: a field holding an object equals no value (filter inside it with a dotted path); ``$ne`` / ``$nin``
+  match it. A path does not step into lists (``a.b`` where ``a`` is a list: missing). A key that itself contains a
+  dot cannot be filtered on.
+- ``$in: []`` matches nothing; ``$nin: []`` matches every document that has the field.
+
+Errors (a :class:`~twotower.DataError` whose ``field`` names the offending path or operator): a filter that is not an
+object, an unknown operator, ``$in`` / ``$nin`` without a list, ``$and`` / ``$or`` without a non-empty list of
+objects, ``$exists`` without a boolean, a range operator with anything but a number or a string (booleans
+included), a comparison with a list or an object, a number that is not finite, an empty path segment.
+
+:func:`parse_filter` validates a filter once; :meth:`Filter.matches` is the reference evaluation over one metadata
+dict; :meth:`Filter.mask` evaluates it over a whole index version at once (a boolean array, one entry per document
+row, from :class:`~twotower.retrieval.filter_columns.MetadataColumns` built once per version);
+:func:`to_milvus_expr` writes the same filter as a Milvus boolean expression over a JSON field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from twotower.errors import DataError
+
+if TYPE_CHECKING:
+    from twotower.retrieval.filter_columns import MetadataColumns
+
+COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
+LOGICAL = ("$and", "$or")
+RANGES = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
+_MISSING = object()
+
+
+def _fail(message: str, field: str, hint: str | None = None) -> DataError:
+    return DataError("filter", message, field=field, hint=hint)
+
+
+def kind(value: Any) -> str:
+    """The kind of a JSON value: ``null`` ``bool`` ``number`` ``string`` ``list`` ``object`` (``other``: not JSON)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return "object" if isinstance(value, dict) else "other"
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return kind(a) == kind(b) and a == b
+
+
+def _compare(op: str, a: Any, b: Any) -> bool:
+    if kind(a) != kind(b):
+        return False
+    return bool(RANGES[op](a, b))
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A validated metadata filter (build one with :func:`parse_filter`).
+
+    Example::
+
+        f = tt.parse_filter({"type": "tea", "year": {"$gte": 2020}})
+        assert f.matches({"type": "tea", "year": 2021}) and not f.matches({"type": "tea"})
+    """
+
+    def matches(self, metadata: dict) -> bool:
+        """Whether one document's metadata passes (the reference the vectorised :meth:`mask` is tested against)."""
+        raise NotImplementedError
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        """A boolean array, one entry per document row of ``columns``: True where the document passes."""
+        raise NotImplementedError
+
+    @property
+    def empty(self) -> bool:
+        """True for the filter that lets every document through (``None`` or ``{}``)."""
+        return False
+
+
+@dataclass(frozen=True)
+class Condition(Filter):
+    """One operator on one field: ``path`` (the dotted path split), ``op`` (``$eq`` …), ``value``."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+    def resolve(self, metadata: dict) -> Any:
+        node: Any = metadata
+        for part in self.path:
+            if not isinstance(node, dict) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+
+    def matches(self, metadata: dict) -> bool:
+        value = self.resolve(metadata)
+        if self.op == "$exists":
+            return (value is not _MISSING) == self.value
+        if value is _MISSING:
+            return False
+        elements = list(value) if isinstance(value, (list, tuple)) else [value]
+        if self.op in ("$eq", "$ne"):
+            hit = any(_equal(e, self.value) for e in elements)
+            return hit if self.op == "$eq" else not hit
+        if self.op in ("$in", "$nin"):
+            hit = any(_equal(e, v) for e in elements for v in self.value)
+            return hit if self.op == "$in" else not hit
+        return any(_compare(self.op, e, self.value) for e in elements)
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        return columns.condition(self.path, self.op, self.value)
+
+
+@dataclass(frozen=True)
+class And(Filter):
+    """All of ``parts`` hold (``$and``, or several keys in one object; no parts: every document)."""
+
+    parts: tuple[Filter, ...]
+
+    def matches(self, metadata: dict) -> bool:
+        return all(p.matches(metadata) for p in self.parts)
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        out = np.ones(columns.num_docs, dtype=bool)
+        for part in self.parts:
+            out &= part.mask(columns)
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not self.parts
+
+
+@dataclass(frozen=True)
+class Or(Filter):
+    """At least one of ``parts`` holds (``$or``)."""
+
+    parts: tuple[Filter, ...]
+
+    def matches(self, metadata: dict) -> bool:
+        return any(p.matches(metadata) for p in self.parts)
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        out = np.zeros(columns.num_docs, dtype=bool)
+        for part in self.parts:
+            out |= part.mask(columns)
+        return out
+
+
+def _scalar(value: Any, field: str) -> Any:
+    k = kind(value)
+    if k in ("list", "object"):
+        raise _fail(f"compares with {'a list' if k == 'list' else 'an object'} ({json.dumps(value, default=str)[:60]})",
+                    field,
+                    "compare with one value; $in takes a list of values; dotted paths reach into objects")
+    if k not in ("null", "bool", "number", "string"):
+        raise _fail(f"value of type {type(value).__name__} is not JSON", field)
+    if k == "number" and not math.isfinite(value):
+        raise _fail(f"number {value} is not finite", field, "give a finite number")
+    return value
+
+
+def _condition(path: tuple[str, ...], op: str, value: Any, name: str) -> Condition:
+    where = f"{name}.{op}"
+    if op == "$exists":
+        if not isinstance(value, bool):
+            raise _fail(f"$exists takes true or false, got {value!r}", where)
+    elif op in ("$in", "$nin"):
+        if not isinstance(value, (list, tuple)):
+            raise _fail(f"{op} takes a list of values, got {type(value).__name__} {value!r}"[:160], where,
+                        f'e.g. {{"{name}": {{"{op}": ["a", "b"]}}}}')
+        value = tuple(_scalar(v, f"{where}[{i}]") for i, v in enumerate(value))
+    elif op in RANGES:
+        if kind(value) not in ("number", "string"):
+            raise _fail(f"{op} compares with a number or a string, got {json.dumps(value, default=str)[:60]}", where,
+                        "booleans and null have no order; use $eq / $ne")
+        value = _scalar(value, where)
+    else:
+        value = _scalar(value, where)
+    return Condition(path, op, value)
+
+
+def _field(name: str, spec: Any) -> Filter:
+    if name.startswith("$"):
+        known = ", ".join(LOGICAL)
+        raise _fail(f"unknown operator {name!r} where a field name or one of {known} belongs", name,
+                    f"field operators ({', '.join(COMPARISONS)}) go inside a field: {{\"field\": {{\"$gt\": 1}}}}")
+    path = tuple(name.split("."))
+    if not all(path):
+        raise _fail(f"field path {name!r} has an empty segment", name, "write a.b.c, without leading, trailing or "
+                    "doubled dots")
+    if not isinstance(spec, dict):
+        return _condition(path, "$eq", spec, name)
+    if not spec:
+        raise _fail("an empty object: give a value or operators", name, f'e.g. {{"{name}": {{"$eq": "x"}}}}')
+    parts = []
+    for op, value in spec.items():
+        if not isinstance(op, str) or not op.startswith("$"):
+            raise _fail(f"{op!r} is not an operator (equality with an object is not supported)", f"{name}.{op}",
+                        f"reach into nested objects with a dotted path: {name}.{op}")
+        if op not in COMPARISONS:
+            raise _fail(f"unknown operator {op!r}", f"{name}.{op}", f"choose one of {', '.join(COMPARISONS)}")
+        parts.append(_condition(path, op, value, name))
+    return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+
+def _parse(obj: Any, where: str) -> Filter:
+    if not isinstance(obj, dict):
+        raise _fail(f"a filter is a JSON object, got {type(obj).__name__}", where,
+                    'e.g. {"source": "wiki", "year": {"$gte": 2020}}')
+    parts: list[Filter] = []
+    for key, value in obj.items():
+        if not isinstance(key, str):
+            raise _fail(f"key {key!r} is not a string", where)
+        if key in LOGICAL:
+            if not isinstance(value, (list, tuple)) or not value:
+                raise _fail(f"{key} takes a non-empty list of filters, got {json.dumps(value, default=str)[:60]}",
+                            key, f'e.g. {{"{key}": [{{"a": 1}}, {{"b": 2}}]}}')
+            subs = tuple(_parse(v, f"{key}[{i}]") for i, v in enumerate(value))
+            parts.append(And(subs) if key == "$and" else Or(subs))
+        else:
+            parts.append(_field(key, value))
+    return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+
+def parse_filter(obj: Any) -> Filter:
+    """Validate a metadata filter (a dict, or its JSON text) and return it as a :class:`Filter`; ``None`` and ``{}``
+    give the filter every document passes. Errors are :class:`~twotower.DataError` naming the field or operator.
+
+    Example::
+
+        import twotower as tt
+
+        f = tt.parse_filter({"$or": [{"tags": "tea"}, {"year": {"$lt": 2000}}]})
+        assert f.matches({"tags": ["green", "tea"]}) and not f.matches({"year": "1999"})
+    """
+    if isinstance(obj, Filter):
+        return obj
+    if obj is None:
+        return And(())
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"not JSON: {exc.msg} at column {exc.colno}", "filter") from None
+    return _parse(obj, "filter")
+
+
+# ---------------------------------------------------------------------------------------------- Milvus
+
+
+def _milvus_literal(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a double-quoted string with \\ and \" escaped
+    return repr(value)
+
+
+def _milvus_path(field: str, path: tuple[str, ...]) -> str:
+    return field + "".join(f"[{json.dumps(p, ensure_ascii=False)}]" for p in path)
+
+
+def _milvus_condition(c: Condition, field: str) -> str:
+    if c.op != "$exists" and any(v is None for v in (c.value if c.op in ("$in", "$nin") else (c.value,))):
+        name = ".".join(c.path)
+        raise _fail("Milvus cannot compare with null (it reads a JSON null as a missing field)", f"{name}.{c.op}",
+                    f'test for a missing field with {{"{name}": {{"$exists": false}}}}')
+    target = _milvus_path(field, c.path)
+    exists = f"exists {target}"
+    if c.op == "$exists":
+        return exists if c.value else f"not ({exists})"
+    values = c.value if c.op in ("$in", "$nin") else (c.value,)
+    if c.op in ("$in", "$nin"):
+        if not values:
+            return "false" if c.op == "$in" else exists
+    if c.op in RANGES:
+        symbol = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[c.op]
+        return f"{target} {symbol} {_milvus_literal(c.value)}"  # list fields: see to_milvus_expr
+    lits = [_milvus_literal(v) for v in values]
+    hit = "(" + " or ".join([f"{target} == {lit}" for lit in lits] + [f"json_contains_any({target}, [{', '.join(lits)}])"]) + ")"
+    return hit if c.op in ("$eq", "$in") else f"({exists} and not {hit})"
+
+
+def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
+    """The filter as a Milvus boolean expression over the JSON field ``field`` (strings escaped); ``""`` for the
+    empty filter. Equality and ``$in`` test the field's value and, for a list, its elements (``json_contains_any``).
+    Where Milvus (Lite 3.2, checked by ``tests/test_filters.py``) differs from :meth:`Filter.matches`: a range
+    operator on a list-valued field (Milvus compares the field, not its elements); a boolean equals the numbers
+    1 / 0 there (``{"ok": 1}`` finds ``"ok": true``); a field holding null counts as missing (``$exists``).
+    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it.
+
+    Example::
+
+        assert to_milvus_expr({"source": "wiki"}) == \\
+            '(metadata["source"] == "wiki" or json_contains_any(metadata["source"], ["wiki"]))'
+    """
+    flt = parse_filter(flt)
+    if flt.empty:
+        return ""
+
+    def walk(f: Filter) -> str:
+        if isinstance(f, Condition):
+            return _milvus_condition(f, field)
+        joiner = " and " if isinstance(f, And) else " or "
+        return "(" + joiner.join(walk(p) for p in f.parts) + ")"
+
+    return walk(flt)
