@@ -189,3 +189,84 @@ def test_llama_index_not_condition_and_bad_values_are_named(index):
         LlamaRetriever(index, filters=MetadataFilters(filters=[_eq("topic", "tea", FilterOperator.IN)]))
     with pytest.raises(tt.TwoTowerError, match="filters"):
         LlamaRetriever(index, filters=[("topic", "tea")])
+
+
+# ---------------------------------------------------------------------------------------------- HTTP service
+
+KEY = "test-key-0123456789"
+HEADERS = {"X-API-Key": KEY}
+
+
+@pytest.fixture()
+def client(index, tmp_path):
+    """A service over a private copy of the index (the write tests change it)."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    shutil.copytree(index.path, tmp_path / "idx")
+    return TestClient(create_app(tmp_path / "idx", api_key=KEY, precision="fp32"))
+
+
+def test_service_filter_gives_exactly_the_matching_documents_with_metadata(client, index):
+    for flt, expected in CASES:
+        for q in QUERIES[:2]:
+            body = client.post("/search", json={"query": q, "k": len(IDS), "filter": flt})
+            assert body.status_code == 200, body.text
+            hits = index.search(q, k=len(IDS), filter=flt)
+            got = body.json()["hits"]
+            assert [h["id"] for h in got] == [h.id for h in hits] and {h.id for h in hits} == expected
+            assert [h["metadata"] for h in got] == [metadata_of(h.id) for h in hits]
+            assert [h["score"] for h in got] == pytest.approx([h.score for h in hits], abs=1e-6)
+        batch = client.post("/search/batch", json={"queries": QUERIES, "k": 2, "mode": "bm25", "filter": flt})
+        assert batch.status_code == 200, batch.text
+        assert [[h["id"] for h in r] for r in batch.json()["results"]] == \
+            [[h.id for h in r] for r in index.search(QUERIES, k=2, mode="bm25", filter=flt)]
+
+
+def test_service_documents_carry_metadata_and_strings_get_content_ids(client):
+    got = client.get("/documents/tea1").json()
+    assert got["metadata"] == metadata_of("tea1") and got["title"] == "Green tea"
+    texts = ["Matcha is stone-ground green tea.", "Chai is spiced black tea with milk."]
+    body = {"documents": [texts[0], {"id": "x1", "text": "Yerba mate is brewed from holly leaves.",
+                                     "metadata": {"topic": "tea", "year": 2025, "src": {"kind": "blog"}}},
+                          {"_id": "x2", "title": "Chai", "text": texts[1]}]}
+    answer = client.post("/documents", json=body, headers=HEADERS)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["ids"] == [tt.document_id(texts[0]), "x1", "x2"]
+    assert answer.json()["added"] == 3 and answer.json()["documents"] == len(IDS) + 3
+    assert client.get(f"/documents/{tt.document_id(texts[0])}").json()["metadata"] == {}
+    assert client.get("/documents/x1").json()["metadata"] == {"topic": "tea", "year": 2025, "src": {"kind": "blog"}}
+    hits = client.post("/search", json={"query": "tea", "k": 10, "filter": {"year": {"$gte": 2024}}}).json()["hits"]
+    assert {h["id"] for h in hits} == {"sun1", "x1"}
+    again = client.post("/documents", json={"documents": [texts[0]], "replace": False}, headers=HEADERS)
+    assert again.status_code == 409 and tt.document_id(texts[0]) in again.text  # the same text twice: detected
+
+
+@pytest.mark.parametrize(("flt", "named"), [
+    ({"year": {"$gtx": 1}}, "$gtx"), ({"topic": {"$in": "tea"}}, "$in"), ({"$or": []}, "$or"),
+    ({"year": {"$exists": 1}}, "$exists"), ({"src..kind": 1}, "src..kind"), ({"$not": {"topic": "tea"}}, "$not"),
+])
+def test_service_bad_filters_are_422_naming_the_operator(client, flt, named):
+    for path, body in (("/search", {"query": "tea", "filter": flt}), ("/search/batch", {"queries": ["tea"],
+                                                                                      "filter": flt})):
+        answer = client.post(path, json=body)
+        assert answer.status_code == 422, answer.text
+        detail = answer.json()["detail"]
+        assert detail[0]["loc"][-1] == "filter" and named in detail[0]["msg"], detail
+    assert client.post("/search", json={"query": "tea", "filter": ["topic"]}).status_code == 422
+
+
+@pytest.mark.parametrize(("metadata", "named"), [
+    ({"id": "x"}, "'id'"), ({"score": 1}, "'score'"), ({"big": "x" * (70 * 1024)}, "64 KiB"),
+    ({"a": {"b": 1e400}}, "a.b"),  # JSON allows 1e400 and Python reads it as inf
+])
+def test_service_bad_metadata_is_refused_naming_the_field_and_nothing_is_written(client, metadata, named):
+    version = client.get("/healthz").json()["version"]
+    body = json.dumps({"documents": [{"_id": "new", "text": "New text.", "metadata": metadata}]})
+    answer = client.post("/documents", content=body, headers={**HEADERS, "Content-Type": "application/json"})
+    assert answer.status_code == 400 and named in answer.text and "documents[0]" in answer.text, answer.text
+    assert client.get("/healthz").json()["version"] == version
+    assert client.get("/documents/new").status_code == 404
