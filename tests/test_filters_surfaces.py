@@ -270,3 +270,77 @@ def test_service_bad_metadata_is_refused_naming_the_field_and_nothing_is_written
     assert answer.status_code == 400 and named in answer.text and "documents[0]" in answer.text, answer.text
     assert client.get("/healthz").json()["version"] == version
     assert client.get("/documents/new").status_code == 404
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+
+@pytest.fixture(scope="module")
+def cli_index(tiny_bert_dir, tmp_path_factory):
+    """An index built by `twotower index build` from a corpus file whose extra fields are the metadata."""
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+
+    root = tmp_path_factory.mktemp("cli")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    res = CliRunner().invoke(app, ["index", "build", "--data", str(corpus), "--out", str(root / "idx"), "--model",
+                                   str(tiny_bert_dir), "--bm25", "--precision", "fp32", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return root / "idx"
+
+
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from twotower.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def cli_hits(res) -> list[dict]:
+    assert res.exit_code == 0, res.output
+    return [json.loads(line) for line in res.output.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(("flt", "expected"), CASES, ids=FILTER_IDS)
+def test_cli_search_filter_with_metadata_in_json(cli_index, flt, expected, tmp_path):
+    index = tt.Index.open(cli_index, precision="fp32")
+    hits = index.search(QUERIES[0], k=len(IDS), filter=flt)
+    assert {h.id for h in hits} == expected
+    by_text = cli_hits(cli("search", QUERIES[0], "--index", str(cli_index), "-k", str(len(IDS)), "--filter",
+                           json.dumps(flt), "--json"))
+    (tmp_path / "f.json").write_text(json.dumps(flt))
+    by_file = cli_hits(cli("search", QUERIES[0], "--index", str(cli_index), "-k", str(len(IDS)), "--filter",
+                           f"@{tmp_path / 'f.json'}", "--json"))
+    for got in (by_text, by_file):
+        assert [h["id"] for h in got] == [h.id for h in hits]
+        assert [h["metadata"] for h in got] == [metadata_of(h.id) for h in hits]  # the corpus file's extra fields
+        assert [h["rank"] for h in got] == list(range(1, len(hits) + 1))
+
+
+def test_cli_index_add_keeps_metadata_and_an_empty_filtered_result_says_so(cli_index, tmp_path):
+    import shutil
+
+    idx = tmp_path / "idx"
+    shutil.copytree(cli_index, idx)
+    docs = tmp_path / "new.jsonl"
+    docs.write_text(json.dumps({"_id": "new1", "text": "Rooibos is a red bush tea.", "topic": "tisane",
+                                "origin": {"country": "ZA"}}) + "\n")
+    res = cli("index", "add", "--index", str(idx), "--docs", str(docs), "--precision", "fp32", "--no-progress")
+    assert res.exit_code == 0, res.output
+    got = cli_hits(cli("search", "tea", "--index", str(idx), "--filter", '{"origin.country": "ZA"}', "--json"))
+    assert [(h["id"], h["metadata"]) for h in got] == [("new1", {"topic": "tisane", "origin": {"country": "ZA"}})]
+    table = cli("search", "tea", "--index", str(idx), "--filter", '{"topic": "none"}')
+    assert table.exit_code == 0 and "no document matches" in table.output and "--filter" in table.output
+
+
+@pytest.mark.parametrize(("value", "named"), [
+    ('{"year": {"$gtx": 1}}', "$gtx"), ('{"topic": {"$in": "tea"}}', "$in"), ("{'topic': 'tea'}", "not JSON"),
+    ('["topic"]', "object"), ("@/no/such/filter.json", "/no/such/filter.json"),
+])
+def test_cli_bad_filters_name_the_option(cli_index, value, named):
+    res = cli("search", "tea", "--index", str(cli_index), "--filter", value)
+    assert res.exit_code != 0
+    assert "--filter" in res.output and named in res.output and "Traceback" not in res.output, res.output
