@@ -8,7 +8,7 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata
 from twotower.data.ids import text_problem
-from twotower.data.metadata import document_id
+from twotower.data.metadata import check_metadata, document_id
 from twotower.api._errors import user_errors
 from twotower.errors import DataError
 from twotower.io import atomic_directory
@@ -75,6 +75,7 @@ def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, d
         meta = metadatas[i] if metadatas is not None else None
         if meta is not None and not isinstance(meta, Mapping):
             raise DataError(f"metadatas[{i}]", f"expected a dict or None, got {type(meta).__name__}")
+        check_metadata(meta, where)  # its reserved keys (title, _id ...) before they merge with the document's
         out.append((where, {**(meta or {}), "_id": doc_id, "text": text}))
     return out
 
