@@ -93,14 +93,14 @@ def test_matches_hand_computed_cases(flt, expected):
 
 # ------------------------------------------------------------------------ vectorised == reference, randomised
 
-KEYS = ["a", "b", "c"]
+KEYS = ["a", "b", "metadata"]  # a nested "metadata" key: the cut of docs.jsonl lines must find the outer one
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.5, -1.5, 2.0]),
                     st.sampled_from(["", "x", "y", "xy", "é", "Z"]))
 values = st.one_of(scalars, st.lists(scalars, max_size=3),
                    st.dictionaries(st.sampled_from(KEYS), st.one_of(scalars, st.lists(scalars, max_size=2)),
                                    max_size=2))
 metadata = st.dictionaries(st.sampled_from(KEYS), values, max_size=3)
-paths = st.sampled_from(["a", "b", "c", "a.b", "b.c", "a.a"])
+paths = st.sampled_from(["a", "b", "c", "a.b", "b.metadata", "a.a", "metadata", "metadata.a"])
 comparable = st.one_of(st.integers(-3, 3), st.sampled_from([0.5, 2.0]), st.sampled_from(["", "x", "xy", "y", "Z"]))
 conditions = st.one_of(
     st.builds(lambda p, v: {p: v}, paths, scalars),
@@ -118,9 +118,9 @@ filters_st = st.recursive(conditions, lambda inner: st.one_of(
 @given(st.lists(metadata, min_size=1, max_size=12), filters_st)
 def test_vectorised_mask_equals_matches(docs, flt):
     f = tt.parse_filter(flt)
-    lines = [json.dumps({"_id": str(i), "title": "", "text": "t", **({"metadata": m} if m else {})}).encode()
-             for i, m in enumerate(docs)]
-    cols = MetadataColumns.from_docs_jsonl(lines, len(docs))
+    lines = [json.dumps({"_id": str(i), "title": "", "text": 'say "metadata": {', **({"metadata": m} if m else {})},
+                        ensure_ascii=False) for i, m in enumerate(docs)]
+    cols = MetadataColumns.from_docs_jsonl(("\n".join(lines) + "\n").encode(), len(docs))
     assert f.mask(cols).tolist() == [f.matches(m) for m in docs]
 
 
