@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 from langchain_core.documents import Document
+from langchain_tests.integration_tests import RetrieversIntegrationTests
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 import twotower as tt
@@ -68,7 +69,7 @@ def assert_documents_are_hits(docs: list, hits: list[tt.Hit]) -> None:
     assert [d.metadata["score"] for d in docs] == [h.score for h in hits]  # exactly: the same search
     assert [d.metadata["title"] for d in docs] == [h.title for h in hits]
     assert [d.page_content for d in docs] == [_joined(h) for h in hits]
-    assert all(set(d.metadata) == {"id", "score", "title"} for d in docs)
+    assert all(set(d.metadata) == {"id", "score", "title"} for d in docs)  # CORPUS has no metadata of its own
 
 
 def assert_nodes_are_hits(nodes: list, hits: list[tt.Hit]) -> None:
@@ -311,3 +312,45 @@ def test_import_twotower_imports_no_framework():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------- LangChain's standard retriever suite
+
+
+class _StandardSuite(RetrieversIntegrationTests):
+    """langchain-tests' RetrieversIntegrationTests, every test as it ships (none overridden: its own
+    test_no_overrides_DO_NOT_OVERRIDE checks that), on the CORPUS index; async tests run under anyio."""
+
+    pytestmark = pytest.mark.anyio
+
+    @pytest.fixture
+    def anyio_backend(self):
+        return "asyncio"
+
+    @pytest.fixture(autouse=True)
+    def _given(self, index):
+        self._index = index
+
+    @property
+    def retriever_constructor(self):
+        return LangChainRetriever
+
+    @property
+    def retriever_query_example(self) -> str:
+        return QUERIES[0]
+
+
+class TestLangChainStandardSuiteOnAnIndex(_StandardSuite):
+    """The retriever built from an open twotower.Index."""
+
+    @property
+    def retriever_constructor_params(self) -> dict:
+        return {"index": self._index}
+
+
+class TestLangChainStandardSuiteOnAPath(_StandardSuite):
+    """The retriever built from the index directory's path, with options (hybrid search)."""
+
+    @property
+    def retriever_constructor_params(self) -> dict:
+        return {"index": str(self._index.path), "mode": "hybrid", "lam": 0.4}

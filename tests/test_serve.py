@@ -81,7 +81,7 @@ def test_search_modes_and_batch(client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["version"] == "v000001" and len(body["hits"]) == 3
-    assert all(set(h) == {"id", "score", "title"} and h["id"] in BASE_IDS for h in body["hits"])
+    assert all(set(h) == {"id", "score", "title", "metadata"} and h["id"] in BASE_IDS for h in body["hits"])
     scores = [h["score"] for h in body["hits"]]
     assert scores == sorted(scores, reverse=True)
 
@@ -105,13 +105,13 @@ def test_search_modes_and_batch(client):
 
 def test_get_add_replace_delete_documents(client, index):
     d = client.get("/documents/d3").json()
-    assert d == {"id": "d3", "title": "Python", "text": TINY_CORPUS[2]["text"], "version": "v000001"}
+    assert d == {"id": "d3", "title": "Python", "text": TINY_CORPUS[2]["text"], "metadata": {}, "version": "v000001"}
     assert client.get("/documents/nope").status_code == 404
 
     new = {"_id": "n1", "title": "Volcano", "text": "Lava flows from an erupting volcano."}
     r = client.post("/documents", json={"documents": [new]}, headers=HEADERS)
     assert r.status_code == 200, r.text
-    assert r.json() == {"version": "v000002", "documents": 7, "added": 1, "replaced": 0, "deleted": 0}
+    assert r.json() == {"version": "v000002", "documents": 7, "added": 1, "replaced": 0, "deleted": 0, "ids": ["n1"]}
     assert current(index) == "v000002"  # durable and live before the answer
     assert client.get("/documents/n1").json()["title"] == "Volcano"
     hits = client.post("/search", json={"query": "lava volcano", "k": 1, "mode": "bm25"}).json()

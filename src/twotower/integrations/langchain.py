@@ -16,11 +16,14 @@ try:
 except ImportError as exc:
     raise missing_extra("langchain-core", "langchain", __name__, exc) from exc
 
-from twotower.integrations.search import as_index, joined_text, search, search_options
+from twotower.integrations.search import as_index, call_options, check_filter, hit_metadata, joined_text, search, \
+    search_options
 
 __all__ = ["TwoTowerRetriever"]
 
 _OPTIONS = ("mode", "lam", "norm", "prf_depth", "prf_weight", "rerank", "rerank_depth", "ef_search", "nprobe")
+# what search_kwargs and invoke(query, **kwargs) may set: k, the filter and every search option
+_PER_CALL = ("k", "filter", *_OPTIONS)
 
 
 class TwoTowerRetriever(BaseRetriever):
@@ -30,23 +33,35 @@ class TwoTowerRetriever(BaseRetriever):
     ``index``: a :class:`twotower.Index` or the path of an index directory. ``k`` (default 10) and the other
     fields are :meth:`~twotower.Index.search`'s options (``mode``, ``lam``, ``norm``, ``prf_depth``,
     ``prf_weight``, ``rerank``, ``rerank_depth``, ``ef_search``, ``nprobe``); left out, a search uses the model's
-    fitted mode, else dense. They are checked against the index when the retriever is made, and a re-ranker given
-    as a directory is loaded then, once.
+    fitted mode, else dense. ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in
+    $nin $exists``, ``$and`` / ``$or``, dotted paths: :func:`twotower.parse_filter`): only the documents it lets
+    through are searched. ``search_kwargs``: LangChain's vector-store-retriever shape, a dict of any of ``k``,
+    ``filter`` and the options above (``search_kwargs={"filter": {"source": "wiki"}, "k": 3}``); an option given
+    both there and as an argument must agree. They are checked against the index when the retriever is made, and a
+    re-ranker given as a directory is loaded then, once.
+
+    Per call, ``invoke(query, k=..., filter=..., mode=...)`` (and ``ainvoke``) override the retriever's own values
+    for that call (a filter given there replaces the retriever's, as in LangChain's vector-store retrievers); they
+    are checked as the constructor checks them.
 
     Each ``Document`` has ``id`` = the document's id, ``page_content`` = title and text joined as twotower joins
-    them for its encoder (``"title text"``; the text alone when there is no title) and ``metadata``
-    ``{"id", "score", "title"}``. ``ainvoke`` runs the search in a worker thread, so the event loop keeps running;
-    searches of one index run one at a time (its tokenizer is not thread-safe).
+    them for its encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the
+    document's own metadata (:attr:`twotower.Hit.metadata`) with ``id``, ``score`` and ``title`` added (metadata
+    keys cannot collide with them: they are reserved). ``ainvoke`` runs the search in a worker thread, so the event
+    loop keeps running; searches of one index run one at a time (its tokenizer is not thread-safe).
 
     Example::
 
         import twotower as tt
         from twotower.integrations.langchain import TwoTowerRetriever
 
-        index = tt.Index.build("tea-index", {"d1": "Green tea is steamed.", "d2": "Coffee is roasted."}, bm25=True)
+        index = tt.Index.build("tea-index", [{"_id": "d1", "text": "Green tea is steamed.", "type": "tea"},
+                                             {"_id": "d2", "text": "Coffee is roasted.", "type": "coffee"}], bm25=True)
         retriever = TwoTowerRetriever(index, k=1, mode="hybrid", lam=0.6)  # or TwoTowerRetriever("tea-index")
         docs = retriever.invoke("green tea")           # await retriever.ainvoke("green tea") in async code
-        print(docs[0].metadata["id"], docs[0].metadata["score"], docs[0].page_content)
+        print(docs[0].metadata["id"], docs[0].metadata["score"], docs[0].metadata["type"], docs[0].page_content)
+        coffee = retriever.invoke("a hot drink", k=2, filter={"type": "coffee"})  # per call: k, filter, mode ...
+        teas = TwoTowerRetriever(index, search_kwargs={"k": 2, "filter": {"type": {"$in": ["tea"]}}})
     """
 
     index: Any
@@ -60,16 +75,20 @@ class TwoTowerRetriever(BaseRetriever):
     rerank_depth: int | None = None
     ef_search: int | None = None
     nprobe: int | None = None
+    filter: Any = None
+    search_kwargs: dict = {}
 
     def __init__(self, index: Any = None, /, k: int = 10, *, mode: str | None = None, lam: float | None = None,
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
-                 nprobe: int | None = None, **fields: Any) -> None:
+                 nprobe: int | None = None, filter: Any = None, search_kwargs: dict | None = None,
+                 **fields: Any) -> None:
         """``fields``: LangChain's own (``name``, ``tags``, ``metadata``), or ``index=`` by keyword."""
         if index is not None:
             fields["index"] = index
         super().__init__(k=k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth, prf_weight=prf_weight,
-                         rerank=rerank, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe, **fields)
+                         rerank=rerank, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe, filter=filter,
+                         search_kwargs={} if search_kwargs is None else search_kwargs, **fields)
 
     @model_validator(mode="before")
     @classmethod
@@ -84,19 +103,33 @@ class TwoTowerRetriever(BaseRetriever):
         if data.get("index") is None:
             raise TwoTowerError("index: give a twotower.Index or the path of an index directory")
         index = as_index(data["index"])
-        k = data.get("k", cls.model_fields["k"].default)
-        options = search_options(index, k, **{name: data.get(name) for name in _OPTIONS})
-        return {**data, "index": index, **options}  # a re-ranker directory becomes the loaded re-ranker
+        given = {name: data.get(name) for name in _PER_CALL}
+        given["k"] = data.get("k", cls.model_fields["k"].default)
+        extra = call_options(data.get("search_kwargs") or {}, _PER_CALL, "search_kwargs")
+        for name, value in extra.items():
+            default = cls.model_fields["k"].default if name == "k" else None
+            if given[name] != default and given[name] != value:
+                raise TwoTowerError(f"{name} is given twice, as {name}={given[name]!r} and in search_kwargs as "
+                                    f"{value!r}: give it once")
+            given[name] = value
+        k, flt = given.pop("k"), check_filter(given.pop("filter"))
+        options = search_options(index, k, **given)
+        return {**data, "index": index, "k": k, "filter": flt, **options}  # a re-ranker directory: loaded
 
-    def _documents(self, query: str) -> list[Document]:
+    def _documents(self, query: str, kwargs: dict) -> list[Document]:
         options = {name: getattr(self, name) for name in _OPTIONS}
-        return [Document(page_content=joined_text(hit), id=hit.id,
-                         metadata={"id": hit.id, "score": hit.score, "title": hit.title})
-                for hit in search(self.index, query, self.k, options)]
+        k, flt = self.k, self.filter
+        if kwargs:
+            call = call_options(kwargs, _PER_CALL, "invoke")
+            k, flt = call.pop("k", k), check_filter(call.pop("filter")) if "filter" in call else flt
+            options = search_options(self.index, k, **{**options, **call})
+        return [Document(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit))
+                for hit in search(self.index, query, k, {**options, "filter": flt})]
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return self._documents(query)
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                **kwargs: Any) -> list[Document]:
+        return self._documents(query, kwargs)
 
-    async def _aget_relevant_documents(self, query: str, *,
-                                       run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
-        return await asyncio.to_thread(self._documents, query)
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       **kwargs: Any) -> list[Document]:
+        return await asyncio.to_thread(self._documents, query, kwargs)

@@ -11,13 +11,56 @@ try:
     from llama_index.core.callbacks import CallbackManager
     from llama_index.core.retrievers import BaseRetriever
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 except ImportError as exc:
     raise missing_extra("llama-index-core", "llama-index", __name__, exc) from exc
 
 from twotower.api.index import Hit
-from twotower.integrations.search import as_index, search, search_options
+from twotower.errors import TwoTowerError
+from twotower.integrations.search import as_index, check_filter, hit_metadata, search, search_options
 
-__all__ = ["TwoTowerRetriever"]
+__all__ = ["TwoTowerRetriever", "to_twotower_filter"]
+
+# LlamaIndex's operators with the same meaning in twotower's filter language (retrieval.filters)
+_OPERATORS = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator.GT: "$gt", FilterOperator.GTE: "$gte",
+              FilterOperator.LT: "$lt", FilterOperator.LTE: "$lte", FilterOperator.IN: "$in",
+              FilterOperator.NIN: "$nin"}
+_CONDITIONS = {FilterCondition.AND: "$and", FilterCondition.OR: "$or"}
+
+
+def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
+    """LlamaIndex ``MetadataFilters`` (nested, ``FilterCondition`` AND / OR) as twotower's filter language:
+    ``FilterOperator`` EQ NE GT GTE LT LTE IN NIN become ``$eq $ne $gt $gte $lt $lte $in $nin`` on the key (a
+    dotted key reaches into nested metadata), AND / OR become ``$and`` / ``$or``. Other operators (TEXT_MATCH,
+    CONTAINS, ANY, ALL, IS_EMPTY …) and the NOT condition have no exact counterpart: a :class:`TwoTowerError`
+    naming them.
+
+    Example::
+
+        from llama_index.core.vector_stores import FilterOperator, MetadataFilter, MetadataFilters
+
+        f = MetadataFilters(filters=[MetadataFilter(key="year", value=2020, operator=FilterOperator.GTE),
+                                     MetadataFilter(key="source", value=["wiki", "pubmed"], operator=FilterOperator.IN)])
+        assert to_twotower_filter(f) == {"$and": [{"year": {"$gte": 2020}}, {"source": {"$in": ["wiki", "pubmed"]}}]}
+    """
+    if isinstance(filters, MetadataFilter):
+        op = _OPERATORS.get(filters.operator)
+        if op is None:
+            raise TwoTowerError(f"filters: FilterOperator.{filters.operator.name} (on {filters.key!r}) has no exact "
+                                f"twotower counterpart; use one of {', '.join(o.name for o in _OPERATORS)}, or "
+                                "pass a twotower filter dict (docs: Your documents: metadata and filters)")
+        return {filters.key: {op: filters.value}}
+    if not isinstance(filters, MetadataFilters):
+        raise TwoTowerError(f"filters: give llama_index MetadataFilters or a twotower filter dict, not "
+                            f"{type(filters).__name__}")
+    condition = _CONDITIONS.get(filters.condition or FilterCondition.AND)
+    if condition is None:
+        raise TwoTowerError(f"filters: FilterCondition.{filters.condition.name} has no twotower counterpart; use AND "
+                            "or OR (negate each filter instead: NE, NIN)")
+    if not filters.filters:
+        return {}
+    return {condition: [to_twotower_filter(f) for f in filters.filters]}
+
 
 # shown to neither the LLM nor an embedding model when LlamaIndex renders a node's content with its metadata
 _HIDDEN = ["id", "score"]
@@ -30,12 +73,13 @@ class TwoTowerRetriever(BaseRetriever):
     ``index``: a :class:`twotower.Index` or the path of an index directory. ``k`` (default 10) and the keyword
     options are :meth:`~twotower.Index.search`'s (``mode``, ``lam``, ``norm``, ``prf_depth``, ``prf_weight``,
     ``rerank``, ``rerank_depth``, ``ef_search``, ``nprobe``); left out, a search uses the model's fitted mode, else
-    dense. They are checked against the index here, and a re-ranker given as a directory is loaded here, once.
-    ``callback_manager`` and ``verbose`` go to LlamaIndex's ``BaseRetriever``.
+    dense. ``filters``: LlamaIndex ``MetadataFilters`` (translated by :func:`to_twotower_filter`) or a twotower
+    filter dict (:func:`twotower.parse_filter`): only the documents it lets through are searched. They are checked
+    against the index here, and a re-ranker given as a directory is loaded here, once. ``callback_manager`` and ``verbose`` go to LlamaIndex's ``BaseRetriever``.
 
-    Each node has ``id_`` = the document's id, ``text`` = the document's text and ``metadata``
-    ``{"id", "title", "score"}``; LlamaIndex shows the title (not the id or score) with the text when it renders the
-    node for an LLM. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
+    Each node has ``id_`` = the document's id, ``text`` = the document's text and ``metadata`` = the document's own
+    metadata (:attr:`twotower.Hit.metadata`) with ``id``, ``title`` and ``score`` added; LlamaIndex shows the title
+    and the document's metadata (not the id or score) with the text when it renders the node for an LLM. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
     used). ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
     run one at a time (its tokenizer is not thread-safe).
 
@@ -44,19 +88,26 @@ class TwoTowerRetriever(BaseRetriever):
         import twotower as tt
         from twotower.integrations.llama_index import TwoTowerRetriever
 
-        index = tt.Index.build("tea-index", {"d1": "Green tea is steamed.", "d2": "Coffee is roasted."}, bm25=True)
+        index = tt.Index.build("tea-index", [{"_id": "d1", "text": "Green tea is steamed.", "type": "tea"},
+                                             {"_id": "d2", "text": "Coffee is roasted.", "type": "coffee"}], bm25=True)
         retriever = TwoTowerRetriever(index, k=1, mode="bm25")  # or TwoTowerRetriever("tea-index")
         nodes = retriever.retrieve("green tea")        # await retriever.aretrieve("green tea") in async code
         print(nodes[0].node.id_, nodes[0].score, nodes[0].node.text)
+        from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
+
+        teas = TwoTowerRetriever(index, k=2, filters=MetadataFilters(filters=[MetadataFilter(key="type", value="tea")]))
+        print([n.node.metadata for n in teas.retrieve("a hot drink")])  # {"type": "tea", "id", "title", "score"}
     """
 
     def __init__(self, index: Any, k: int = 10, *, mode: str | None = None, lam: float | None = None,
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
-                 nprobe: int | None = None, callback_manager: CallbackManager | None = None,
-                 verbose: bool = False) -> None:
+                 nprobe: int | None = None, filters: MetadataFilters | dict | None = None,
+                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
         self.index = as_index(index)
         self.k = k
+        self.filter = check_filter(filters if filters is None or isinstance(filters, dict)
+                                   else to_twotower_filter(filters))
         self.options = search_options(self.index, k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth,
                                       prf_weight=prf_weight, rerank=rerank, rerank_depth=rerank_depth,
                                       ef_search=ef_search, nprobe=nprobe)
@@ -64,12 +115,13 @@ class TwoTowerRetriever(BaseRetriever):
 
     @staticmethod
     def _node(hit: Hit) -> NodeWithScore:
-        node = TextNode(id_=hit.id, text=hit.text, metadata={"id": hit.id, "title": hit.title, "score": hit.score},
+        node = TextNode(id_=hit.id, text=hit.text, metadata=hit_metadata(hit),
                         excluded_llm_metadata_keys=list(_HIDDEN), excluded_embed_metadata_keys=list(_HIDDEN))
         return NodeWithScore(node=node, score=hit.score)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [self._node(hit) for hit in search(self.index, query_bundle.query_str, self.k, self.options)]
+        return [self._node(hit) for hit in search(self.index, query_bundle.query_str, self.k,
+                                                        {**self.options, "filter": self.filter})]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)

@@ -9,7 +9,7 @@ from twotower.api.index import Hit, Index
 from twotower.errors import TwoTowerError
 from twotower.retrieval.prf import check_prf
 
-__all__ = ["as_index", "joined_text", "search", "search_options"]
+__all__ = ["as_index", "call_options", "check_filter", "hit_metadata", "joined_text", "search", "search_options"]
 
 # the values Index.search documents
 MODES = ("dense", "bm25", "hybrid", "rrf")
@@ -74,6 +74,32 @@ def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth
         rerank = Reranker(rerank, device=index.device, precision=index.precision)
     return {"mode": mode, "lam": lam, "norm": norm, "prf_depth": prf_depth, "prf_weight": prf_weight,
             "rerank": rerank, "rerank_depth": rerank_depth, "ef_search": ef_search, "nprobe": nprobe}
+
+
+def call_options(given, allowed: tuple[str, ...], where: str) -> dict:
+    """``given`` (a dict of search settings: ``search_kwargs``, a call's keyword arguments) as a plain dict, each
+    key one of ``allowed``; a :class:`TwoTowerError` naming ``where`` and the unknown keys otherwise."""
+    if not isinstance(given, dict):
+        raise TwoTowerError(f"{where}: a dict of {', '.join(allowed)}, not {type(given).__name__} {given!r}")
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise TwoTowerError(f"{where}: unknown option(s) {', '.join(map(str, unknown))}; it takes "
+                            f"{', '.join(allowed)}")
+    return dict(given)
+
+
+def check_filter(flt):
+    """``flt`` (a metadata filter: :func:`twotower.parse_filter`) checked now, before any query: None when it lets
+    every document through, else the filter as given."""
+    from twotower.retrieval.filters import parse_filter
+
+    return None if parse_filter(flt).empty else flt
+
+
+def hit_metadata(hit: Hit) -> dict:
+    """A hit as framework metadata: the document's own metadata with its ``id``, ``score`` and ``title`` (reserved
+    keys: a document's metadata cannot hold them)."""
+    return {**hit.metadata, "id": hit.id, "score": hit.score, "title": hit.title}
 
 
 def search(index: Index, query: str, k: int, options: dict) -> list[Hit]:

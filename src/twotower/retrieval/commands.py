@@ -9,6 +9,32 @@ from typing import Optional
 
 import typer
 
+FILTER_HELP = ('Only documents whose metadata pass this filter: JSON such as \'{"source": "wiki", "year": {"$gte": '
+               '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, dotted paths), or @FILE.json '
+               'to read it from a file. Docs: "Your documents: metadata and filters".')
+
+
+def read_filter(value: str | None):
+    """The ``--filter`` option parsed (JSON text, or ``@path`` to a JSON file): a ``twotower.Filter`` or None;
+    every error names ``--filter``."""
+    import twotower as tt
+    from twotower.errors import TwoTowerError
+
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TwoTowerError(f"--filter {value}: cannot read {path} ({exc}); give a JSON file, or the JSON "
+                                "itself") from None
+    try:
+        return tt.parse_filter(text)
+    except TwoTowerError as exc:
+        raise TwoTowerError(f"--filter: {exc}") from None
+
 
 def register(app: typer.Typer) -> None:
     from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
@@ -23,7 +49,8 @@ def register(app: typer.Typer) -> None:
 
     @index_app.command("build")
     def index_build(
-        data: Path = typer.Option(..., "--data", help="BEIR directory (its corpus.jsonl) or a corpus .jsonl file."),
+        data: Path = typer.Option(..., "--data", help="BEIR directory (its corpus.jsonl) or a corpus .jsonl file; "
+                                  "fields other than _id/id, title and text are kept as metadata."),
         out: Path = typer.Option(..., "--out", help="Index directory (created; an existing index gets a new version)."),
         model: Optional[str] = typer.Option(None, help="Encoder directory (default: all-MiniLM-L6-v2)."),
         kind: str = typer.Option("flat", help="flat | hnsw | ivf | ivfpq | any FAISS factory string"),
@@ -92,7 +119,8 @@ def register(app: typer.Typer) -> None:
     @index_app.command("add")
     def index_add(
         index: Path = typer.Option(..., "--index", help="Index directory."),
-        docs: Path = typer.Option(..., "--docs", help="New documents, BEIR corpus lines (_id, title, text)."),
+        docs: Path = typer.Option(..., "--docs", help="New documents, BEIR corpus lines (_id, title, text; any "
+                                  "other field is kept as metadata)."),
         replace: bool = typer.Option(False, "--replace", help="Overwrite documents whose ids are already indexed."),
         model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the manifest)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
@@ -155,10 +183,12 @@ def register(app: typer.Typer) -> None:
             "when --mode is not given; 'none': no re-ranking)."),
         rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
                                                    help="Hits re-ranked (default 100); needs --rerank."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of a table."),
+        filter_: Optional[str] = typer.Option(None, "--filter", help=FILTER_HELP),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON lines (rank, id, score, title, metadata) "
+                                     "instead of a table."),
         device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     ) -> None:
-        """Print the top-k documents for QUERY: rank, id, score, title."""
+        """Print the top-k documents for QUERY: rank, id, score, title (--json: with their metadata)."""
         from rich.table import Table
 
         try:
@@ -167,6 +197,7 @@ def register(app: typer.Typer) -> None:
                                     "'how is green tea made'")
             if rerank_depth is not None and rerank is None:
                 raise TwoTowerError("--rerank-depth sets how many hits --rerank re-ranks: pass --rerank DIR or drop it")
+            flt = read_filter(filter_)  # before the index and the model are loaded
             if lam is not None and mode not in (None, "hybrid"):  # mode None: the fitted model's, checked below
                 raise TwoTowerError(f"--lambda weighs dense against BM25 in --mode hybrid; --mode {mode} does not use "
                                     "it: drop --lambda or pass --mode hybrid")
@@ -185,17 +216,20 @@ def register(app: typer.Typer) -> None:
                                     "has none: drop it or pass --mode dense | hybrid | rrf")
             hits = opened.search(query, k, mode=mode, lam=lam, ef_search=ef_search, nprobe=nprobe, norm=fusion_norm,
                                  prf_depth=prf_depth, prf_weight=prf_weight,
-                                 rerank=str(rerank) if rerank is not None else None, rerank_depth=rerank_depth)
+                                 rerank=str(rerank) if rerank is not None else None, rerank_depth=rerank_depth,
+                                 filter=flt)
             mode = resolved
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         if not hits and not as_json:
-            console.print(f"{mode}: no document matches {query!r}" + (" (BM25 returns only documents sharing a term "
-                          "with the query)" if mode == "bm25" else ""), highlight=False, soft_wrap=True)
+            why = " (BM25 returns only documents sharing a term with the query)" if mode == "bm25" else ""
+            why += " under --filter" if flt is not None and not flt.empty else ""
+            console.print(f"{mode}: no document matches {query!r}{why}", highlight=False, soft_wrap=True)
             return
         if as_json:
             for rank, h in enumerate(hits, start=1):
-                print(json.dumps({"rank": rank, "id": h.id, "score": round(h.score, 6), "title": h.title}))
+                print(json.dumps({"rank": rank, "id": h.id, "score": round(h.score, 6), "title": h.title,
+                                  "metadata": h.metadata}))
             return
         table = Table(title=f"{mode}: {query}")
         for name in ("rank", "id", "score", "title"):

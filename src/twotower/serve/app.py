@@ -2,11 +2,13 @@
 
 Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
 
-    POST   /search            {"query", "k", "mode"}            → ranked {id, score, title}
+    POST   /search            {"query", "k", "mode", "filter"}  → ranked {id, score, title, metadata}
     POST   /search/batch      {"queries": [...], "k", "mode"}   → one ranked list per query
-    (both also take "lambda", and "prf_depth" / "prf_weight": dense pseudo-relevance feedback, retrieval.prf)
-    GET    /documents/{id}                                      → {id, title, text, version}
-    POST   /documents         {"documents": [...], "replace"}   → the new version   (API key)
+    (both also take "lambda", "filter" (a metadata filter, retrieval.filters), and "prf_depth" / "prf_weight":
+    dense pseudo-relevance feedback, retrieval.prf)
+    GET    /documents/{id}                                      → {id, title, text, metadata, version}
+    POST   /documents         {"documents": [...], "replace"}   → the new version and the "ids" written   (API key)
+                              (each document {"_id", "title", "text", "metadata"} or a plain string)
     DELETE /documents/{id}                                      → the new version   (API key)
     GET    /healthz                                             → status, version, documents
     GET    /metrics                                             → Prometheus text
@@ -25,7 +27,8 @@ Reads pick up versions written by other processes (``twotower index add``) on th
 
 Bad input gets a 4xx JSON body ``{"error": ..., "detail": ...}``: 401/403 for a missing/wrong API
 key, 404 for unknown ids, 409 for adding existing ids without ``replace``, 413 for a body over the
-limit, 422 for anything the request models reject (query length, ``k``, batch size, field types).
+limit, 422 for anything the request models reject (query length, ``k``, batch size, field types, a ``"filter"``
+with an unknown operator: the message names it), 400 for metadata the metadata rules refuse (data.metadata).
 """
 
 # no `from __future__ import annotations`: FastAPI and pydantic resolve the request models defined
@@ -43,7 +46,7 @@ from twotower.retrieval.milvus.client import MilvusError
 from twotower.serve.auth import API_KEY_HEADER, check_api_key, read_api_key  # noqa: F401  (read_api_key: re-exported)
 from twotower.serve.body_limit import BodySizeLimit
 from twotower.serve.models import build_models
-from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState  # noqa: F401  (re-exported)
+from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -242,20 +245,22 @@ def create_app(
         return unquote(text[at + len("/documents/"):]) if at >= 0 else decoded
 
     def hits_of(rows) -> list[Hit]:
-        return [Hit(id=d, score=s, title=t) for d, s, t in rows]
+        return [Hit(id=d, score=s, title=t, metadata=m) for d, s, t, m in rows]
 
     @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)])
     def search(req: SearchRequest) -> SearchResponse:
         """The top ``k`` documents for one query."""
         t0 = time.perf_counter()
-        store, results = state.search([req.query], req.k, req.mode, req.lam, req.prf_depth, req.prf_weight)
+        store, results = state.search([req.query], req.k, req.mode, req.lam, req.prf_depth, req.prf_weight,
+                                      req.filter)
         return SearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, hits=hits_of(results[0]))
 
     @app.post("/search/batch", response_model=BatchSearchResponse, responses=errors, dependencies=[Depends(reader)])
     def search_batch(req: BatchSearchRequest) -> BatchSearchResponse:
         """The top ``k`` documents for each of several queries (all against one index version)."""
         t0 = time.perf_counter()
-        store, results = state.search(req.queries, req.k, req.mode, req.lam, req.prf_depth, req.prf_weight)
+        store, results = state.search(req.queries, req.k, req.mode, req.lam, req.prf_depth, req.prf_weight,
+                                      req.filter)
         return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000,
                                    results=[hits_of(r) for r in results])
 
@@ -268,25 +273,31 @@ def create_app(
         if row is None:
             raise NotFound(f"document '{doc_id}' is not in the index (version {store.version})")
         d = store.document(row)
-        return DocumentOut(id=d["_id"], title=d["title"], text=d["text"], version=store.version)
+        return DocumentOut(id=d["_id"], title=d["title"], text=d["text"], metadata=d.get("metadata") or {},
+                           version=store.version)
 
     @app.post("/documents", response_model=WriteResponse, responses=errors, dependencies=[Depends(writer)])
     def add_documents(req: AddRequest) -> WriteResponse:
         """Add documents (encoded with the index's model); with ``replace`` (default) existing ids are
-        overwritten. Answered once the new index version is durable and live."""
-        ids = [d.id for d in req.documents]
+        overwritten. A document is ``{"_id", "title", "text", "metadata"}`` or a plain string (its id from its
+        content, as the Python API gives it); the ids written come back in ``ids``. Answered once the new index
+        version is durable and live."""
+        docs = request_documents(req.documents)
+        ids = [d.id for d in docs]
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
             return error(422, "invalid_request", f"duplicate ids in the request: {', '.join(map(repr, dup[:5]))}")
-        live, replaced = state.add(req.documents, req.replace)
-        return WriteResponse(version=live.version, documents=len(live), added=len(ids) - replaced, replaced=replaced)
+        live, replaced = state.add(docs, req.replace)
+        return WriteResponse(version=live.version, documents=len(live), added=len(ids) - replaced, replaced=replaced,
+                             ids=ids)
 
     @app.delete("/documents/{doc_id:path}", response_model=WriteResponse, responses=errors,
                 dependencies=[Depends(writer)])
     def delete_document(doc_id: IdInPath, request: Request) -> WriteResponse:
         """Remove one document (a new index version without it)."""
-        live = state.remove(id_in_path(request, doc_id))
-        return WriteResponse(version=live.version, documents=len(live), deleted=1)
+        doc_id = id_in_path(request, doc_id)
+        live = state.remove(doc_id)
+        return WriteResponse(version=live.version, documents=len(live), deleted=1, ids=[doc_id])
 
     @app.get("/healthz", response_model=Health)
     def healthz() -> Health:

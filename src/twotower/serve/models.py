@@ -31,10 +31,23 @@ def _valid_text(value):
     return value
 
 
+def _valid_filter(value):
+    """A ``"filter"`` checked by the filter language's own parser (:func:`twotower.retrieval.filters.parse_filter`):
+    its message names the offending operator or field, and the service answers 422 at ``["body", "filter"]``."""
+    from twotower.errors import DataError
+    from twotower.retrieval.filters import parse_filter
+
+    try:
+        parse_filter(value)
+    except DataError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def build_models(limits) -> SimpleNamespace:
     """The models as attributes: SearchRequest, BatchSearchRequest, Hit, SearchResponse, BatchSearchResponse,
     DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody."""
-    from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+    from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
     Text = BeforeValidator(_valid_text)
     Query = Annotated[str, Field(min_length=1, max_length=limits.max_query_chars, pattern=r"\S"), Text]  # not blank
@@ -44,6 +57,11 @@ def build_models(limits) -> SimpleNamespace:
     PrfDepth = Annotated[int | None, Field(default=None, ge=1, le=limits.max_k, description="documents fed back (off)")]
     PrfWeight = Annotated[float | None, Field(default=None, gt=0.0, allow_inf_nan=False, description="their share (1)")]
     DocId = Annotated[str, Field(min_length=1, max_length=limits.max_id_chars), BeforeValidator(_valid_id)]
+    DocText = Annotated[str, Field(max_length=limits.max_text_chars), Text]
+    Metadata = dict[str, JsonValue]
+    Filter = Annotated[Metadata | None, AfterValidator(_valid_filter), Field(
+        default=None, description='a metadata filter: {"field": value}, $eq $ne $gt $gte $lt $lte $in $nin $exists, '
+        '$and / $or lists, dotted paths into nested objects (docs: Your documents: metadata and filters)')]
 
     class Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -55,6 +73,7 @@ def build_models(limits) -> SimpleNamespace:
         lam: Lambda = Field(default=None, alias="lambda", description="hybrid weight of dense (default: tuned)")
         prf_depth: PrfDepth = None
         prf_weight: PrfWeight = None
+        filter: Filter = None
 
     class BatchSearchRequest(Strict):
         queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
@@ -63,11 +82,13 @@ def build_models(limits) -> SimpleNamespace:
         lam: Lambda = Field(default=None, alias="lambda")
         prf_depth: PrfDepth = None
         prf_weight: PrfWeight = None
+        filter: Filter = None
 
     class Hit(BaseModel):
         id: str
         score: float
         title: str
+        metadata: Metadata = Field(default_factory=dict, description="the document's metadata")
 
     class SearchResponse(BaseModel):
         version: str
@@ -80,18 +101,24 @@ def build_models(limits) -> SimpleNamespace:
         results: list[list[Hit]]
 
     class DocumentIn(Strict):
-        id: DocId = Field(alias="_id")
+        id: DocId = Field(validation_alias=AliasChoices("_id", "id"))
         title: Annotated[str, Field(max_length=limits.max_title_chars), Text] = ""
-        text: Annotated[str, Field(max_length=limits.max_text_chars), Text]
+        text: DocText
+        metadata: Metadata = Field(default_factory=dict, description="JSON metadata stored with the document and "
+                                   "returned with it (at most 64 KiB; keys _id, id, text, title, score reserved)")
 
     class AddRequest(Strict):
-        documents: Annotated[list[DocumentIn], Field(min_length=1, max_length=limits.max_docs_per_request)]
+        documents: Annotated[list[DocumentIn | DocText], Field(
+            min_length=1, max_length=limits.max_docs_per_request,
+            description='documents {"_id" (or "id"), "title", "text", "metadata"}, or plain strings (ids from their '
+                        'content, as twotower.document_id gives them, returned in "ids")')]
         replace: bool = True
 
     class DocumentOut(BaseModel):
         id: str
         title: str
         text: str
+        metadata: Metadata = Field(default_factory=dict)
         version: str
 
     class WriteResponse(BaseModel):
@@ -100,6 +127,7 @@ def build_models(limits) -> SimpleNamespace:
         added: int = 0
         replaced: int = 0
         deleted: int = 0
+        ids: list[str] = Field(default_factory=list, description="the ids written (or deleted), in request order")
 
     class Health(BaseModel):
         status: str

@@ -61,7 +61,9 @@ class ServiceState:
             return self.searcher.store
 
     def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
-               prf_weight: float | None = None) -> tuple[object, list[list]]:
+               prf_weight: float | None = None, filter: dict | None = None) -> tuple[object, list[list]]:
+        """``(store, [[(id, score, title, metadata), ...] per query])`` from one index version; ``filter``: only
+        the documents it lets through (:mod:`twotower.retrieval.filters`)."""
         store = self.snapshot()
         check_feedback(store, mode, prf_depth, prf_weight)
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
@@ -71,20 +73,22 @@ class ServiceState:
             raise TwoTowerError(f'"lambda" weighs dense against BM25 in mode hybrid; mode {resolved} does not use it: '
                                 'drop "lambda" or send "mode": "hybrid"')
         kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
-                  "prf_depth": prf_depth, "prf_weight": prf_weight}
+                  "prf_depth": prf_depth, "prf_weight": prf_weight, "filter": filter}
         k = min(k, len(store))
         with self.compute_lock:
             run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
         results = []
         for i in range(len(queries)):
             ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
-            results.append([(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked])
+            docs = [(d, s, store.document(store.row_of[d])) for d, s in ranked]
+            results.append([(d, s, doc["title"], doc.get("metadata") or {}) for d, s, doc in docs])
         return store, results
 
     # ---- writes -------------------------------------------------------------------------
 
     def add(self, docs: list, replace: bool):
-        from twotower.data.beir import Document
+        """Encode ``docs`` (:class:`~twotower.data.beir.Document` objects: :func:`request_documents`) and add them
+        as a new version; ``(live store, how many replaced)``."""
         from twotower.retrieval.searcher import encode_new_docs
         from twotower.retrieval.store import IndexStoreError
 
@@ -95,7 +99,7 @@ class ServiceState:
                 raise Conflict(f"{len(dup)} document id(s) already in the index: "
                                 + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
             with self.compute_lock:
-                new = encode_new_docs(self.searcher.encoder, [Document(d.id, d.title, d.text) for d in docs], self.cfg,
+                new = encode_new_docs(self.searcher.encoder, docs, self.cfg,
                                       multivector=store.multivector, projection=store.projection)
             try:
                 live = store.add(new, replace=replace, show_progress=False)
@@ -118,6 +122,19 @@ class ServiceState:
             with self._refresh_lock:
                 self.searcher.store = live
             return live
+
+
+def request_documents(items: list) -> list:
+    """A ``POST /documents`` body's documents as :class:`~twotower.data.beir.Document` objects: a plain string gets
+    its content id (:func:`twotower.document_id`, as the Python API gives it), a document object its own id, title,
+    text and metadata, checked by the metadata rules (:mod:`twotower.data.metadata`; errors name
+    ``documents[i]`` and the field)."""
+    from twotower.data.beir import Document
+    from twotower.data.metadata import check_metadata, document_id
+
+    return [Document(document_id(d), "", d, {}) if isinstance(d, str)
+            else Document(d.id, d.title, d.text, check_metadata(d.metadata, f"documents[{i}]"))
+            for i, d in enumerate(items)]
 
 
 class NotFound(TwoTowerError):
