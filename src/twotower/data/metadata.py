@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from twotower.data.ids import text_problem
 from twotower.errors import DataError
@@ -118,3 +119,18 @@ def check_metadata(metadata, where: str) -> dict:
                         "(64 KiB) a document may carry", field="metadata",
                         hint="store large content elsewhere and keep a reference (a path, a URL) in the metadata")
     return out
+
+
+def kind(value: Any) -> str:
+    """The kind of a JSON value: ``null`` ``bool`` ``number`` ``string`` ``list`` ``object`` (``other``: not JSON)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return "object" if isinstance(value, dict) else "other"

@@ -27,7 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from twotower.retrieval.filters import RANGES, kind
+from twotower.data.metadata import kind
+
+# the range operators of the filter language, as numpy comparisons (scalars and columns alike)
+RANGES = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
 
 _MISSING = object()
 _NUMBER = (int, float)

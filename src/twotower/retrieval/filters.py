@@ -43,38 +43,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from twotower.data.metadata import kind
 from twotower.errors import DataError
+from twotower.retrieval.filter_columns import RANGES, MetadataColumns
 
-if TYPE_CHECKING:
-    from twotower.retrieval.filter_columns import MetadataColumns
 
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
 LOGICAL = ("$and", "$or")
-RANGES = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
 _MISSING = object()
 
 
 def _fail(message: str, field: str, hint: str | None = None) -> DataError:
     return DataError("filter", message, field=field, hint=hint)
-
-
-def kind(value: Any) -> str:
-    """The kind of a JSON value: ``null`` ``bool`` ``number`` ``string`` ``list`` ``object`` (``other``: not JSON)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    return "object" if isinstance(value, dict) else "other"
 
 
 def _equal(a: Any, b: Any) -> bool:
