@@ -67,6 +67,20 @@ def check_uri(uri: str | None, option: str = "--uri") -> str:
     return str(path.resolve())
 
 
+def quote(value: str) -> str:
+    """``value`` as a string literal of Milvus' filter grammar: double quotes, ``\\`` and ``"`` escaped (ids hold no
+    whitespace or control characters, see :mod:`twotower.data.ids`; newlines and tabs are escaped anyway). pymilvus'
+    own ``ids=`` pastes ids between single quotes unescaped, so ``O'Brien`` broke the expression and ``q','d1`` matched
+    two documents; every id reaches Milvus through this function instead."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped.replace("\t", "\\t") + '"'
+
+
+def ids_filter(ids, field: str = "id") -> str:
+    """``field in ["a", "b"]`` over ``ids``, each quoted by :func:`quote`."""
+    return f"{field} in [{', '.join(quote(str(i)) for i in ids)}]"
+
+
 def check_collection_name(name: str, option: str = "--collection") -> str:
     """Milvus' rule for names: a letter or _ first, then letters, digits and _ (255 at most)."""
     ok = bool(name) and len(name) <= 255 and (name[0].isascii() and (name[0].isalpha() or name[0] == "_")) and all(

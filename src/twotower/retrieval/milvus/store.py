@@ -172,7 +172,8 @@ class MilvusStore:
         ids = list(dict.fromkeys(ids))
         with self._errors("reading documents"):
             for i in range(0, len(ids), BATCH):
-                for e in self.client.query(self.collection, ids=ids[i:i + BATCH], output_fields=fields):
+                for e in self.client.query(self.collection, filter=mc.ids_filter(ids[i:i + BATCH]),
+                                                output_fields=["id", *fields]):
                     out[e["id"]] = e
         return out
 
@@ -339,7 +340,7 @@ class MilvusStore:
                                      f"collection '{live.collection}'): {shown}")
             with live._errors("deleting documents"):
                 for i in range(0, len(ids), BATCH):
-                    live.client.delete(live.collection, ids=ids[i:i + BATCH])
+                    live.client.delete(live.collection, filter=mc.ids_filter(ids[i:i + BATCH]))
                 live.client.flush(live.collection)
             dropped = fingerprint.combine((d, old[d]["title"], old[d]["text"]) for d in ids)
             corpus = fingerprint.entry(fingerprint.parse(live.manifest.get("corpus")) or 0, -dropped)

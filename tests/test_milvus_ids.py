@@ -1,0 +1,74 @@
+"""Every id the local backend accepts works on Milvus (issue #44): quotes, backslashes, brackets, unicode, 256
+characters and ids shaped like filter expressions, through add, search, documents, replace and remove — against the
+real Milvus Lite. Before the fix pymilvus pasted ids between single quotes unescaped: ``O'Brien`` failed to parse,
+``q','d1`` matched two documents (a false "replaced") and ``x']or[id!='`` was refused."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pymilvus")
+pytest.importorskip("milvus_lite")
+
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import twotower as tt  # noqa: E402
+from conftest import TINY_CORPUS, write_beir  # noqa: E402
+from twotower.data.ids import id_problem  # noqa: E402
+from twotower.errors import TwoTowerError  # noqa: E402
+
+NASTY = ["O'Brien", "a\\b", "x\\", "q','d1", "x']or[id!='", 'say"hi"', '\\"', "[d1]", "d1\\'", "ü€😀-Ωμέγα", "z" * 256,
+         "id==\"d1\"||id!=\"\"", "id_in[\"d1\"]", "d1\"]or[id!=\"", "%_*?", "\\\\\\"]
+
+ids = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1,
+              max_size=256).filter(lambda s: id_problem(s) is None)
+
+
+@pytest.fixture(scope="module")
+def index(tiny_bert_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("milvus-ids")
+    data = write_beir(root / "data", TINY_CORPUS, [{"_id": "q0", "text": "tea"}], [("q0", "d5", 1)])
+    return tt.Index.build(root / "idx", data, encoder=str(tiny_bert_dir), bm25=True, precision="fp32",
+                          show_progress=False, backend="milvus", uri=str(root / "ids.db"), collection="ids")
+
+
+def _round_trip(index, doc_id: str) -> None:
+    n = len(index)
+    word = "xylophonequux"
+    index.add([{"_id": doc_id, "title": "Odd", "text": f"{word} one"}])
+    assert len(index) == n + 1
+    assert index.documents([doc_id]) == [{"_id": doc_id, "title": "Odd", "text": f"{word} one"}]
+    assert [h.id for h in index.search(word, k=1, mode="bm25")] == [doc_id]
+    assert doc_id in [h.id for h in index.search(f"{word} one", k=n + 1, mode="dense")]
+    with pytest.raises(TwoTowerError, match="already in the index"):
+        index.add([{"_id": doc_id, "text": "again"}])
+    index.add([{"_id": doc_id, "title": "Odd", "text": f"{word} two"}], replace=True)
+    assert len(index) == n + 1 and index.documents([doc_id])[0]["text"] == f"{word} two"
+    index.remove([doc_id])
+    assert len(index) == n and index.search(word, k=1, mode="bm25") == []
+    with pytest.raises(TwoTowerError, match="not in the index"):
+        index.documents([doc_id])
+    with pytest.raises(TwoTowerError, match="not in the index"):
+        index.remove([doc_id])
+    assert len(index.documents(["d1"])) == 1  # the neighbours an unescaped id once matched are untouched
+
+
+@pytest.mark.parametrize("doc_id", NASTY)
+def test_odd_ids_through_every_operation(index, doc_id):
+    _round_trip(index, doc_id)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc_id=ids)
+@example(doc_id="q','d1")
+def test_any_accepted_id_through_every_operation(index, doc_id):
+    _round_trip(index, doc_id)
+
+
+def test_a_replace_of_an_id_shaped_like_two_counts_one(index):
+    """``q','d1`` does not exist: a replace of it adds one document; d1 and a document 'q' are left as they were."""
+    from twotower.retrieval.store import IndexStore
+
+    store = IndexStore.open(index.path)
+    assert "q','d1" not in store.row_of and "d1" in store.row_of
