@@ -72,3 +72,38 @@ def test_a_replace_of_an_id_shaped_like_two_counts_one(index):
 
     store = IndexStore.open(index.path)
     assert "q','d1" not in store.row_of and "d1" in store.row_of
+
+
+def test_no_traceback_on_a_file_uri_nor_on_a_successful_build(tiny_bert_dir, tmp_path):
+    """A plain file given as ``--uri x.db`` is named (it once printed Milvus Lite's traceback, then blamed another
+    process); a build that succeeds prints no grpc "Method not implemented" tracebacks (Milvus Lite's server does not
+    implement AllocTimestamp, which pymilvus asks for on each upsert)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import subprocess_env
+
+    data = write_beir(tmp_path / "data", TINY_CORPUS, [{"_id": "q0", "text": "tea"}], [("q0", "d5", 1)])
+    (tmp_path / "x.db").write_text("not a database\n")
+    twotower = str(Path(sys.executable).parent / "twotower")
+    base = [twotower, "index", "build", "--data", str(data), "--model", str(tiny_bert_dir), "--bm25", "--no-progress",
+            "--precision", "fp32", "--backend", "milvus"]
+    bad = subprocess.run([*base, "--out", str(tmp_path / "a"), "--uri", str(tmp_path / "x.db")], capture_output=True,
+                         text=True, env=subprocess_env(), timeout=300)
+    assert bad.returncode != 0 and "Traceback" not in bad.stdout + bad.stderr, bad.stderr
+    assert f"{tmp_path / 'x.db'} is a file, not a Milvus Lite database" in bad.stderr, bad.stderr
+    assert (tmp_path / "x.db").read_text() == "not a database\n" and not (tmp_path / "a").exists()
+    good = subprocess.run([*base, "--out", str(tmp_path / "b"), "--uri", str(tmp_path / "ok.db")], capture_output=True,
+                          text=True, env=subprocess_env(), timeout=300)
+    assert good.returncode == 0, good.stderr
+    assert "Traceback" not in good.stdout + good.stderr and "not implemented" not in good.stderr, good.stderr
+    # the index's manifest naming a file where its Lite folder was: named too, when opened
+    import shutil
+
+    shutil.rmtree(tmp_path / "ok.db")
+    (tmp_path / "ok.db").write_text("gone\n")
+    opened = subprocess.run([twotower, "search", "tea", "--index", str(tmp_path / "b")], capture_output=True,
+                            text=True, env=subprocess_env(), timeout=300)
+    assert opened.returncode != 0 and "is a file, not a Milvus Lite database" in opened.stderr, opened.stderr
+    assert "Traceback" not in opened.stdout + opened.stderr

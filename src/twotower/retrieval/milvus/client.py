@@ -23,6 +23,20 @@ from twotower.errors import TwoTowerError
 log = logging.getLogger(__name__)
 # pymilvus logs every failed RPC with a traceback at ERROR; the failures reach the user as TwoTowerErrors instead
 logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+# Milvus Lite's failure to open a data folder is logged with a traceback before pymilvus raises; connect() names it
+logging.getLogger("milvus_lite.server_manager").setLevel(logging.CRITICAL)
+
+
+class _UnimplementedRpc(logging.Filter):
+    """Drops grpc's traceback for an RPC Milvus Lite's in-process server does not implement (pymilvus asks for
+    ``AllocTimestamp`` on every upsert and falls back when refused): noise printed on successful builds."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, NotImplementedError) or "Method not implemented" in str(record.msg))
+
+
+logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
@@ -64,7 +78,14 @@ def check_uri(uri: str | None, option: str = "--uri") -> str:
         raise TwoTowerError(f"{option} {uri}: a Milvus Lite file must end in .db (e.g. {path.with_suffix('.db')})")
     if not path.parent.is_dir():
         raise TwoTowerError(f"{option} {uri}: the folder {path.parent} does not exist; create it first")
+    _check_lite_folder(path, f"{option} {uri}")
     return str(path.resolve())
+
+
+def _check_lite_folder(path: Path, where: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise TwoTowerError(f"{where}: {path} is a file, not a Milvus Lite database (Milvus Lite keeps its data in a "
+                            "folder of that name); give a new name or the .db folder a build made")
 
 
 def quote(value: str) -> str:
@@ -106,6 +127,8 @@ def connect(uri: str, option: str = "--uri"):
         raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
     token = os.environ.get(TOKEN_ENV, "")
     timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
+    if not is_server(uri):
+        _check_lite_folder(Path(uri), f"{option} {uri}")
     try:
         if is_server(uri):
             return MilvusClient(uri=uri, token=token, timeout=timeout)
