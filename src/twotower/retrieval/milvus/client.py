@@ -40,7 +40,7 @@ logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
@@ -199,13 +199,18 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
 
 def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
                       uri: str) -> None:
-    """The collection: ``id`` (primary key), ``title``, ``text``, ``dense`` (``dim`` floats) and, with ``lexical``,
-    ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP."""
+    """The collection: ``pk`` (primary key ``<write>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
+    floats), ``added`` / ``removed`` (the writes that added and removed the row: see :mod:`.state`) and, with
+    ``lexical``, ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP. (Room is left
+    for a JSON ``metadata`` field: nothing here depends on the field list beyond these.)"""
     from pymilvus import DataType
 
     with milvus_errors(uri, name, "creating the collection"):
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES + 24)
+        schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_BYTES)
+        schema.add_field("added", DataType.INT64)
+        schema.add_field("removed", DataType.INT64)
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field(DENSE, DataType.FLOAT_VECTOR, dim=int(dim))
@@ -251,6 +256,10 @@ def check_owner(client, manifest: dict, index_dir: Path) -> None:
             f"{props.get('corpus', 'unknown')[:12]}…), not to this one (model {want_model}, {manifest['dim']}-d, corpus "
             f"{str((manifest.get('corpus') or {}).get('fingerprint', ''))[:12]}…): rebuild this index into a "
             "collection of its own (--collection)")
+    if props.get("schema") != str(SCHEMA_VERSION):
+        raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} has the layout of an older twotower "
+                          f"(schema {props.get('schema')}, this one reads {SCHEMA_VERSION}): rebuild the index with "
+                          "'twotower index build --backend milvus'")
     if props.get("field_dim") != str(manifest["dim"]) or props.get("model") != want_model:
         raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} holds {props.get('field_dim')}-d "
                           f"vectors of model {props.get('model')}, the manifest says {manifest['dim']}-d of "
