@@ -35,7 +35,7 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.state import State, visible
-from twotower.retrieval.milvus.writes import BATCH, check_sizes, write, write_version
+from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +326,12 @@ class MilvusStore:
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
         """Delete ``ids`` (unknown ids are an error) as one write; returns after Milvus flushed it."""
         return self._write(keep, remove=list(ids), show_progress=show_progress)
+
+    def wrote(self, docs: Sequence[tuple[str, str, str]], replace: bool = False) -> bool:
+        """Whether the last committed write added exactly ``docs`` (``(id, title, text)``): running it again (after a
+        kill that came after its commit point) is then a no-op, not an "already in the index" error."""
+        ids, titles, texts = (list(x) for x in zip(*docs)) if docs else ([], [], [])
+        return self.state.head().get("write") == digest("add", ids, titles, texts, replace)
 
     def _write(self, keep: int, **kwargs) -> "MilvusStore":
         with writer_lock(self.root):

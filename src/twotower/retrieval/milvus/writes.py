@@ -146,13 +146,15 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
                                  f"'{coll}'): {_shown(missing)}")
         lexicon = state.load_lexicon(int(head["blobs_seq"]), head["blobs"]) if lexical else None
         rows = []
+        if lexicon is not None:  # the leaving documents' terms no longer count (df, number of documents)
+            lexicon.forget([o[mc.SPARSE] for o in old.values()])
         if docs is not None:
             texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
             rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, new)
         rows += [dict(r, removed=new) for r in old.values()]  # replaced or removed: invisible from write N on
         put_rows(client, uri, coll, rows, show_progress=show_progress, lock=lock)
         blobs, blobs_seq = head["blobs"], head["blobs_seq"]
-        if docs is not None and lexicon is not None:  # new terms got ids: the lexicon of write N
+        if lexicon is not None:  # new terms' ids, df and the count: the lexicon of write N
             blobs, blobs_seq = state.save_lexicon(new, lexicon), new
         crash_point("blobs")
         dropped = fingerprint.combine((d, o["title"], o["text"]) for d, o in old.items())
