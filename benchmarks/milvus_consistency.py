@@ -4,7 +4,8 @@ and hybrid asked of both.
 
 The Milvus server is Milvus Lite's own gRPC server (``python -m milvus_lite server``), the ``http://`` path of the
 client, as a Milvus standalone would be reached. Each serve process gets its own copy of the index folder (the folder
-only names the collection; everything else is read from Milvus). Writer *i* sends its writes to serve *i* (HTTP
+only names the collection; everything else is read from Milvus): replica a copies the build's folder, replica b
+makes its own with ``twotower index attach --uri --collection``. Writer *i* sends its writes to serve *i* (HTTP
 ``POST /documents``, ``DELETE /documents/{id}``), both at once, so the two processes write to one collection
 concurrently. Every added document carries a word of its own; a replace swaps it for a new one, a remove drops it.
 
@@ -181,8 +182,11 @@ def run(args) -> list[dict]:
         (work / "api.key").write_text(key)
         twotower = str(Path(sys.executable).parent / "twotower")
         urls = []
+        # a folder per replica, as on two machines: a copy of the build's, and one made from the URI and collection
+        shutil.copytree(work / "idx", work / "replica-a")
+        subprocess.run([twotower, "index", "attach", "--out", str(work / "replica-b"), "--uri", uri, "--collection",
+                        "consistency"], check=True, capture_output=True)
         for name in ("a", "b"):
-            shutil.copytree(work / "idx", work / f"replica-{name}")  # a folder per replica, as on two machines
             port = _free_port()
             procs.append(subprocess.Popen(
                 [twotower, "serve", "--index", str(work / f"replica-{name}"), "--port", str(port), "--precision",

@@ -160,3 +160,25 @@ def test_a_kill_at_every_boundary_leaves_before_or_after_and_the_rerun_completes
     total = client.query("crash", filter="", output_fields=["count(*)"])[0]["count(*)"]
     assert total == base + N_ADD - N_REMOVE + 1
     forget_client(uri)
+
+
+@pytest.mark.slow  # ~3-4 minutes on 2 shared cores: a Milvus Lite server, two serve processes, 30 writes
+def test_two_serves_and_two_writers_on_one_milvus_server_agree(tiny_bert_dir, tmp_path):
+    """benchmarks/milvus_consistency.py at a small size, against Milvus Lite's server mode (not skipped): after the
+    interleaved writes both serves answer every query alike in dense, BM25 and hybrid, count the same documents (the
+    writers' expected number), find every added word and none that was replaced or removed."""
+    from pathlib import Path
+
+    data = write_beir(tmp_path / "data", TINY_CORPUS, [{"_id": f"q{i}", "text": t} for i, t in enumerate(
+        ["green tea", "feline", "memory safe language", "the cell", "replica document about"])], [("q0", "d5", 1)])
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "milvus_consistency.py"
+    proc = subprocess.run([sys.executable, str(script), "--model", str(tiny_bert_dir), "--data", str(data), "--writes",
+                           "15", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900,
+                          env=subprocess_env(TWOTOWER_MILVUS_LOCK_SETTLE="0.05"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads((tmp_path / "out" / "milvus_consistency.json").read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["dense", "bm25", "hybrid"]
+    for r in rows:
+        assert r["queries_identical"] == 1.0 and r["added_words_found"] == 1.0 and r["removed_words_gone"] == 1.0, r
+        assert r["count_a"] == r["count_b"] == r["count_expected"] > len(TINY_CORPUS), r
+        assert r["write_errors"] == 0 and r["reads_ok"] == 1.0 and r["writes"] == 30, r

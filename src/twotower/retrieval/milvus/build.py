@@ -149,4 +149,32 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
     return MilvusStore(root, final, manifest, check=False)
 
 
-__all__ = ["LEXICAL", "build_milvus_from", "build_store", "check_options"]
+def attach(out: str | Path, uri: str, collection: str) -> MilvusStore:
+    """An index folder at ``out`` for the Milvus index in ``collection`` at ``uri``, from what Milvus holds (the
+    manifest in the collection's state): how a replica on another machine gets its folder, with the URI it reaches
+    the server by. The folder is a cache: deleting it loses nothing."""
+    out = Path(out)
+    uri = mc.check_uri(uri)
+    collection = mc.check_collection_name(collection)
+    check_target(out)
+    client = client_for(uri, "--uri")
+    props = mc.owner_properties(client, collection, uri)
+    if props is None or not props.get("index_id"):
+        raise TwoTowerError(f"--collection {collection}: {uri} holds no twotower index of that name"
+                            + (" (a collection twotower did not make)" if props is not None else ""))
+    state = State(client, uri, collection)
+    state.load()
+    head = state.head()
+    manifest = {k: v for k, v in head["manifest"].items() if k != "files"}
+    manifest["milvus"] = dict(manifest["milvus"], uri=uri)  # this machine's way to the server
+    created = not out.exists()
+    try:
+        with writer_lock(out):
+            final = write_version(out, manifest, None)
+    except BaseException:
+        discard_unfinished(out, created=created)
+        raise
+    return MilvusStore(out, final, manifest)
+
+
+__all__ = ["LEXICAL", "attach", "build_milvus_from", "build_store", "check_options"]

@@ -39,6 +39,7 @@ class _UnimplementedRpc(logging.Filter):
 logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
+USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
 SCHEMA_VERSION = 2  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
@@ -125,7 +126,7 @@ def connect(uri: str, option: str = "--uri"):
         from pymilvus import MilvusClient
     except ImportError:
         raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
-    token = os.environ.get(TOKEN_ENV, "")
+    token = server_token()
     timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
     if not is_server(uri):
         _check_lite_folder(Path(uri), f"{option} {uri}")
@@ -145,6 +146,15 @@ def connect(uri: str, option: str = "--uri"):
         raise MilvusError(f"{option} {uri}: cannot open the Milvus Lite file ({msg or type(exc).__name__}); only one "
                           "process at a time can open a Milvus Lite file: stop the other one (e.g. a running "
                           "'twotower serve') or use a Milvus server") from None
+
+
+def server_token() -> str:
+    """The token for a server: ``TWOTOWER_MILVUS_TOKEN`` (``user:password`` or an API key), else
+    ``TWOTOWER_MILVUS_USER`` and ``TWOTOWER_MILVUS_PASSWORD`` joined; empty when none is set (no authentication)."""
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token and os.environ.get(USER_ENV):
+        token = f"{os.environ[USER_ENV]}:{os.environ.get(PASSWORD_ENV, '')}"
+    return token
 
 
 def _message(exc: BaseException) -> str:

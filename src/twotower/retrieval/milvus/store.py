@@ -124,7 +124,8 @@ class MilvusStore:
             self.state.load()
         self.head = head if head is not None else self.state.head()
         self.seq = int(self.head["seq"])
-        self.manifest = dict(self.head["manifest"], files=manifest.get("files", {}))  # the engine's, not the folder's
+        # the engine's manifest, not the folder's (which may be older); the folder's way to the server
+        self.manifest = dict(self.head["manifest"], files=manifest.get("files", {}), milvus=m)
         self.doc_ids: list[str] = []
         self.row_of = RowTable(self)
         self.files = _Check(self)
