@@ -147,12 +147,12 @@ class State:
                 (Path(tmp) / name).write_bytes(base64.b64decode(data))
             return SparseBM25.load(Path(tmp))
 
-    def drop_blobs_except(self, seq: int) -> None:
-        """Delete the lexicon rows of every write but ``seq`` (older ones, and those of a write that never
+    def drop_blobs_except(self, keep: set[int]) -> None:
+        """Delete the lexicon rows of every write not in ``keep`` (older ones, and those of a write that never
         committed)."""
         with self._errors("cleaning the index state"):
             keys = [e["key"] for e in self.client.query(self.name, filter='key like "blob:%"', output_fields=["key"])]
-            stale = [k for k in keys if k.split(":", 2)[1] != str(seq)]
+            stale = [k for k in keys if int(k.split(":", 2)[1]) not in keep]
             for i in range(0, len(stale), 256):
                 self.client.delete(self.name, filter=mc.ids_filter(stale[i:i + 256], "key"))
 

@@ -103,7 +103,8 @@ def recover(client, uri: str, collection: str, state: State, head: dict, lexical
             client.upsert(collection, [dict(r, removed=0) for r in marked[i:i + BATCH]])
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
         client.flush(collection)
-    state.drop_blobs_except(int(head.get("blobs_seq", seq)))
+    # the lexicon of the committed write and of the one before: a reader that opened that one may still load it
+    state.drop_blobs_except({int(head.get("blobs_seq", seq)), int(head.get("prev_blobs_seq", seq))})
 
 
 def digest(op: str, ids, titles=(), texts=(), replace: bool = False) -> str:
@@ -163,7 +164,8 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         with mc.milvus_errors(uri, coll, "counting documents"):
             n = int(client.query(coll, filter=visible(new), output_fields=["count(*)"])[0]["count(*)"])
         manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=new)
-        head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "write": key}
+        head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "write": key,
+                "prev_blobs_seq": head["blobs_seq"]}
         lock.renew()
         state.commit(head)
         return head
