@@ -21,8 +21,16 @@ from urllib.parse import urlsplit
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
-# pymilvus logs every failed RPC with a traceback at ERROR; the failures reach the user as TwoTowerErrors instead
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+
+def _quiet_pymilvus() -> None:
+    """pymilvus logs every failed RPC with a traceback at ERROR (the failures reach the user as TwoTowerErrors
+    instead) and warns when Milvus Lite lacks an RPC it can do without (the query iterator's timestamp). Its import
+    configures its loggers (``logging.config.dictConfig``), so this runs after it."""
+    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 # Milvus Lite's failure to open a data folder is logged with a traceback before pymilvus raises; connect() names it
 logging.getLogger("milvus_lite.server_manager").setLevel(logging.CRITICAL)
 
@@ -126,6 +134,7 @@ def connect(uri: str, option: str = "--uri"):
         from pymilvus import MilvusClient
     except ImportError:
         raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
+    _quiet_pymilvus()
     token = server_token()
     timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
     if not is_server(uri):
