@@ -170,14 +170,15 @@ def test_two_serves_and_two_writers_on_one_milvus_server_agree(tiny_bert_dir, tm
     from pathlib import Path
 
     data = write_beir(tmp_path / "data", TINY_CORPUS, [{"_id": f"q{i}", "text": t} for i, t in enumerate(
-        ["green tea", "feline", "memory safe language", "the cell", "replica document about"])], [("q0", "d5", 1)])
+        ["green tea", "feline", "memory safe language", "the cell", "replica document about"])],
+        [("q0", "d5", 1), ("q1", "d1", 1), ("q2", "d4", 1), ("q3", "d6", 1), ("q4", "d2", 1)])  # all five judged
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "milvus_consistency.py"
     proc = subprocess.run([sys.executable, str(script), "--model", str(tiny_bert_dir), "--data", str(data), "--writes",
                            "15", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900,
                           env=subprocess_env(TWOTOWER_MILVUS_LOCK_SETTLE="0.05"))
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads((tmp_path / "out" / "milvus_consistency.json").read_text())["rows"]
-    assert [r["mode"] for r in rows] == ["dense", "bm25", "hybrid"]
+    assert [r["mode"] for r in rows] == ["dense", "bm25", "hybrid"] and rows[0]["queries"] == 5
     for r in rows:
         assert r["queries_identical"] == 1.0 and r["added_words_found"] == 1.0 and r["removed_words_gone"] == 1.0, r
         assert r["count_a"] == r["count_b"] == r["count_expected"] > len(TINY_CORPUS), r
