@@ -11,14 +11,18 @@ from twotower.retrieval.index.codecs import Codec, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
 
 
+DEFAULT_EF_SEARCH = 128  # binary HNSW's efSearch when none is given (FAISS' own default, 16, lost NDCG@10: issue #44)
+
+
 def hamming_params(index, ef_search: int | None, nprobe: int | None):
     import faiss
 
     if nprobe is not None:
         raise IndexStoreError("nprobe applies to IVF indexes; this index is a binary "
                               f"{type(index).__name__}: drop --nprobe")
-    if ef_search is None:
-        return None
+    if ef_search is None:  # as Milvus' HNSW does: a search without efSearch gets 128, not FAISS' 16
+        return faiss.SearchParametersHNSW(efSearch=DEFAULT_EF_SEARCH) if isinstance(index, faiss.IndexBinaryHNSW) \
+            else None
     if not isinstance(index, faiss.IndexBinaryHNSW):
         raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(index).__name__}: drop "
                               f"--ef-search")
