@@ -1,6 +1,7 @@
 """The index on Milvus (issue #32), against the real Milvus Lite (embedded, a local .db file; no stand-in): dense, BM25,
 hybrid and RRF equal the local FAISS store's; search, eval, add and remove through the CLI, ``tt.Index`` and the
 service; writes acknowledged before a kill -9 survive it; bad URIs and foreign or dropped collections are named.
+Replicas and concurrent writers over a Milvus Lite server: ``test_milvus_writes.py``.
 A test marked ``milvus_server`` runs against a Milvus server when ``TWOTOWER_MILVUS_URI`` is set."""
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -317,85 +317,6 @@ def test_kill9_during_writes_loses_nothing_acknowledged(built, tiny_bert_dir, tm
     assert [d["_id"] for d in docs] == acked
     assert reopened.search("document number 2 written before the kill", k=1, mode="bm25")[0].id.startswith("k")
     forget_client(uri)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 90) -> None:
-    import time
-
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else proc.returncode
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer in {seconds} s")
-
-
-@pytest.mark.slow  # ~50 s on 2 shared cores: three processes start (make test-fast leaves it out)
-def test_two_serve_processes_over_one_collection_agree(built, tiny_bert_dir, tmp_path):
-    """A Milvus server (Milvus Lite's own gRPC server, ``python -m milvus_lite server``: the http:// path of the
-    client) and two ``twotower serve`` processes over one collection: the same hits, and a document written through
-    one is read and found through the other."""
-    import httpx
-
-    data, _, milvus, _ = built
-    port, key = _free_port(), "k" * 16
-    procs = [subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(tmp_path / "srv"),
-                               "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)]
-    try:
-        import socket
-        import time
-
-        for _ in range(100):
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-        uri = f"http://127.0.0.1:{port}"
-        tt.Index.build(tmp_path / "idx", data, encoder=str(tiny_bert_dir), bm25=True, precision="fp32",
-                       show_progress=False, backend="milvus", uri=uri, collection="two_serve")
-        (tmp_path / "api.key").write_text(key)
-        twotower = str(Path(sys.executable).parent / "twotower")
-        ports = [_free_port(), _free_port()]
-        for p in ports:
-            procs.append(subprocess.Popen(
-                [twotower, "serve", "--index", str(tmp_path / "idx"), "--port", str(p), "--precision", "fp32",
-                 "--query-runtime", "torch", "--api-key-file", str(tmp_path / "api.key")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=subprocess_env()))
-        for p, proc in zip(ports, procs[1:]):
-            _wait_for(f"http://127.0.0.1:{p}/healthz", proc)
-        body = {"queries": [q["text"] for q in QUERIES], "k": 5, "mode": "hybrid"}
-        answers = [httpx.post(f"http://127.0.0.1:{p}/search/batch", json=body, timeout=30).json() for p in ports]
-        ids = [[[h["id"] for h in hits] for hits in a["results"]] for a in answers]
-        assert ids[0] == ids[1] == [[h.id for h in hits] for hits in milvus.search(body["queries"], k=5, mode="hybrid")]
-        r = httpx.post(f"http://127.0.0.1:{ports[0]}/documents", headers={"X-API-Key": key}, timeout=60,
-                       json={"documents": [{"_id": "w1", "title": "Wombat", "text": "Wombats dig burrows."}]})
-        assert r.status_code == 200, r.text
-        r = httpx.post(f"http://127.0.0.1:{ports[1]}/search", json={"query": "wombat", "k": 1, "mode": "bm25"},
-                       timeout=30)
-        assert [h["id"] for h in r.json()["hits"]] == ["w1"], r.text
-        assert httpx.get(f"http://127.0.0.1:{ports[1]}/documents/w1", timeout=30).json()["title"] == "Wombat"
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @pytest.mark.milvus_server

@@ -151,6 +151,21 @@ def register(app: typer.Typer) -> None:
             _fail(exc)
         console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
 
+    @index_app.command("attach")
+    def index_attach(
+        out: Path = typer.Option(..., "--out", help="Index directory to create (a new or empty folder)."),
+        uri: str = typer.Option(..., "--uri", help="The Milvus server (http://host:19530) or Milvus Lite .db."),
+        collection: str = typer.Option(..., "--collection", help="The collection a --backend milvus build made."),
+    ) -> None:
+        """An index folder for a Milvus index, from the URI and collection alone (e.g. for a serve replica)."""
+        from twotower.retrieval.milvus.build import attach
+
+        try:
+            store = attach(out, uri, collection)
+        except (TwoTowerError, ValueError) as exc:
+            _fail(exc)
+        console.print(f"{out}: version {store.version}, {len(store)} documents (Milvus collection {collection})")
+
     @index_app.command("info")
     def index_info(
         index: Path = typer.Option(..., "--index", help="Index directory."),

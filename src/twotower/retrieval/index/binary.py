@@ -11,8 +11,12 @@ from twotower.retrieval.index.codecs import Codec, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
 
 
+DEFAULT_EF_SEARCH = 128  # binary HNSW's efSearch when none is given (FAISS' own default, 16, lost NDCG@10: issue #44)
+
+
 def hamming_params(index, ef_search: int | None, nprobe: int | None, sel=None, share: float = 1.0):
-    """Per-call parameters of the Hamming search; ``sel`` (a FAISS ID selector: a filter) widens an HNSW's
+    """Per-call parameters of the Hamming search. An HNSW searched without ``ef_search`` gets
+    :data:`DEFAULT_EF_SEARCH` (as Milvus' HNSW does), not FAISS' 16; ``sel`` (a FAISS ID selector: a filter) widens
     efSearch by 1 / ``share`` (the share of documents it lets through)."""
     import faiss
 
@@ -23,10 +27,10 @@ def hamming_params(index, ef_search: int | None, nprobe: int | None, sel=None, s
     if ef_search is not None and not hnsw:
         raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(index).__name__}: drop "
                               f"--ef-search")
+    base = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
     if sel is None:
-        return None if ef_search is None else faiss.SearchParametersHNSW(efSearch=int(ef_search))
+        return faiss.SearchParametersHNSW(efSearch=base) if hnsw else None
     if hnsw:
-        base = ef_search or index.hnsw.efSearch
         return faiss.SearchParametersHNSW(sel=sel, efSearch=int(min(4096, max(base, -(-base // share)))))
     return faiss.SearchParameters(sel=sel)
 

@@ -5,8 +5,12 @@
 - :mod:`.lexical`: twotower's own BM25 (the local store's analyzers and weights) as sparse vectors.
 - :mod:`.store`: :class:`~.store.MilvusStore`, the store the Searcher, the API and the service use when an index
   directory's manifest says ``"backend": "milvus"`` (``IndexStore.open`` dispatches to it).
-- :mod:`.build`: ``index build --backend milvus``: encode, create the collection, write the manifest.
+- :mod:`.build`: ``index build --backend milvus``: encode, create the collections, write the manifest; ``attach``:
+  an index folder from the URI and collection alone.
+- :mod:`.state`: the ``<collection>__state`` collection (the committed write, the manifest, the BM25 vocabulary and
+  statistics, the writers' lease) and the crash hook the fault-injection tests use.
+- :mod:`.writes`: add / replace / remove as writes a crash cannot half-do.
 
-The index directory keeps only the manifest and the lexical vocabulary; vectors, ids, titles, texts and the BM25
-sparse vectors live in the collection.
+Everything lives in Milvus: vectors, ids, titles, texts, BM25 sparse vectors and the index's state. The index
+directory names the URI and collection and keeps a copy of the manifest (a cache).
 """

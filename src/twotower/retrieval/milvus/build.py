@@ -23,7 +23,8 @@ from twotower.retrieval.index.writer import check_target, discard_unfinished
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.store import MilvusStore, client_for
-from twotower.retrieval.milvus.writes import check_sizes, upsert, write_version
+from twotower.retrieval.milvus.state import State, create_state, state_name
+from twotower.retrieval.milvus.writes import check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,15 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
                 log.warning("dropping Milvus collection '%s' at %s to rebuild it", collection, uri)
                 with mc.milvus_errors(uri, collection, "dropping the old collection"):
                     client.drop_collection(collection)
+            with mc.milvus_errors(uri, collection, "dropping the old state collection"):
+                if client.has_collection(state_name(collection)):
+                    client.drop_collection(state_name(collection))
             mc.create_collection(client, collection, dim=dim, lexical=spec.bm25, index=index, uri=uri, properties={
                 "index_id": index_id, "model": model.get("name"), "dim": dim, "schema": mc.SCHEMA_VERSION,
                 "corpus": corpus["fingerprint"]})
             made = True
-            upsert(client, uri, collection, new, sparse, show_progress=show_progress, insert=True)
+            create_state(client, collection, uri)
+            put_rows(client, uri, collection, doc_rows(new, sparse, 1), show_progress=show_progress)
             with mc.milvus_errors(uri, collection, "loading the collection"):
                 client.load_collection(collection)
             manifest = {
@@ -127,15 +132,49 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
                            "lexical": LEXICAL if lexicon is not None else None},
                 "build_s": round(time.perf_counter() - t0, 3),
             }
-            final = write_version(root, manifest, lexicon)
+            state = State(client, uri, collection)
+            blobs = state.save_lexicon(1, lexicon) if lexicon is not None else {}
+            state.commit({"seq": 1, "manifest": dict(manifest, version=1), "blobs": blobs, "blobs_seq": 1,
+                          "write": None})
+            final = write_version(root, manifest, None)  # the folder names the collection; the rest is in Milvus
     except BaseException:
         if made:
             with contextlib.suppress(Exception):
                 client.drop_collection(collection)
+            with contextlib.suppress(Exception):
+                client.drop_collection(state_name(collection))
         if first:
             discard_unfinished(root, created=created)
         raise
     return MilvusStore(root, final, manifest, check=False)
 
 
-__all__ = ["LEXICAL", "build_milvus_from", "build_store", "check_options"]
+def attach(out: str | Path, uri: str, collection: str) -> MilvusStore:
+    """An index folder at ``out`` for the Milvus index in ``collection`` at ``uri``, from what Milvus holds (the
+    manifest in the collection's state): how a replica on another machine gets its folder, with the URI it reaches
+    the server by. The folder is a cache: deleting it loses nothing."""
+    out = Path(out)
+    uri = mc.check_uri(uri)
+    collection = mc.check_collection_name(collection)
+    check_target(out)
+    client = client_for(uri, "--uri")
+    props = mc.owner_properties(client, collection, uri)
+    if props is None or not props.get("index_id"):
+        raise TwoTowerError(f"--collection {collection}: {uri} holds no twotower index of that name"
+                            + (" (a collection twotower did not make)" if props is not None else ""))
+    state = State(client, uri, collection)
+    state.load()
+    head = state.head()
+    manifest = {k: v for k, v in head["manifest"].items() if k != "files"}
+    manifest["milvus"] = dict(manifest["milvus"], uri=uri)  # this machine's way to the server
+    created = not out.exists()
+    try:
+        with writer_lock(out):
+            final = write_version(out, manifest, None)
+    except BaseException:
+        discard_unfinished(out, created=created)
+        raise
+    return MilvusStore(out, final, manifest)
+
+
+__all__ = ["LEXICAL", "attach", "build_milvus_from", "build_store", "check_options"]

@@ -21,12 +21,35 @@ from urllib.parse import urlsplit
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
-# pymilvus logs every failed RPC with a traceback at ERROR; the failures reach the user as TwoTowerErrors instead
-logging.getLogger("pymilvus").setLevel(logging.CRITICAL)
+
+
+def _quiet_pymilvus() -> None:
+    """pymilvus logs every failed RPC with a traceback at ERROR (the failures reach the user as TwoTowerErrors
+    instead) and warns when Milvus Lite lacks an RPC it can do without (the query iterator's timestamp). Its import
+    configures its loggers (``logging.config.dictConfig``), so this runs after it."""
+    for name in ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+# Milvus Lite's failure to open a data folder is logged with a traceback before pymilvus raises; connect() names it
+logging.getLogger("milvus_lite.server_manager").setLevel(logging.CRITICAL)
+
+
+class _UnimplementedRpc(logging.Filter):
+    """Drops grpc's traceback for an RPC Milvus Lite's in-process server does not implement (pymilvus asks for
+    ``AllocTimestamp`` on every upsert and falls back when refused): noise printed on successful builds."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, NotImplementedError) or "Method not implemented" in str(record.msg))
+
+
+logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
+USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
@@ -64,7 +87,28 @@ def check_uri(uri: str | None, option: str = "--uri") -> str:
         raise TwoTowerError(f"{option} {uri}: a Milvus Lite file must end in .db (e.g. {path.with_suffix('.db')})")
     if not path.parent.is_dir():
         raise TwoTowerError(f"{option} {uri}: the folder {path.parent} does not exist; create it first")
+    _check_lite_folder(path, f"{option} {uri}")
     return str(path.resolve())
+
+
+def _check_lite_folder(path: Path, where: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise TwoTowerError(f"{where}: {path} is a file, not a Milvus Lite database (Milvus Lite keeps its data in a "
+                            "folder of that name); give a new name or the .db folder a build made")
+
+
+def quote(value: str) -> str:
+    """``value`` as a string literal of Milvus' filter grammar: double quotes, ``\\`` and ``"`` escaped (ids hold no
+    whitespace or control characters, see :mod:`twotower.data.ids`; newlines and tabs are escaped anyway). pymilvus'
+    own ``ids=`` pastes ids between single quotes unescaped, so ``O'Brien`` broke the expression and ``q','d1`` matched
+    two documents; every id reaches Milvus through this function instead."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return '"' + escaped.replace("\t", "\\t") + '"'
+
+
+def ids_filter(ids, field: str = "id") -> str:
+    """``field in ["a", "b"]`` over ``ids``, each quoted by :func:`quote`."""
+    return f"{field} in [{', '.join(quote(str(i)) for i in ids)}]"
 
 
 def check_collection_name(name: str, option: str = "--collection") -> str:
@@ -90,8 +134,11 @@ def connect(uri: str, option: str = "--uri"):
         from pymilvus import MilvusClient
     except ImportError:
         raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
-    token = os.environ.get(TOKEN_ENV, "")
+    _quiet_pymilvus()
+    token = server_token()
     timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
+    if not is_server(uri):
+        _check_lite_folder(Path(uri), f"{option} {uri}")
     try:
         if is_server(uri):
             return MilvusClient(uri=uri, token=token, timeout=timeout)
@@ -108,6 +155,15 @@ def connect(uri: str, option: str = "--uri"):
         raise MilvusError(f"{option} {uri}: cannot open the Milvus Lite file ({msg or type(exc).__name__}); only one "
                           "process at a time can open a Milvus Lite file: stop the other one (e.g. a running "
                           "'twotower serve') or use a Milvus server") from None
+
+
+def server_token() -> str:
+    """The token for a server: ``TWOTOWER_MILVUS_TOKEN`` (``user:password`` or an API key), else
+    ``TWOTOWER_MILVUS_USER`` and ``TWOTOWER_MILVUS_PASSWORD`` joined; empty when none is set (no authentication)."""
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token and os.environ.get(USER_ENV):
+        token = f"{os.environ[USER_ENV]}:{os.environ.get(PASSWORD_ENV, '')}"
+    return token
 
 
 def _message(exc: BaseException) -> str:
@@ -162,13 +218,18 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
 
 def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
                       uri: str) -> None:
-    """The collection: ``id`` (primary key), ``title``, ``text``, ``dense`` (``dim`` floats) and, with ``lexical``,
-    ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP."""
+    """The collection: ``pk`` (primary key ``<write>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
+    floats), ``added`` / ``removed`` (the writes that added and removed the row: see :mod:`.state`) and, with
+    ``lexical``, ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP. (Room is left
+    for a JSON ``metadata`` field: nothing here depends on the field list beyond these.)"""
     from pymilvus import DataType
 
     with milvus_errors(uri, name, "creating the collection"):
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES + 24)
+        schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_BYTES)
+        schema.add_field("added", DataType.INT64)
+        schema.add_field("removed", DataType.INT64)
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field(DENSE, DataType.FLOAT_VECTOR, dim=int(dim))
@@ -214,6 +275,10 @@ def check_owner(client, manifest: dict, index_dir: Path) -> None:
             f"{props.get('corpus', 'unknown')[:12]}…), not to this one (model {want_model}, {manifest['dim']}-d, corpus "
             f"{str((manifest.get('corpus') or {}).get('fingerprint', ''))[:12]}…): rebuild this index into a "
             "collection of its own (--collection)")
+    if props.get("schema") != str(SCHEMA_VERSION):
+        raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} has the layout of an older twotower "
+                          f"(schema {props.get('schema')}, this one reads {SCHEMA_VERSION}): rebuild the index with "
+                          "'twotower index build --backend milvus'")
     if props.get("field_dim") != str(manifest["dim"]) or props.get("model") != want_model:
         raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} holds {props.get('field_dim')}-d "
                           f"vectors of model {props.get('model')}, the manifest says {manifest['dim']}-d of "

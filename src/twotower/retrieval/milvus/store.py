@@ -9,9 +9,12 @@ Rows: Milvus keys documents by id, the Searcher speaks in rows. A store numbers 
 meets them (``doc_ids`` grows, ``row_of`` maps back and asks Milvus about ids it has not met), so nothing holds the
 whole id list in memory.
 
-The index directory keeps versions of the manifest and the BM25 vocabulary (``CURRENT``, ``versions/vNNNNNN``, as the
-local store); the collection itself is one mutable thing, not versioned: a search reads it as it is at that moment
-(Milvus' Strong consistency), and every write returns only after Milvus has flushed it (made it durable).
+All state lives in Milvus: the documents' rows carry the numbers of the writes that added and removed them, and the
+``<collection>__state`` collection holds the committed write's number, the manifest and the BM25 vocabulary
+(:mod:`.state`). A store is one committed write (``seq``): every read filters the rows to what that write left
+(:func:`.state.visible`), so a search never sees half of a write, and every replica reads the same state.
+``refresh`` moves to the latest committed write. The index directory only names the URI and collection (and keeps
+copies of the manifest, a cache nobody needs to keep). Writes: :mod:`.writes`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.versions import current_version, read_manifest
@@ -32,7 +34,8 @@ from twotower.retrieval.index.writer import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.writes import BATCH, check_sizes, upsert, write_version
+from twotower.retrieval.milvus.state import State, visible
+from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +61,8 @@ class RowTable:
     def __iter__(self):
         """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
         with self._store._errors("listing document ids"):
-            it = self._store.client.query_iterator(self._store.collection, batch_size=1000, filter="",
-                                                   output_fields=["id"])
+            it = self._store.client.query_iterator(self._store.collection, batch_size=1000,
+                                                   filter=visible(self._store.seq), output_fields=["id"])
             try:
                 while batch := it.next():
                     for e in batch:
@@ -105,10 +108,10 @@ class MilvusStore:
     offsets = None  # single-vector only
     projection = None
 
-    def __init__(self, root: Path, version_dir: Path, manifest: dict, *, check: bool = True) -> None:
+    def __init__(self, root: Path, version_dir: Path, manifest: dict, *, check: bool = True,
+                 head: dict | None = None) -> None:
         self.root = Path(root)
         self.dir = version_dir
-        self.manifest = manifest
         m = manifest["milvus"]
         self.uri, self.collection = m["uri"], m["collection"]
         self.client = client_for(self.uri, f"{version_dir / 'manifest.json'}: milvus.uri")
@@ -116,6 +119,13 @@ class MilvusStore:
             mc.check_owner(self.client, manifest, self.root)
             with self._errors("loading the collection"):
                 self.client.load_collection(self.collection)
+        self.state = State(self.client, self.uri, self.collection)
+        if check:
+            self.state.load()
+        self.head = head if head is not None else self.state.head()
+        self.seq = int(self.head["seq"])
+        # the engine's manifest, not the folder's (which may be older); the folder's way to the server
+        self.manifest = dict(self.head["manifest"], files=manifest.get("files", {}), milvus=m)
         self.doc_ids: list[str] = []
         self.row_of = RowTable(self)
         self.files = _Check(self)
@@ -135,9 +145,11 @@ class MilvusStore:
         return cls(root, version_dir, read_manifest(version_dir / "manifest.json"))
 
     def refresh(self) -> "MilvusStore":
-        if current_version(self.root) == self.dir.name:
+        """The store of the latest committed write (``self`` when there was none since)."""
+        head = self.state.head()
+        if int(head["seq"]) == self.seq:
             return self
-        return MilvusStore.open(self.root)
+        return MilvusStore(self.root, self.dir, self.manifest, check=False, head=head)
 
     def close(self) -> None:
         pass
@@ -146,7 +158,7 @@ class MilvusStore:
 
     @property
     def version(self) -> str:
-        return self.dir.name
+        return f"v{self.seq:06d}"
 
     @property
     def dim(self) -> int:
@@ -162,7 +174,7 @@ class MilvusStore:
     def count(self) -> int:
         """The number of documents Milvus holds now."""
         with self._errors("counting documents"):
-            rows = self.client.query(self.collection, filter="", output_fields=["count(*)"])
+            rows = self.client.query(self.collection, filter=visible(self.seq), output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
     # ---- documents ----------------------------------------------------------------------
@@ -172,7 +184,8 @@ class MilvusStore:
         ids = list(dict.fromkeys(ids))
         with self._errors("reading documents"):
             for i in range(0, len(ids), BATCH):
-                for e in self.client.query(self.collection, ids=ids[i:i + BATCH], output_fields=fields):
+                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.seq)})",
+                                                output_fields=["id", *fields]):
                     out[e["id"]] = e
         return out
 
@@ -269,11 +282,11 @@ class MilvusStore:
             for start in range(0, len(asked), 64):
                 chunk = asked[start:start + 64]
                 hits = self.client.search(self.collection, data=[data[i] for i in chunk], anns_field=field, limit=k,
-                                          search_params=params, output_fields=["id"])
+                                          search_params=params, output_fields=["id"], filter=visible(self.seq))
                 for i, found in zip(chunk, hits):
                     for j, h in enumerate(found):
                         scores[i, j] = h["distance"]
-                        rows[i, j] = self.row_of.intern(h["id"])
+                        rows[i, j] = self.row_of.intern(h["entity"]["id"])
         return scores, rows
 
     def search(self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
@@ -288,7 +301,7 @@ class MilvusStore:
         if self._lexicon is None:
             if not self.manifest.get("bm25"):
                 raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
-            self._lexicon = SparseBM25.load(self.dir)
+            self._lexicon = self.state.load_lexicon(int(self.head["blobs_seq"]), self.head["blobs"])
         return self._lexicon
 
     @property
@@ -298,63 +311,35 @@ class MilvusStore:
     # ---- writing ------------------------------------------------------------------------
 
     def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
-        """Upsert ``docs`` into the collection and return after Milvus flushed them; a new manifest version. Ids
-        already in the index are an error unless ``replace``."""
-        with writer_lock(self.root):
-            live = self.refresh()
-            if docs.offsets is not None:
-                raise IndexStoreError(f"{live.root}: a Milvus index holds one vector per document; the new documents "
-                                      "are multi-vector")
-            if docs.vectors.shape[1] != live.dim:
-                raise DimensionError(
-                    f"new vectors have dimension {docs.vectors.shape[1]} but the index at {live.root} (Milvus "
-                    f"collection '{live.collection}') holds {live.dim}-d vectors (model "
-                    f"{live.manifest['model'].get('name')}); encode with the index's model")
-            check_sizes(docs)
-            old = live._query(docs.ids, ["title", "text"])
-            if old and not replace:
-                dup = [d for d in docs.ids if d in old]
-                shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
-                raise IndexStoreError(f"{live.root}: {len(dup)} document id(s) are already in the index: {shown} "
-                                      "(pass replace=True / --replace to overwrite them)")
-            lexicon = SparseBM25.load(live.dir) if live.manifest.get("bm25") else None  # a copy: its vocabulary grows
-            texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
-            sparse = lexicon.doc_vectors(texts) if lexicon is not None else None
-            upsert(live.client, live.uri, live.collection, docs, sparse, show_progress=show_progress)
-            dropped = fingerprint.combine((d, old[d]["title"], old[d]["text"]) for d in old)
-            corpus = fingerprint.entry(fingerprint.parse(live.manifest.get("corpus")) or 0,
-                                       fingerprint.combine(zip(docs.ids, docs.titles, docs.texts)), -dropped)
-            return live._publish(lexicon or live._lexicon_copy(), corpus, keep)
+        """Add ``docs`` (ids already in the index are an error unless ``replace``) as one write that a crash cannot
+        half-do (:mod:`.writes`); returns after Milvus flushed it, the store of the new committed write."""
+        if docs.offsets is not None:
+            raise IndexStoreError(f"{self.root}: a Milvus index holds one vector per document; the new documents "
+                                  "are multi-vector")
+        if docs.vectors.shape[1] != self.dim:
+            raise DimensionError(
+                f"new vectors have dimension {docs.vectors.shape[1]} but the index at {self.root} (Milvus "
+                f"collection '{self.collection}') holds {self.dim}-d vectors (model "
+                f"{self.manifest['model'].get('name')}); encode with the index's model")
+        check_sizes(docs)
+        return self._write(keep, docs=docs, replace=replace, show_progress=show_progress)
 
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
-        """Delete ``ids`` (unknown ids are an error) and return after Milvus flushed the deletion."""
+        """Delete ``ids`` (unknown ids are an error) as one write; returns after Milvus flushed it."""
+        return self._write(keep, remove=list(ids), show_progress=show_progress)
+
+    def wrote(self, docs: Sequence[tuple[str, str, str]], replace: bool = False) -> bool:
+        """Whether the last committed write added exactly ``docs`` (``(id, title, text)``): running it again (after a
+        kill that came after its commit point) is then a no-op, not an "already in the index" error."""
+        ids, titles, texts = (list(x) for x in zip(*docs)) if docs else ([], [], [])
+        return self.state.head().get("write") == digest("add", ids, titles, texts, replace)
+
+    def _write(self, keep: int, **kwargs) -> "MilvusStore":
         with writer_lock(self.root):
-            live = self.refresh()
-            ids = list(dict.fromkeys(ids))
-            old = live._query(ids, ["title", "text"])
-            missing = [d for d in ids if d not in old]
-            if missing:
-                shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
-                raise UnknownIdError(f"{live.root}: {len(missing)} document id(s) not in the index (Milvus "
-                                     f"collection '{live.collection}'): {shown}")
-            with live._errors("deleting documents"):
-                for i in range(0, len(ids), BATCH):
-                    live.client.delete(live.collection, ids=ids[i:i + BATCH])
-                live.client.flush(live.collection)
-            dropped = fingerprint.combine((d, old[d]["title"], old[d]["text"]) for d in ids)
-            corpus = fingerprint.entry(fingerprint.parse(live.manifest.get("corpus")) or 0, -dropped)
-            return live._publish(live._lexicon_copy(), corpus, keep)
-
-    def _lexicon_copy(self) -> SparseBM25 | None:
-        return SparseBM25.load(self.dir) if self.manifest.get("bm25") else None
-
-    def _publish(self, lexicon: SparseBM25 | None, corpus: dict, keep: int) -> "MilvusStore":
-        """A new manifest version (document count from Milvus, the corpus fingerprint, the lexicon's vocabulary)."""
-        manifest = dict(self.manifest)
-        n = self.count()
-        manifest.update(num_docs=n, num_vectors=n, corpus=corpus)
-        final = write_version(self.root, manifest, lexicon, keep=keep)
-        return MilvusStore(self.root, final, manifest, check=False)
+            head = write(self, **kwargs)
+            manifest = {k: v for k, v in head["manifest"].items() if k != "files"}
+            final = write_version(self.root, manifest, None, keep=keep)  # the folder's copy: a cache
+            return MilvusStore(self.root, final, manifest, check=False, head=head)
 
 
 class MilvusBM25:
