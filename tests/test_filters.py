@@ -93,14 +93,14 @@ def test_matches_hand_computed_cases(flt, expected):
 
 # ------------------------------------------------------------------------ vectorised == reference, randomised
 
-KEYS = ["a", "b", "c"]
+KEYS = ["a", "b", "metadata"]  # a nested "metadata" key: the cut of docs.jsonl lines must find the outer one
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.5, -1.5, 2.0]),
                     st.sampled_from(["", "x", "y", "xy", "é", "Z"]))
 values = st.one_of(scalars, st.lists(scalars, max_size=3),
                    st.dictionaries(st.sampled_from(KEYS), st.one_of(scalars, st.lists(scalars, max_size=2)),
                                    max_size=2))
 metadata = st.dictionaries(st.sampled_from(KEYS), values, max_size=3)
-paths = st.sampled_from(["a", "b", "c", "a.b", "b.c", "a.a"])
+paths = st.sampled_from(["a", "b", "c", "a.b", "b.metadata", "a.a", "metadata", "metadata.a"])
 comparable = st.one_of(st.integers(-3, 3), st.sampled_from([0.5, 2.0]), st.sampled_from(["", "x", "xy", "y", "Z"]))
 conditions = st.one_of(
     st.builds(lambda p, v: {p: v}, paths, scalars),
@@ -118,9 +118,9 @@ filters_st = st.recursive(conditions, lambda inner: st.one_of(
 @given(st.lists(metadata, min_size=1, max_size=12), filters_st)
 def test_vectorised_mask_equals_matches(docs, flt):
     f = tt.parse_filter(flt)
-    lines = [json.dumps({"_id": str(i), "title": "", "text": "t", **({"metadata": m} if m else {})}).encode()
-             for i, m in enumerate(docs)]
-    cols = MetadataColumns.from_docs_jsonl(lines, len(docs))
+    lines = [json.dumps({"_id": str(i), "title": "", "text": 'say "metadata": {', **({"metadata": m} if m else {})},
+                        ensure_ascii=False) for i, m in enumerate(docs)]
+    cols = MetadataColumns.from_docs_jsonl(("\n".join(lines) + "\n").encode(), len(docs))
     assert f.mask(cols).tolist() == [f.matches(m) for m in docs]
 
 
@@ -311,12 +311,15 @@ def test_filtered_compressed_vectors(built, tiny_bert_dir, tmp_path, vectors, mo
                     assert [h.id for h in hits] == [store.doc_ids[r] for r in rows[:want]]
 
 
-def test_filtered_hnsw_recall(built, tmp_path, monkeypatch):
-    """HNSW (M=8): the widened, selector-restricted search against exact filtered search; recall@10 over 3 queries
-    × 5 filters, measured 1.0 here (tiny index), required ≥ 0.9."""
+@pytest.mark.parametrize("kind, options", [("hnsw", {"hnsw_m": 8}), ("ivf", {"nlist": 8})])
+def test_filtered_ann_recall(built, tmp_path, monkeypatch, kind, options):
+    """HNSW (M=8) / IVF (8 lists): the widened, selector-restricted search against exact filtered search; recall@10
+    over 3 queries × 5 filters must reach 0.9 or the unfiltered search's own recall at the default breadth
+    (IVF's nprobe 1 of 8 lists), whichever is lower: the widening makes up for the filter (a tiny index: the
+    benchmark measures recall at scale)."""
     _, enc, texts, metas, docs = built
-    index = tt.Index.build(tmp_path / "hnsw", texts, metadatas=metas, encoder=enc, precision="fp32", kind="hnsw",
-                           hnsw_m=8, show_progress=False)
+    index = tt.Index.build(tmp_path / kind, texts, metadatas=metas, encoder=enc, precision="fp32", kind=kind,
+                           show_progress=False, **options)
     monkeypatch.setattr(filtered, "EXACT_ROWS", 0)
     monkeypatch.setattr(filtered, "EXACT_SHARE", 0.0)
     found = total = 0
@@ -327,7 +330,11 @@ def test_filtered_hnsw_recall(built, tmp_path, monkeypatch):
             assert len(hits) == len(rows) and all(match[index.store.row_of[h.id]] for h in hits)
             found += len({h.id for h in hits} & {index.store.doc_ids[r] for r in rows})
             total += len(rows)
-    assert found / total >= 0.9
+    plain = 0  # the same index unfiltered, against exact search: the breadth's own recall
+    for query, hits in zip(QUERIES, index.search(QUERIES, k=10)):
+        rows, _ = _dense_reference(enc.encode_queries([query])[0], docs, np.ones(len(docs), dtype=bool), 10)
+        plain += len({h.id for h in hits} & {index.store.doc_ids[r] for r in rows})
+    assert found / total >= min(0.9, plain / (10 * len(QUERIES))), (found / total, plain / (10 * len(QUERIES)))
 
 
 def test_filtered_multivector_equals_maxsim_brute_force(built, tiny_bert_dir, tmp_path, monkeypatch):
@@ -349,3 +356,48 @@ def test_filtered_multivector_equals_maxsim_brute_force(built, tiny_bert_dir, tm
                 order = np.argsort(-best, kind="stable")[: min(10, match.sum())]
                 assert [h.id for h in hits] == [store.doc_ids[r] for r in order]
                 assert [h.score for h in hits] == pytest.approx(best[order].tolist(), abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- Milvus translation
+
+MILVUS_DOCS = [
+    {"src": "wiki", "year": 2020, "ok": True, "tags": ["tea", "green", 3], "author": {"name": "Ann", "age": 41},
+     "title_len": "long", "q": 'say "hi"\\'},
+    {}, {"src": 1}, {"src": "web", "year": 1999.5, "tags": "tea"}, {"tags": [], "year": "2000"},
+    {"ok": False, "src": 'w"eb', "author": {"name": "Bo"}}, {"src": "wiki", "year": 2001, "tags": ["black"]},
+]
+MILVUS_FILTERS = [
+    {"src": "wiki"}, {"src": {"$ne": "web"}}, {"year": {"$gt": 2000}}, {"year": {"$gte": "2000"}}, {"year": 2020.0},
+    {"ok": True}, {"ok": {"$ne": False}}, {"tags": "tea"}, {"tags": 3}, {"tags": "3"},
+    {"tags": {"$in": ["green", "black"]}}, {"tags": {"$nin": ["tea"]}}, {"author.name": "Ann"},
+    {"author.age": {"$lt": 50}}, {"author.age": {"$exists": False}}, {"src": {"$exists": True}}, {"src": {"$in": []}},
+    {"src": {"$nin": []}}, {"title_len": {"$gt": 3}}, {"q": 'say "hi"\\'}, {"src": 'w"eb'},
+    {"$or": [{"src": "web"}, {"ok": False}]}, {"$and": [{"src": "wiki"}, {"year": {"$lte": 2001}}], "ok": True},
+]
+
+
+def test_milvus_expression_selects_what_matches_selects(tmp_path):
+    """The translation, run by the real Milvus Lite over a JSON field, selects exactly the documents
+    :meth:`Filter.matches` does (outside the differences the docstring of ``to_milvus_expr`` states)."""
+    pytest.importorskip("milvus_lite")
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(str(tmp_path / "f.db"))
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("pk", DataType.INT64, is_primary=True)
+    schema.add_field("v", DataType.FLOAT_VECTOR, dim=2)
+    schema.add_field("metadata", DataType.JSON)
+    params = client.prepare_index_params()
+    params.add_index("v", index_type="FLAT", metric_type="IP")
+    client.create_collection("f", schema=schema, index_params=params)
+    client.insert("f", [{"pk": i, "v": [1.0, 0.0], "metadata": m} for i, m in enumerate(MILVUS_DOCS)])
+    client.load_collection("f")
+    for flt in MILVUS_FILTERS:
+        want = [i for i, m in enumerate(MILVUS_DOCS) if tt.parse_filter(flt).matches(m)]
+        got = sorted(r["pk"] for r in client.query("f", filter=filters.to_milvus_expr(flt), output_fields=["pk"]))
+        assert got == want, (flt, filters.to_milvus_expr(flt))
+    client.close()
+    assert filters.to_milvus_expr({}) == ""
+    with pytest.raises(tt.DataError, match="null") as err:
+        filters.to_milvus_expr({"a": {"$in": ["x", None]}})
+    assert err.value.field == "a.$in"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata
 from twotower.data.ids import text_problem
-from twotower.data.metadata import document_id
+from twotower.data.metadata import check_metadata, document_id
 from twotower.api._errors import user_errors
 from twotower.errors import DataError
 from twotower.io import atomic_directory
 
-__all__ = ["Dataset", "Document", "load_beir", "as_documents"]
+__all__ = ["Dataset", "Document", "load_beir", "as_documents", "corpus_documents", "stored_document"]
 
 
 def _records(source, what: str) -> Iterable[tuple[str, dict]]:
@@ -75,6 +75,7 @@ def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, d
         meta = metadatas[i] if metadatas is not None else None
         if meta is not None and not isinstance(meta, Mapping):
             raise DataError(f"metadatas[{i}]", f"expected a dict or None, got {type(meta).__name__}")
+        check_metadata(meta, where)  # its reserved keys (title, _id ...) before they merge with the document's
         out.append((where, {**(meta or {}), "_id": doc_id, "text": text}))
     return out
 
@@ -109,6 +110,30 @@ def as_documents(corpus, what: str = "corpus", *, ids=None, metadatas=None) -> d
         docs[doc_id] = doc
         first[doc_id] = where
     return docs
+
+
+def corpus_documents(corpus, *, ids=None, metadatas=None) -> list:
+    """The documents of ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or Python
+    documents: a list of strings (ids from the content, :func:`~twotower.document_id`, unless ``ids`` are given;
+    ``metadatas``: one dict or None per text), ``[{"_id" or "id", "title", "text", ...}]`` (every other key is
+    metadata), ``{id: text}``, ``{id: {"title", "text", ...}}`` or :class:`~twotower.Document` objects."""
+    from twotower.data.beir import load_corpus
+
+    if isinstance(corpus, (BeirDataset, str, Path)) and (ids is not None or metadatas is not None):
+        raise DataError("ids" if ids is not None else "metadatas", "goes with a list of strings, not a data set or "
+                        "a file", hint="put extra fields into the corpus file's records: they become metadata")
+    if isinstance(corpus, BeirDataset):
+        return list(corpus.corpus.values())
+    if isinstance(corpus, (str, Path)):
+        path = Path(corpus)
+        return list(load_corpus(path / "corpus.jsonl" if path.is_dir() else path).values())
+    return list(as_documents(corpus, ids=ids, metadatas=metadatas).values())
+
+
+def stored_document(store, row: int) -> dict:
+    """The document in ``row`` as users give it: ``{"_id", "title", "text", **metadata}``."""
+    doc = store.document(row)
+    return {"_id": doc["_id"], "title": doc["title"], "text": doc["text"], **(doc.get("metadata") or {})}
 
 
 def _queries(queries) -> dict[str, str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.api._errors import user_errors
+from twotower.api.dataset import corpus_documents, stored_document
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
@@ -36,32 +37,6 @@ class Hit:
     def document(self) -> dict:
         """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
         return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
-
-
-def corpus_documents(corpus, *, ids=None, metadatas=None) -> list:
-    """The documents of ``corpus``: a :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path, or Python
-    documents: a list of strings (ids from the content, :func:`~twotower.document_id`, unless ``ids`` are given;
-    ``metadatas``: one dict or None per text), ``[{"_id" or "id", "title", "text", ...}]`` (every other key is
-    metadata), ``{id: text}``, ``{id: {"title", "text", ...}}`` or :class:`~twotower.Document` objects."""
-    from twotower.api.dataset import as_documents
-    from twotower.data.beir import BeirDataset, load_corpus
-    from twotower.errors import DataError
-
-    if isinstance(corpus, (BeirDataset, str, Path)) and (ids is not None or metadatas is not None):
-        raise DataError("ids" if ids is not None else "metadatas", "goes with a list of strings, not a data set or "
-                        "a file", hint="put extra fields into the corpus file's records: they become metadata")
-    if isinstance(corpus, BeirDataset):
-        return list(corpus.corpus.values())
-    if isinstance(corpus, (str, Path)):
-        path = Path(corpus)
-        return list(load_corpus(path / "corpus.jsonl" if path.is_dir() else path).values())
-    return list(as_documents(corpus, ids=ids, metadatas=metadatas).values())
-
-
-def stored_document(store, row: int) -> dict:
-    """The document in ``row`` as users give it: ``{"_id", "title", "text", **metadata}``."""
-    doc = store.document(row)
-    return {"_id": doc["_id"], "title": doc["title"], "text": doc["text"], **(doc.get("metadata") or {})}
 
 
 def _locked(method):
@@ -94,15 +69,18 @@ def _encoder_parts(encoder, device: str):
 class Index:
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
-    even while another process adds documents.
+    even while another process adds documents. Documents carry metadata (every field but id, title and text),
+    returned on each :class:`Hit` and filtered on with ``search(..., filter=...)``; ``added_ids`` holds the ids the
+    last :meth:`build` / :meth:`add` through this object wrote, in order.
 
     Example::
 
         import twotower as tt
 
-        index = tt.Index.build("tea-index", {"d1": "Green tea is steamed.", "d2": "Coffee is roasted."}, bm25=True)
-        for hit in index.search("green tea", k=1, mode="hybrid"):
-            print(hit.id, hit.title, hit.text)
+        index = tt.Index.build("tea-index", ["Green tea is steamed.", "Coffee is roasted."],
+                               metadatas=[{"kind": "tea"}, {"kind": "coffee"}], bm25=True)
+        for hit in index.search("green tea", k=1, mode="hybrid", filter={"kind": "tea"}):
+            print(hit.id, hit.text, hit.metadata)
     """
 
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,

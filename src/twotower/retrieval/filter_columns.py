@@ -1,121 +1,157 @@
 """Columnar metadata of one index version, for evaluating filters with numpy instead of per document in Python.
 
-Built once per opened version (:func:`columns_of` caches it on the store) from the metadata in ``docs.jsonl``.
-Every path into the metadata's nested objects gets:
+Built once per opened version (:func:`columns_of` caches it on the store) from the metadata in ``docs.jsonl``,
+column by column (a list comprehension per key, not a Python walk per document). Every path into the metadata's
+nested objects gets dense arrays, one entry per document row:
 
-- ``present``: a boolean array, one entry per document row (the path exists, whatever its value);
-- an *element table* per kind: the ``(row, value)`` pairs of the scalar values found at the path, a list's scalar
-  elements included — numbers as float64, strings as codes into the sorted vocabulary of the path's strings
-  (``np.searchsorted`` then answers ``$gt "m"`` as a code comparison), booleans, nulls.
+- ``present`` (the path exists, whatever its value) and ``null`` (it holds null);
+- ``num`` (float64, NaN where the value is not a number), ``codes`` (int32 codes into the sorted vocabulary of the
+  path's strings, -1 where not a string: ``np.searchsorted`` on the vocabulary turns ``$gt "m"`` into a code
+  comparison), ``flag`` (int8: 1 true, 0 false, -1 not a boolean);
 
-A condition is then one vectorised test over the element table of its value's kind, scattered into a row mask
-(any element: :mod:`twotower.retrieval.filters`' list rule), negated against ``present`` for ``$ne`` / ``$nin``.
+and, for the rows where the path holds a list, an *element table*: the ``(row, value)`` pairs of the list's scalar
+elements, by kind. A condition is one vectorised test over the dense arrays, OR-ed with the same test over the
+element table scattered into rows (a list matches when any element does: :mod:`twotower.retrieval.filters`), and
+negated against ``present`` for ``$ne`` / ``$nin``. Metadata never holds NaN (``data.metadata``), so NaN can mark
+"not a number".
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass
 
 import numpy as np
 
 from twotower.retrieval.filters import RANGES, kind
 
-_KINDS = ("number", "string", "bool", "null")
-
-
-@dataclass
-class _Builder:
-    present: list[int] = field(default_factory=list)
-    rows: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in _KINDS})
-    values: dict[str, list] = field(default_factory=lambda: {k: [] for k in _KINDS})
-
-    def scalar(self, row: int, value) -> None:
-        k = kind(value)
-        if k in _KINDS:
-            self.rows[k].append(row)
-            self.values[k].append(value)
+_MISSING = object()
+_NUMBER = (int, float)
 
 
 @dataclass
 class _Column:
-    present: np.ndarray  # bool (num_docs,)
-    rows: dict[str, np.ndarray]  # kind -> int64 rows of the elements
-    values: dict[str, np.ndarray]  # number: float64; string: int32 codes into vocab; bool: bool; null: none
-    vocab: np.ndarray  # sorted unique strings (object array)
+    present: np.ndarray  # bool
+    null: np.ndarray  # bool
+    num: np.ndarray  # float64, NaN: no number
+    codes: np.ndarray  # int32 into vocab, -1: no string
+    flag: np.ndarray  # int8: 1 / 0, -1: no boolean
+    vocab: np.ndarray  # sorted strings (object array) of the path, list elements included
+    el_rows: dict  # kind -> int64 rows of list elements ("number", "string", "bool", "null")
+    el_values: dict  # kind -> values (number float64, string int32 codes, bool int8)
+
+
+_NUM, _STR, _BOOL, _NULL, _LIST, _OBJ, _ABSENT = range(7)
+_TYPE_CODE = {int: _NUM, float: _NUM, str: _STR, bool: _BOOL, type(None): _NULL, list: _LIST, dict: _OBJ,
+              type(_MISSING): _ABSENT}
+
+
+def _rows_of(codes: np.ndarray, code: int) -> list[int]:
+    return np.flatnonzero(codes == code).tolist()
+
+
+def _column(vals: list, n: int) -> _Column:
+    """One path's arrays from its value in each row (``_MISSING`` where absent); C-speed passes (``map``) only."""
+    kinds = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, vals)), dtype=np.int8, count=n)
+    at = vals.__getitem__
+    num = np.full(n, np.nan)
+    rows = _rows_of(kinds, _NUM)
+    num[rows] = np.fromiter(map(at, rows), dtype=np.float64, count=len(rows))
+    flag = np.full(n, -1, dtype=np.int8)
+    rows = _rows_of(kinds, _BOOL)
+    flag[rows] = np.fromiter(map(at, rows), dtype=np.int8, count=len(rows))
+    str_rows = _rows_of(kinds, _STR)
+    strings = list(map(at, str_rows))
+    lists = list(map(at, _rows_of(kinds, _LIST)))  # list elements: flattened, typed and grouped in C-speed passes
+    flat = list(itertools.chain.from_iterable(lists))
+    owner = np.repeat(np.flatnonzero(kinds == _LIST), np.fromiter(map(len, lists), dtype=np.int64, count=len(lists)))
+    el_kinds = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, flat)), dtype=np.int8, count=len(flat))
+
+    def elements(code: int) -> tuple[np.ndarray, list]:
+        where = np.flatnonzero(el_kinds == code)
+        return owner[where], list(map(flat.__getitem__, where.tolist()))
+
+    el = {name: elements(code) for name, code in (("number", _NUM), ("string", _STR), ("bool", _BOOL),
+                                                   ("null", _NULL))}
+    vocab_list = sorted(set(strings) | set(el["string"][1]))
+    code_of = {s: c for c, s in enumerate(vocab_list)}.__getitem__
+    codes = np.full(n, -1, dtype=np.int32)
+    codes[str_rows] = np.fromiter(map(code_of, strings), dtype=np.int32, count=len(strings))
+    el_rows = {name: rows for name, (rows, _) in el.items()}
+    el_values = {"number": np.asarray(el["number"][1], dtype=np.float64),
+                 "string": np.fromiter(map(code_of, el["string"][1]), dtype=np.int32),
+                 "bool": np.asarray(el["bool"][1], dtype=np.int8),
+                 "null": np.zeros(len(el["null"][0]), dtype=np.int8)}
+    return _Column(kinds != _ABSENT, kinds == _NULL, num, codes, flag, np.array(vocab_list, dtype=object), el_rows,
+                   el_values)
 
 
 class MetadataColumns:
-    """The metadata of ``num_docs`` documents (row order), by path."""
+    """The metadata of ``num_docs`` documents (row order; ``metadata`` a list of dicts), by path."""
 
-    def __init__(self, metadata: Iterable[dict], num_docs: int) -> None:
+    def __init__(self, metadata: list, num_docs: int) -> None:
         self.num_docs = num_docs
-        builders: dict[tuple[str, ...], _Builder] = {}
+        self._columns: dict[tuple[str, ...], _Column] = {}
+        self._add([m if type(m) is dict else {} for m in metadata], ())
 
-        def walk(row: int, node: dict, prefix: tuple[str, ...]) -> None:
-            for key, value in node.items():
-                path = prefix + (key,)
-                b = builders.get(path)
-                if b is None:
-                    b = builders[path] = _Builder()
-                b.present.append(row)
-                if isinstance(value, dict):
-                    walk(row, value, path)
-                elif isinstance(value, list):
-                    for element in value:
-                        b.scalar(row, element)
-                else:
-                    b.scalar(row, value)
-
-        for row, meta in enumerate(metadata):
-            if meta:
-                walk(row, meta, ())
-        self._columns = {path: self._freeze(b) for path, b in builders.items()}
-
-    def _freeze(self, b: _Builder) -> _Column:
-        present = np.zeros(self.num_docs, dtype=bool)
-        present[np.asarray(b.present, dtype=np.int64)] = True
-        rows = {k: np.asarray(b.rows[k], dtype=np.int64) for k in _KINDS}
-        strings = b.values["string"]
-        vocab = np.array(sorted(set(strings)), dtype=object)
-        codes = np.searchsorted(vocab, np.array(strings, dtype=object)).astype(np.int32) if strings else \
-            np.empty(0, dtype=np.int32)
-        values = {"number": np.asarray(b.values["number"], dtype=np.float64), "string": codes,
-                  "bool": np.asarray(b.values["bool"], dtype=bool), "null": np.empty(0)}
-        return _Column(present, rows, values, vocab)
+    def _add(self, docs: list, prefix: tuple[str, ...]) -> None:
+        """Columns for the keys of ``docs`` (one dict per row; ``{}`` for none)."""
+        for key in sorted(set().union(*docs)):
+            vals = list(map(operator.methodcaller("get", key, _MISSING), docs))
+            path = prefix + (key,)
+            self._columns[path] = _column(vals, self.num_docs)
+            if dict in set(map(type, vals)):
+                self._add([v if type(v) is dict else {} for v in vals], path)
 
     @classmethod
-    def from_docs_jsonl(cls, lines: Iterable[bytes], num_docs: int) -> "MetadataColumns":
-        """From the lines of a version's ``docs.jsonl`` (only lines that mention metadata are parsed)."""
-        return cls(((json.loads(line).get("metadata") or {}) if b'"metadata"' in line else {} for line in lines),
-                   num_docs)
+    def from_docs_jsonl(cls, data: bytes, num_docs: int) -> "MetadataColumns":
+        """From a version's ``docs.jsonl`` (its bytes): the ``"metadata"`` object of each line (written last, after
+        ``_id``, ``title`` and ``text``, whose strings escape quotes, so the first ``, "metadata": {`` of a line is
+        the key itself) is cut out and all of them parsed in one ``json.loads``; a line without it has none."""
+        lines = data.split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        if len(lines) != num_docs:
+            raise ValueError(f"docs.jsonl holds {len(lines)} lines for {num_docs} documents")
+        marker = b', "metadata": {'
+        cut = len(marker) - 1
+        parts = [line[line.find(marker) + cut : -1] if marker in line else b"{}" for line in lines]
+        try:
+            metadata = json.loads(b"[" + b",".join(parts) + b"]")
+        except ValueError:  # written otherwise (by hand, another tool): each line parsed whole
+            metadata = [json.loads(line).get("metadata") or {} for line in lines]
+        return cls(metadata, num_docs)
 
     def paths(self) -> list[str]:
         """The dotted paths present in any document."""
         return sorted(".".join(p) for p in self._columns)
 
-    def _scatter(self, rows: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.num_docs, dtype=bool)
-        out[rows] = True
-        return out
+    def _with_elements(self, dense: np.ndarray, col: _Column, k: str, test) -> np.ndarray:
+        """``dense`` OR-ed with the rows whose list holds an element of kind ``k`` passing ``test``."""
+        rows = col.el_rows[k]
+        if len(rows):
+            dense = dense.copy() if dense.base is not None else dense
+            dense[rows[test(col.el_values[k])]] = True
+        return dense
 
-    def _equal_rows(self, col: _Column, values) -> np.ndarray:
-        """Rows holding (as the value or a list element) any of ``values``."""
-        found = []
-        for value in values:
-            k = kind(value)
-            if k == "null":
-                found.append(col.rows["null"])
-            elif k == "bool":
-                found.append(col.rows["bool"][col.values["bool"] == value])
-            elif k == "number":
-                found.append(col.rows["number"][col.values["number"] == float(value)])
-            else:
-                i = int(np.searchsorted(col.vocab, value)) if len(col.vocab) else 0
-                if i < len(col.vocab) and col.vocab[i] == value:
-                    found.append(col.rows["string"][col.values["string"] == i])
-        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    def _code(self, col: _Column, value: str) -> int:
+        i = int(np.searchsorted(col.vocab, value)) if len(col.vocab) else 0
+        return i if i < len(col.vocab) and col.vocab[i] == value else -2  # -2: no row has it
+
+    def _equal(self, col: _Column, value) -> np.ndarray:
+        k = kind(value)
+        if k == "null":
+            return self._with_elements(col.null.copy(), col, "null", lambda v: np.ones(len(v), dtype=bool))
+        if k == "bool":
+            return self._with_elements(col.flag == int(value), col, "bool", lambda v: v == int(value))
+        if k == "number":
+            return self._with_elements(col.num == float(value), col, "number", lambda v: v == float(value))
+        code = self._code(col, value)
+        return self._with_elements(col.codes == code, col, "string", lambda v: v == code)
 
     def condition(self, path: tuple[str, ...], op: str, value) -> np.ndarray:
         """The row mask of one condition (``filters.Condition``'s semantics)."""
@@ -125,24 +161,42 @@ class MetadataColumns:
         if op == "$exists":
             return col.present.copy() if value else ~col.present
         if op in ("$eq", "$ne", "$in", "$nin"):
-            hit = self._scatter(self._equal_rows(col, value if op in ("$in", "$nin") else (value,)))
+            hit = np.zeros(self.num_docs, dtype=bool)
+            for v in (value if op in ("$in", "$nin") else (value,)):
+                hit |= self._equal(col, v)
             return hit if op in ("$eq", "$in") else col.present & ~hit
         compare = RANGES[op]
         if kind(value) == "number":
-            return self._scatter(col.rows["number"][compare(col.values["number"], float(value))])
+            x = float(value)
+            return self._with_elements(compare(col.num, x), col, "number", lambda v: compare(v, x))
         # strings: compare codes with the position ``value`` would take in the sorted vocabulary
-        side = "right" if op in ("$gt", "$lte") else "left"
-        cut = int(np.searchsorted(col.vocab, value, side=side)) if len(col.vocab) else 0
-        codes = col.values["string"]
-        keep = codes >= cut if op in ("$gt", "$gte") else codes < cut
-        return self._scatter(col.rows["string"][keep])
+        cut = int(np.searchsorted(col.vocab, value, side="right" if op in ("$gt", "$lte") else "left")) \
+            if len(col.vocab) else 0
+
+        def test(codes):
+            return (codes >= cut) if op in ("$gt", "$gte") else (codes >= 0) & (codes < cut)
+
+        return self._with_elements(test(col.codes), col, "string", test)
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """The cyclic garbage collector paused: parsing a million small objects otherwise triggers collections that
+    walk the whole growing heap (3-4× slower, measured); none of these objects form cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def columns_of(store) -> MetadataColumns:
     """The store's :class:`MetadataColumns`, built on first use and kept with the (immutable) version."""
     cols = getattr(store, "_metadata_columns", None)
-    if cols is None:
-        n = len(store)
-        cols = MetadataColumns.from_docs_jsonl((store.document_bytes(r) for r in range(n)), n)
+    if cols is None:  # a version's files never change: read once
+        with _no_gc():
+            cols = MetadataColumns.from_docs_jsonl((store.dir / "docs.jsonl").read_bytes(), len(store))
         store._metadata_columns = cols
     return cols

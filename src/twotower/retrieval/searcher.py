@@ -223,7 +223,7 @@ def add_documents_from(
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
-            f"(pass --replace to overwrite them)"
+            f"(pass replace=True / --replace to overwrite them)"
         )
     # before spending time encoding: the files a write copies must still match their checksums (the
     # write checks again under the lock)

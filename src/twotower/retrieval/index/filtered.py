@@ -38,23 +38,25 @@ def empty(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def exact(store, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The true top ``k`` of ``rows`` (document rows, ascending) for each query in ``q`` (projected): inner
     products with the stored vectors (a document's best vector for multi-vector indexes), equal scores in row
-    order."""
-    n = len(q)
-    scores = np.empty((n, len(rows)), dtype=np.float32)
-    for s in range(0, len(rows), _CHUNK):
-        block = rows[s : s + _CHUNK]
-        if store.offsets is None:
-            scores[:, s : s + len(block)] = q @ store.float_vectors(block).T
-        else:
-            from twotower.retrieval.multivector import maxsim_scores
-
-            scores[:, s : s + len(block)] = maxsim_scores(q, store.vectors, store.offsets, block)
-    out_s, out_r = empty(n, k)
+    order. Queries go 32 at a time (a score matrix of 32 × matches at most)."""
+    out_s, out_r = empty(len(q), k)
     take = min(k, len(rows))
-    for i in range(n):
-        order = np.argsort(-scores[i], kind="stable")[:take]
-        out_s[i, :take] = scores[i, order]
-        out_r[i, :take] = rows[order]
+    for qs in range(0, len(q), 32):
+        block_q = q[qs : qs + 32]
+        scores = np.empty((len(block_q), len(rows)), dtype=np.float32)
+        for s in range(0, len(rows), _CHUNK):
+            block = rows[s : s + _CHUNK]
+            if store.offsets is None:
+                scores[:, s : s + len(block)] = block_q @ store.float_vectors(block).T
+            else:
+                from twotower.retrieval.multivector import maxsim_scores
+
+                scores[:, s : s + len(block)] = maxsim_scores(block_q, store.vectors, store.offsets, block)
+        for i, row_scores in enumerate(scores):
+            best = np.argpartition(-row_scores, take - 1)[:take] if len(rows) > 4 * take else np.arange(len(rows))
+            order = best[np.lexsort((best, -row_scores[best]))][:take]  # best first, equal scores by row
+            out_s[qs + i, :take] = row_scores[order]
+            out_r[qs + i, :take] = rows[order]
     return out_s, out_r
 
 
