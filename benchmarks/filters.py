@@ -276,7 +276,8 @@ over SciFact + 50,000; 300 queries; load average 12-17 on the 2 cores while it r
   on an idle 2-core machine, DESIGN.md). Recall at 5% depends on the graph's size and the widened ``efSearch``
   (capped at 4,096): re-run with ``--hnsw-distractors 1000000`` on a quieter machine to measure it at 1M.
 - The absolute latencies carry the load (the flat unfiltered p50 of 767 ms compares with 278 ms for the same
-  vectors' fp32 index in ``compression_1m.md``'s quieter run); the ratios do not, since the filters took turns block by block.
+  vectors' fp32 index in ``compression_1m.md``'s quieter run); the ratios do not, since the filters took turns
+  block by block.
 - ``mask_p50_ms``: evaluating ``{"bucket": {"$lt": 500}}`` over 1,005,183 documents takes 0.8 ms;
   ``columns_s``: the metadata columns are built in 13 s at 1M (0.8 s at 55k), once per opened index version, by
   the first filtered search. (A first run on the code before the metadata columns were rewritten column by
