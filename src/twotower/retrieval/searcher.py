@@ -258,6 +258,12 @@ def filter_mask(store, filter) -> np.ndarray | None:
     return flt.mask(columns_of(store))
 
 
+def _masked(mask: np.ndarray | None) -> dict:
+    """``mask=`` for a store's searches when there is a filter (a Milvus store's searches take none: filter_mask
+    refuses a filter there)."""
+    return {} if mask is None else {"mask": mask}
+
+
 @dataclass
 class Hit:
     doc_id: str
@@ -370,13 +376,13 @@ class Searcher:
             if prf_depth:
                 q_vecs = self._feedback(store, q_vecs, prf_depth, DEFAULT_WEIGHT if prf_weight is None else prf_weight,
                                         ef_search, nprobe, mask)
-            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, mask=mask)
+            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
         if mode != "dense":
             from twotower.retrieval.bm25 import matching_run
 
-            scores, rows = store.bm25.search(texts, depth, show_progress=False, mask=mask)
+            scores, rows = store.bm25.search(texts, depth, show_progress=False, **_masked(mask))
             runs["bm25"] = matching_run(qids, store.doc_ids, scores, rows)  # no document that matches nothing
         if mode in ("dense", "bm25"):
             return runs[mode]
@@ -396,7 +402,7 @@ class Searcher:
         q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
         if mask is not None:  # feedback from the matching documents, as many as there are up to depth
             depth = max(1, min(depth, int(mask.sum())))
-        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, mask=mask)
+        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
         return rocchio(q_vecs, store.float_vectors(feedback_rows(rows, depth)), weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
