@@ -186,16 +186,17 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=0,
                     help="search only the first N SciFact test queries (0: all 300)")
     ap.add_argument("--build-threads", type=int, default=2, help="FAISS OpenMP threads while building")
+    ap.add_argument("--name", default="filters", help="results/<name>.{json,md} (default: filters)")
     ap.add_argument("--build-only", action="store_true", help="Only build (and cache) the indexes")
     ap.add_argument("--rewrite-notes", action="store_true", help="Only rewrite the results' markdown notes")
     args = ap.parse_args()
     if args.rewrite_notes:
         from _common import RESULTS
 
-        saved = json.loads((RESULTS / "filters.json").read_text())
+        saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         sys.argv = saved.pop("command").split()[1:]
         saved.pop("machine")
-        write_results("filters", saved.pop("rows"), notes=NOTES, extra=saved)
+        write_results(args.name, saved.pop("rows"), notes=notes(args.name), extra=saved)
         return
 
     from milvus_scifact import distractors
@@ -252,13 +253,15 @@ def main() -> None:
             rows.append(row)
         store.close()
         del vecs, ids, bucket
-        write_results("filters", rows, notes=NOTES, extra=extra)  # what is measured so far, should a later kind fail
+        write_results(args.name, rows, notes=notes(args.name), extra=extra)  # so far, should a later kind fail
     extra["load_average_end"] = load_average()
     if not args.build_only:
-        write_results("filters", rows, notes=NOTES, extra=extra)
+        write_results(args.name, rows, notes=notes(args.name), extra=extra)
 
 
-NOTES = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + """
+METHOD = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+READINGS = {}  # results name -> what its table says (added to METHOD in the markdown)
+READINGS["filters"] = """
 
 Reading the table (``python benchmarks/filters.py --hnsw-distractors 50000``: flat over SciFact + 1,000,000, HNSW
 over SciFact + 50,000; 300 queries; load average 12-17 on the 2 cores while it ran, 37% CPU steal):
@@ -287,6 +290,12 @@ over SciFact + 50,000; 300 queries; load average 12-17 on the 2 cores while it r
 - Milvus Lite is not measured: the Milvus backend does not take filters on this branch yet (a filtered search on a
   Milvus index says so); the translation (``filters.to_milvus_expr``) exists and is wired in separately.
 """
+
+
+
+def notes(name: str) -> str:
+    return METHOD + READINGS.get(name, "")
+
 
 if __name__ == "__main__":
     main()
