@@ -335,13 +335,17 @@ def test_filtered_ann_recall(built, tmp_path, monkeypatch, kind, options):
         rows, _ = _dense_reference(enc.encode_queries([query])[0], docs, np.ones(len(docs), dtype=bool), 10)
         plain += len({h.id for h in hits} & {index.store.doc_ids[r] for r in rows})
     assert found / total >= min(0.9, plain / (10 * len(QUERIES))), (found / total, plain / (10 * len(QUERIES)))
-    # the widening rule itself: a filter letting 10% through searches 10× as broadly (efSearch 16 → 160; nprobe
-    # 1 → all 8 lists)
+    # the widening rule itself: a filter letting 10% through searches 10× as broadly, from at least
+    # FILTERED_EF_BASE when no ef_search is given (efSearch 32 → 320; nprobe 1 → all 8 lists)
     store = index.store
     params = filtered._params(store, store.faiss_index, filtered._selector(np.ones(len(store), dtype=bool)), None,
                               None, 0.1)
     params = getattr(params, "index_params", None) or params
-    assert (params.efSearch == 160) if kind == "hnsw" else (params.nprobe == 8)
+    assert (params.efSearch == 10 * filtered.FILTERED_EF_BASE == 320) if kind == "hnsw" else (params.nprobe == 8)
+    if kind == "hnsw":  # a given ef_search is the base
+        given = filtered._params(store, store.faiss_index, filtered._selector(np.ones(len(store), dtype=bool)), 20,
+                                 None, 0.1)
+        assert (getattr(given, "index_params", None) or given).efSearch == 200
 
 
 def test_filtered_multivector_equals_maxsim_brute_force(built, tiny_bert_dir, tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ How, by index kind and by the share of documents that match (the *selectivity*):
   others: no slower than an unfiltered search). Exact: the true top ``k`` over the matching documents, never fewer
   than ``min(k, matches)``.
 - **HNSW / IVF** otherwise: FAISS with the selector and a widened search, ``efSearch`` (or ``nprobe``) divided by
-  the selectivity (capped at :data:`MAX_EF` / the number of lists); a query that still gets fewer than
+  the selectivity (capped at :data:`MAX_EF` / the number of lists; HNSW without ``ef_search`` starts from at least
+  :data:`FILTERED_EF_BASE`); a query that still gets fewer than
   ``min(k, matches)`` hits is answered exactly. Recall is the ANN's at that breadth (the filters benchmark measures
   it); the hits are always matching documents.
 - **Binary** (Hamming) indexes otherwise: the Hamming search runs with the selector over ``k × rescore_factor``
@@ -28,6 +29,10 @@ import numpy as np
 EXACT_SHARE = 0.01  # at most this share of documents matching: exact scoring of the matches
 EXACT_ROWS = 2_000  # ... or at most this many matching documents (also on small indexes)
 MAX_EF = 4096
+# a filtered HNSW search without ef_search starts from at least this efSearch before widening by 1 / share: FAISS'
+# default (16) widened kept recall@10 0.934 at 5% on 105k documents, 32 gave 0.978 (benchmarks/filters.py,
+# results/filters_hnsw100k)
+FILTERED_EF_BASE = 32
 _CHUNK = 65_536
 
 
@@ -80,7 +85,7 @@ def _params(store, index, sel, ef_search, nprobe, share: float):
     hnsw = find(index, "IndexHNSW") if not store.codec.vectors == "binary" else None
     ivf = faiss.try_extract_index_ivf(index) if not store.codec.vectors == "binary" else None
     if hnsw is not None:
-        base = ef_search or faiss.downcast_index(hnsw).hnsw.efSearch
+        base = ef_search or max(FILTERED_EF_BASE, faiss.downcast_index(hnsw).hnsw.efSearch)
         params = faiss.SearchParametersHNSW(sel=sel, efSearch=int(min(MAX_EF, max(base, math.ceil(base / share)))))
     elif ivf is not None:
         base = nprobe or ivf.nprobe
