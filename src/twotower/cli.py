@@ -43,7 +43,12 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
 
 
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+def main(ctx: typer.Context,
+         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    from twotower.checks import reset_names, use_cli_names
+
+    token = use_cli_names()  # the library's messages name options as flags (--epochs, not epochs=)
+    ctx.call_on_close(lambda: reset_names(token))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 

@@ -1,0 +1,192 @@
+"""Issue #45 (hardening, round 4): data loss in fit and train-reranker, numbers checked by one layer
+(``twotower.checks``) and named as the caller knows them (``--epochs`` / ``epochs=``), options a mode ignores,
+raw library exceptions from the Python API."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, write_beir
+
+import twotower as tt
+from twotower.errors import TwoTowerError
+
+runner = CliRunner()
+
+
+def invoke(*argv):
+    from twotower.cli import app
+
+    res = runner.invoke(app, [str(a) for a in argv])
+    return res, " ".join(res.output.split())
+
+
+@pytest.fixture()
+def train_beir(tmp_path):
+    queries = [{"_id": f"q{i}", "text": f"question about {d['title'] or 'cells'}"} for i, d in enumerate(TINY_CORPUS)]
+    qrels = [(f"q{i}", d["_id"], 1) for i, d in enumerate(TINY_CORPUS)]
+    return write_beir(tmp_path / "beir", TINY_CORPUS, queries, qrels, split="train")
+
+
+# ---------------------------------------------------------------- the validation layer itself
+
+
+def test_check_number_by_hand():
+    from twotower.checks import MAX_COUNT, check_number, cli_names
+
+    assert check_number(3, "k", integer=True, minimum=1) == 3
+    assert check_number(2.0, "k", integer=True, minimum=1) == 2  # a whole float is a whole number
+    assert check_number(0.5, "lam", minimum=0, maximum=1) == 0.5
+    assert check_number(None, "dim", integer=True, optional=True) is None
+    for bad, needle in ((float("nan"), "nan"), (float("inf"), "inf"), ("3", "'3'"), (True, "True"), (2.5, "2.5"),
+                        (0, "0"), (MAX_COUNT + 1, str(MAX_COUNT + 1)), (None, "None")):
+        with pytest.raises(TwoTowerError, match=r"^k=") as exc:
+            check_number(bad, "k", integer=True, minimum=1)
+        assert needle in str(exc.value) and "at least 1" in str(exc.value)
+    with cli_names():
+        with pytest.raises(TwoTowerError, match=r"^--top-k 0: a whole number at least 1"):
+            check_number(0, "k", integer=True, minimum=1, option="--top-k")
+        with pytest.raises(TwoTowerError, match=r"^--batch-size 0"):
+            check_number(0, "batch_size", integer=True, minimum=1)
+    with pytest.raises(TwoTowerError, match=r"^batch_size=0"):  # the CLI naming ended with its block
+        check_number(0, "batch_size", integer=True, minimum=1)
+    huge = 10 ** 5000
+    with pytest.raises(TwoTowerError) as exc:
+        check_number(huge, "k", integer=True, minimum=1)
+    assert len(str(exc.value)) < 200  # a 5,000-digit number is not printed whole
+
+
+# ---------------------------------------------------------------- case 1: fit into a folder of someone else's files
+
+
+def test_fit_refuses_a_folder_with_a_model_and_fit_json_it_did_not_write(tmp_path, tiny_bert_dir, train_beir):
+    clob = tmp_path / "clob"
+    (clob / "model").mkdir(parents=True)
+    (clob / "model" / "weights.txt").write_text("mine")
+    (clob / "fit.json").write_text('{"mine": true}')
+    res, out = invoke("fit", "--data", train_beir, "--out", clob, "--epochs", "0.1", "--no-mine", "--model",
+                      tiny_bert_dir, "--no-progress", "--min-dev", "2")
+    assert res.exit_code == 2, out
+    assert "--out" in out and "fit.json" in out and "model" in out
+    assert (clob / "model" / "weights.txt").read_text() == "mine"
+    assert json.loads((clob / "fit.json").read_text()) == {"mine": True}
+
+
+# ---------------------------------------------------------------- case 2: train-reranker over a user's config.json
+
+
+def test_train_reranker_keeps_a_users_config_json(tmp_path, train_beir, tiny_ce_dir):
+    clob = tmp_path / "clob5"
+    clob.mkdir()
+    (clob / "config.json").write_text('{"mine": 1}')
+    res, out = invoke("train-reranker", "--data", train_beir, "--out", clob, "--base", tiny_ce_dir, "--epochs", "1",
+                      "--no-progress")
+    assert res.exit_code == 2, out
+    assert "--out" in out and "cross-encoder" in out
+    assert json.loads((clob / "config.json").read_text()) == {"mine": 1}
+
+
+# ---------------------------------------------------------------- case 4: fit into a folder that cannot be written
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere: read-only mode bits do not stop it")
+def test_fit_into_an_unwritable_folder_is_named(tmp_path, train_beir):
+    imm = tmp_path / "imm"
+    imm.mkdir()
+    imm.chmod(0o555)
+    try:
+        res, out = invoke("fit", "--data", train_beir, "--out", imm / "fit", "--no-progress")
+    finally:
+        imm.chmod(0o755)
+    assert res.exit_code == 2 and "cannot create files in" in out and "Traceback" not in out, out
+
+
+def test_fit_into_a_read_only_filesystem_is_named(tmp_path, train_beir, monkeypatch):
+    """Root ignores mode bits: the probe behind --out's check is what fails on a read-only mount. Here the probe is
+    made to fail as a read-only mount fails it (EROFS at mkstemp), to see the message reach the user."""
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def refuse(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir) == tmp_path:
+            raise OSError(30, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    res, out = invoke("fit", "--data", train_beir, "--out", tmp_path / "fit", "--no-progress")
+    assert res.exit_code == 2 and "cannot create files in" in out and "--out" in out, out
+    assert not (tmp_path / "fit").exists()
+
+
+# ---------------------------------------------------------------- cases 5, 7: numbers of the wrong type or not finite
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_fit_epochs_not_finite_is_refused_before_any_work(tmp_path, train_beir, value):
+    res, out = invoke("fit", "--data", train_beir, "--out", tmp_path / "f", "--epochs", value, "--no-progress")
+    assert res.exit_code == 2 and out.startswith("error: --epochs"), out
+    assert not (tmp_path / "f" / "recipe.json").exists()
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"epochs": "3"}, "epochs="), ({"epochs": float("inf")}, "epochs="), ({"lr": "fast"}, "lr="),
+    ({"batch_size": 2.5}, "batch_size="), ({"rank_to": float("nan")}, "rank_to="), ({"margins": (0.1, "x")}, "margins="),
+    ({"seed": -1}, "seed="), ({"dev_fraction": float("nan")}, "dev_fraction=")])
+def test_python_fit_names_the_parameter(tmp_path, train_beir, kwargs, needle):
+    with pytest.raises(TwoTowerError, match=f"^{needle}"):
+        tt.fit(train_beir, tmp_path / "f", show_progress=False, **kwargs)
+    assert not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"lr": "fast"}, "lr="), ({"epochs": "3"}, "epochs="), ({"batch_size": 2.5}, "batch_size="),
+    ({"warmup": float("nan")}, "warmup="), ({"temperature": float("inf")}, "temperature="),
+    ({"steps": 1e30}, "steps="), ({"hard_negatives": "1"}, "hard_negatives=")])
+def test_stage_config_names_the_field(kwargs, needle):
+    with pytest.raises(TwoTowerError, match=f"stage 'finetune': {needle}"):
+        tt.StageConfig(**kwargs).validate()
+
+
+def test_toml_numbers_not_finite_or_huge_are_named(tmp_path):
+    for line, needle in (("lr = inf", "lr="), ("epochs = nan", "epochs="), ("steps = 99999999999999", "steps="),
+                         ("batch_size = 1e400", "batch_size")):
+        path = tmp_path / "stages.toml"
+        path.write_text(f'out = "run"\n[[stage]]\ndata = "d"\n{line}\n')
+        with pytest.raises(TwoTowerError, match=needle):
+            tt.TrainConfig.from_toml(path).validate()
+
+
+def test_train_config_numbers(tmp_path):
+    for kwargs, needle in (({"dim": 0}, "dim="), ({"dim": 2.5}, "dim="), ({"seed": float("nan")}, "seed="),
+                           ({"checkpoint_every": float("inf")}, "checkpoint_every="),
+                           ({"attention_dropout": float("nan")}, "attention_dropout="),
+                           ({"multivector": 0}, "multivector="), ({"matryoshka": [8, "x"]}, "matryoshka=")):
+        with pytest.raises(TwoTowerError, match=f"^{needle}"):
+            tt.TrainConfig(out=str(tmp_path / "r"), **kwargs).validate()
+
+
+def test_reranker_config_numbers():
+    for kwargs, needle in (({"lr": float("nan")}, "lr="), ({"epochs": 0}, "epochs="), ({"epochs": 1.5}, "epochs="),
+                           ({"negatives": "3"}, "negatives="), ({"max_length": 10**12}, "max_length=")):
+        with pytest.raises(TwoTowerError, match=f"^{needle}"):
+            tt.RerankerTrainConfig(**kwargs)
+
+
+# ---------------------------------------------------------------- case 12 (part): pretrain --chunk-tokens 2
+
+
+def test_short_chunks_take_a_matching_min_tokens():
+    assert tt.ViewConfig(chunk_tokens=2).min_tokens == 2
+    assert tt.ViewConfig(chunk_tokens=300).min_tokens == 10
+    tt.ViewConfig(chunk_tokens=2).validate()
+    with pytest.raises(TwoTowerError, match="min_tokens=5.*at most 4"):
+        tt.ViewConfig(chunk_tokens=4, min_tokens=5).validate()
+    with pytest.raises(TwoTowerError, match="delete=nan"):
+        tt.ViewConfig(delete=math.nan).validate()
