@@ -190,3 +190,78 @@ def test_short_chunks_take_a_matching_min_tokens():
         tt.ViewConfig(chunk_tokens=4, min_tokens=5).validate()
     with pytest.raises(TwoTowerError, match="delete=nan"):
         tt.ViewConfig(delete=math.nan).validate()
+
+
+# ---------------------------------------------------------------- case 5 and kinds: score_run, metric names, runs
+
+
+def test_score_run_with_a_float_grade_names_the_judgement():
+    with pytest.raises(TwoTowerError, match=r"qrels\['q1'\]\['d1'\] = 1.5: a relevance grade is a whole number"):
+        tt.score_run({"q1": {"d1": 1.0}}, {"q1": {"d1": 1.5}})
+    with pytest.raises(TwoTowerError, match=r"run\['q1'\]\['d1'\] = nan"):
+        tt.score_run({"q1": {"d1": float("nan")}}, {"q1": {"d1": 1}})
+    with pytest.raises(TwoTowerError, match=r"query id 1 is a int"):
+        tt.score_run({1: {"d1": 1.0}}, {"q1": {"d1": 1}})
+    with pytest.raises(TwoTowerError, match=r"qrels: a dict"):
+        tt.score_run({"q1": {"d1": 1.0}}, [("q1", "d1", 1)])
+    import numpy as np
+
+    # numpy numbers are numbers: by hand, d1 relevant at rank 2 of 2 gives P@1 0 and MRR@10 0.5
+    got = tt.score_run({"q1": {"d0": np.float32(2.0), "d1": np.float64(1.0)}}, {"q1": {"d1": np.int64(1)}},
+                       ["p@1", "mrr@10"])
+    assert got == {"p@1": 0.0, "mrr@10": 0.5}
+
+
+@pytest.mark.parametrize("name", ["NDCG@10", "ndcg_cut_10", "ndcg_cut.10", "ndcg@010", " ndcg@10 ", "nDCG@10"])
+def test_metric_spellings_of_ndcg_at_10_score_the_same(name):
+    run, qrels = {"q1": {"d0": 3.0, "d1": 2.0, "d2": 1.0}}, {"q1": {"d1": 1, "d2": 2}}
+    # by hand (trec_eval's gain is the grade): gains 0, 1, 2 at ranks 1-3: DCG = 1/log2(3) + 2/log2(4);
+    # the ideal order 2, 1: 2/log2(2) + 1/log2(3)
+    expected = (1 / math.log2(3) + 2 / 2) / (2 + 1 / math.log2(3))
+    assert tt.score_run(run, qrels, [name])[name] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("metrics, needle", [
+    (["ndcg@10", "NDCG@10"], "same metric"), (["ndcg@0"], "at least 1"), (["ndcg@99999999999"], "at most"),
+    (["ndcg@1.5"], "name@k"), (["ndcg"], "name@k"), (["bleu@10"], "unknown metric"), ([], "no metric"),
+    ([10], "not int")])
+def test_metric_names_refused_with_a_reason(metrics, needle):
+    with pytest.raises(TwoTowerError, match=needle):
+        tt.score_run({"q1": {"d1": 1.0}}, {"q1": {"d1": 1}}, metrics)
+
+
+def test_a_run_file_listing_a_document_twice_is_named(tmp_path):
+    from twotower.errors import DataError
+
+    path = tmp_path / "run.trec"
+    path.write_text("q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\nq1 Q0 d1 3 0.5 t\n")
+    with pytest.raises(DataError, match=r"line 3, field 'docid': document 'd1' is listed twice for query 'q1' "
+                                        r"\(first on line 1\)"):
+        tt.read_run(path)
+    path.write_text("q1 Q0 d1 1 nan t\n")
+    with pytest.raises(DataError, match="line 1.*finite"):
+        tt.read_run(path)
+    path.write_text("q1 Q0 d1 1 2.0 t\nq2 Q0 d1 1 2.0 t\n")  # one document for two queries is fine
+    assert tt.read_run(path) == {"q1": {"d1": 2.0}, "q2": {"d1": 2.0}}
+
+
+def test_write_run_refuses_scores_that_no_reader_takes(tmp_path):
+    with pytest.raises(TwoTowerError, match="nan"):
+        tt.write_run({"q1": {"d1": float("nan")}}, tmp_path / "r.trec")
+    assert not (tmp_path / "r.trec").exists()
+
+
+# ---------------------------------------------------------------- kind: documents with no usable term in BM25
+
+
+@pytest.mark.parametrize("ngram", [1, 2])
+def test_bm25_documents_without_terms_match_nothing(ngram):
+    from twotower.retrieval.bm25 import BM25, BM25Params
+
+    docs = ["the and of", "!!! ...", "cats eat fish", "dogs eat bones"]
+    bm = BM25(BM25Params(ngram=ngram)).index(["d0", "d1", "d2", "d3"], docs, show_progress=False)
+    run = bm.search_run(["stop", "cats", "none"], ["the of", "cats", "zebra"], 10, show_progress=False)
+    assert run["stop"] == {} and run["none"] == {}  # no usable term: no hits, not the term-less documents
+    assert set(run["cats"]) == {"d2"} and run["cats"]["d2"] > 0
+    empty = BM25(BM25Params(ngram=ngram)).index(["a", "b"], ["the of", "..."], show_progress=False)
+    assert empty.search_run(["q"], ["cats the"], 5, show_progress=False) == {"q": {}}
