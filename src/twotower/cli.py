@@ -34,7 +34,7 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
         table.add_column(name, justify="left" if name in ("retriever", "model") else "right", no_wrap=True)
     for r in rows:
         table.add_row(
-            r["retriever"],
+            r["retriever"] + (" + rerank" if r.get("rerank") else ""),  # queries/s then includes the re-ranking
             str(r.get("model") or "-"),
             *[f"{r['metrics'][m]:.4f}" if m in r["metrics"] else "-" for m in metric_names],
             f"{r['timings'].get('queries_per_s', float('nan')):.1f}",

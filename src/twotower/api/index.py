@@ -164,6 +164,20 @@ class Index:
         from twotower.encoders.runtimes import check_runtime, using_runtime
 
         check_output_dir(path, "path")  # before any loading or encoding
+        from twotower.checks import check_number, option_name
+
+        for name, value in (("multivector", multivector), ("project", project), ("batch_size", batch_size),
+                            ("workers", workers)):
+            check_number(value, name, integer=True, minimum=1, optional=True)
+        check_number(gpus_per_worker, "gpus_per_worker", minimum=0, maximum=1024)
+        if not ray:  # Ray's settings, silently unused by a local build
+            unused = [option_name(n).rstrip("=") for n, v in (("ray_address", ray_address), ("workers", workers),
+                                                              ("gpus_per_worker", gpus_per_worker or None))
+                      if v is not None]
+            if unused:
+                raise TwoTowerError(f"{', '.join(unused)} set how Ray encodes; without "
+                                    f"{option_name('ray').rstrip('=')} the build runs here and would ignore them: "
+                                    "drop them or turn Ray on")
         runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams or language is not None,
@@ -290,8 +304,17 @@ class Index:
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
                 raise TwoTowerError(f"query {i}: empty or not a string ({q!r}); give the text to search for")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise TwoTowerError(f"k {k!r}: the number of hits, a whole number ≥ 1")
+        from twotower.data.ids import check_texts
+
+        check_texts(queries, "query")  # a lone surrogate is named here, not by the tokenizer
+        from twotower.checks import check_number
+
+        check_number(k, "k", integer=True, minimum=1, hint="the number of hits")
+        for name, value in (("rerank_depth", rerank_depth), ("ef_search", ef_search), ("nprobe", nprobe),
+                            ("prf_depth", prf_depth)):
+            check_number(value, name, integer=True, minimum=1, optional=True)
+        check_number(lam, "lam", minimum=0, maximum=1, optional=True)
+        check_number(prf_weight, "prf_weight", above=0, optional=True)
         if rerank_depth is not None and rerank is None:
             raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
         searcher = self._searcher
@@ -352,6 +375,7 @@ class Index:
 
     @user_errors
     @_locked
+    @user_errors
     def run(self, queries: dict[str, str], k: int = 1000, **options) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``{query_id: text}`` (the options of :meth:`search` but
         re-ranking), as :func:`twotower.evaluate` and TREC run files use.
@@ -360,6 +384,13 @@ class Index:
 
             run = index.run({"q1": "green tea"}, k=10, mode="bm25")
         """
+        from twotower.checks import check_number
+        from twotower.data.ids import check_texts
+
+        check_number(k, "k", integer=True, minimum=1)
+        if not isinstance(queries, dict):
+            raise TwoTowerError(f"queries: a dict {{query_id: text}}, not {type(queries).__name__}")
+        check_texts(queries.values(), "queries")
         self._searcher.refresh()
         return self._searcher.run(dict(queries), k, **options)
 
@@ -376,10 +407,12 @@ class Index:
 
             index.add([{"_id": "d3", "title": "Oolong", "text": "Oolong is partly oxidised."}])
         """
+        from twotower.checks import check_number
         from twotower.encoders.runtimes import check_runtime, using_runtime
         from twotower.retrieval.searcher import EncodeConfig, add_documents_from
 
         check_runtime(runtime)
+        check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)
 
         searcher = self._searcher
         searcher.refresh()
@@ -403,6 +436,10 @@ class Index:
         """
         if isinstance(ids, str):
             raise TwoTowerError("remove takes a list of ids, not a single string")
+        ids = list(ids)
+        bad = next((i for i in ids if not isinstance(i, str)), None)
+        if bad is not None:
+            raise TwoTowerError(f"ids: a list of document ids (strings); {bad!r} is a {type(bad).__name__}")
         self._searcher.refresh()
         self._searcher.store.remove(list(ids), show_progress=False)
         self._searcher.refresh()
