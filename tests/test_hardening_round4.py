@@ -265,3 +265,134 @@ def test_bm25_documents_without_terms_match_nothing(ngram):
     assert set(run["cats"]) == {"d2"} and run["cats"]["d2"] > 0
     empty = BM25(BM25Params(ngram=ngram)).index(["a", "b"], ["the of", "..."], show_progress=False)
     assert empty.search_run(["q"], ["cats the"], 5, show_progress=False) == {"q": {}}
+
+
+# ---------------------------------------------------------------- the Python API: numbers, texts, raw exceptions
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tmp_path_factory, tiny_bert_dir):
+    from conftest import flat_index
+
+    root = tmp_path_factory.mktemp("r4")
+    data = write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
+    return flat_index(data, tiny_bert_dir, root / "idx"), data
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda ix, enc: enc.encode_queries(["tea \ud800"]), r"queries\[0\] holds a lone surrogate"),
+    (lambda ix, enc: enc.encode_documents([{"title": "\udc00", "text": "x"}]), r"documents\[0\] holds a lone surr"),
+    (lambda ix, enc: enc.encode_multivector(["\ud800"], m=2), r"documents\[0\] holds a lone surrogate"),
+    (lambda ix, enc: ix.search("tea \ud800"), r"query\[0\] holds a lone surrogate"),
+    (lambda ix, enc: ix.search("tea \ud800", mode="bm25"), r"query\[0\] holds a lone surrogate"),
+    (lambda ix, enc: ix.run({"q": "tea \ud800"}), r"queries\[0\] holds a lone surrogate"),
+    (lambda ix, enc: enc.encode_queries(["x"], batch_size=0), r"^batch_size=0"),
+    (lambda ix, enc: enc.encode_multivector(["x"], m=0), r"^m=0"),
+    (lambda ix, enc: ix.search("tea", k=10**20), r"^k=100000000000000000000"),
+    (lambda ix, enc: ix.search("tea", k=5, ef_search=float("nan")), r"^ef_search=nan"),
+    (lambda ix, enc: ix.search("tea", k=5, lam=2.0, mode="hybrid"), r"^lam=2"),
+    (lambda ix, enc: ix.run({"q": "tea"}, k=0), r"^k=0"),
+    (lambda ix, enc: ix.add([{"_id": "d9", "text": "x"}], batch_size=0), r"^batch_size=0"),
+    (lambda ix, enc: ix.remove([1]), r"^ids: .*1 is a int"),
+])
+def test_api_calls_name_the_parameter(tiny_index, tiny_bert_dir, call, needle):
+    index = tt.Index.open(tiny_index[0], precision="fp32")
+    enc = tt.Encoder.load(tiny_bert_dir, device="cpu", precision="fp32")
+    with pytest.raises(TwoTowerError, match=needle):
+        call(index, enc)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"multivector": 0}, r"^multivector=0"), ({"batch_size": 0}, r"^batch_size=0"),
+    ({"vectors": "binary", "rescore_factor": float("nan")}, r"^rescore_factor=nan"),
+    ({"rescore_factor": 8}, r"^rescore_factor applies to binary vectors"),
+    ({"kind": "flat", "hnsw_m": 16}, r"^hnsw_m applies to kind hnsw"),
+    ({"workers": 2}, r"^workers set how Ray encodes"),
+    ({"gpus_per_worker": float("inf")}, r"^gpus_per_worker=inf"),
+    ({"gpus_per_worker": 1.0}, r"^gpus_per_worker set how Ray encodes"),
+])
+def test_index_build_options_checked_before_encoding(tmp_path, tiny_bert_dir, kwargs, needle):
+    with pytest.raises(TwoTowerError, match=needle):
+        tt.Index.build(tmp_path / "ix", {"d1": "green tea", "d2": "coffee"}, encoder=str(tiny_bert_dir),
+                       show_progress=False, **kwargs)
+    assert not (tmp_path / "ix").exists()
+
+
+def test_cli_workers_without_ray_is_refused(tmp_path, tiny_bert_dir, tiny_beir):
+    for extra, needle in ((["--workers", "2"], "--workers set how Ray encodes"),
+                          (["--gpus-per-worker", "inf"], "--gpus-per-worker inf")):
+        res, out = invoke("index", "build", "--data", tiny_beir, "--out", tmp_path / "ix", "--model", tiny_bert_dir,
+                          "--no-progress", *extra)
+        assert res.exit_code == 2 and needle in out, out
+    assert not (tmp_path / "ix").exists()
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"k": 0}, r"^k=0"), ({"k": float("inf")}, r"^k=inf"), ({"multivector": 0, "mode": "multivector"}, "multivector=0"),
+    ({"lam": float("nan"), "mode": "hybrid"}, r"^lam=nan"), ({"k1": float("nan")}, r"^k1=nan"),
+    ({"batch_size": 0}, r"^batch_size=0"), ({"metrics": ["NDCG@10", "ndcg_cut_10"]}, "same metric")])
+def test_evaluate_numbers_named(tiny_beir, kwargs, needle):
+    with pytest.raises(TwoTowerError, match=needle):
+        tt.evaluate("bm25" if "mode" not in kwargs else None, tiny_beir, **kwargs)
+
+
+def test_create_app_limits_checked():
+    for kwargs, needle in (({"max_k": 0}, r"^max_k=0"), ({"max_body_bytes": 10}, r"^max_body_bytes=10"),
+                           ({"max_batch": float("nan")}, r"^max_batch=nan")):
+        with pytest.raises(TwoTowerError, match=needle):
+            tt.create_app("no-such-index", **kwargs)
+
+
+def test_models_fetch_of_a_bundled_model_refuses_dest(tmp_path):
+    res, out = invoke("models", "fetch", "minilm-l6", "--dest", tmp_path / "x")
+    assert res.exit_code == 2 and "--dest" in out and "bundled" in out, out
+    assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- case 8: one id rule, the service included
+
+
+def test_a_long_id_added_to_an_index_is_read_and_removed_over_http(tiny_index, tmp_path):
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    path = tmp_path / "idx"
+    shutil.copytree(tiny_index[0], path)
+    long_id = "x" * 300
+    tt.Index.open(path, precision="fp32").add([{"_id": long_id, "title": "", "text": "green tea leaves"}])
+    client = TestClient(tt.create_app(path, api_key="k" * 32, precision="fp32"))
+    got = client.get(f"/documents/{long_id}")
+    assert got.status_code == 200 and got.json()["id"] == long_id, got.text
+    gone = client.delete(f"/documents/{long_id}", headers={"X-API-Key": "k" * 32})
+    assert gone.status_code == 200, gone.text
+    too_long = "y" * 1025
+    with pytest.raises(TwoTowerError, match="1025 bytes long"):
+        tt.Index.open(path, precision="fp32").add([{"_id": too_long, "text": "x"}])
+    assert client.get(f"/documents/{too_long}").status_code == 422
+
+
+def test_a_huge_number_in_a_request_body_is_named(tiny_index):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(tt.create_app(tiny_index[0], precision="fp32"))
+    got = client.post("/search", content=b'{"query": "tea", "k": ' + b"9" * 5000 + b"}",
+                      headers={"Content-Type": "application/json"})
+    assert got.status_code == 400 and "4,300 digits" in got.json()["detail"], got.text
+
+
+# ---------------------------------------------------------------- case 11: the framework retrievers
+
+
+def test_framework_retrievers_check_search_breadth_at_construction(tiny_index):
+    from twotower.integrations.langchain import TwoTowerRetriever as LangChainRetriever
+    from twotower.integrations.llama_index import TwoTowerRetriever as LlamaRetriever
+
+    index = tt.Index.open(tiny_index[0], precision="fp32")
+    for make in (LangChainRetriever, LlamaRetriever):
+        with pytest.raises(TwoTowerError, match="efSearch applies to HNSW"):
+            make(index, k=3, ef_search=5)
+        with pytest.raises(TwoTowerError, match="nprobe applies to IVF"):
+            make(index, k=3, nprobe=5)
+    with pytest.raises(TwoTowerError, match="unknown option.*ef_serach"):
+        LlamaRetriever(index, k=3, ef_serach=5)

@@ -44,7 +44,7 @@ def check_vectors(*, vectors: str, dim: int | None, rescore: str | None, rescore
                   source_dim: int, multivector: bool = False) -> int:
     """Fail before any encoding when the vector options cannot work; return the stored dimension.
     ``source_dim``: the dimension the encoder (or multi-vector projection) produces."""
-    from twotower.checks import check_number
+    from twotower.checks import check_number, option_name
 
     if vectors not in VECTOR_TYPES:
         raise IndexStoreError(f"--vectors '{vectors}': choose one of {', '.join(VECTOR_TYPES)}")
@@ -56,8 +56,8 @@ def check_vectors(*, vectors: str, dim: int | None, rescore: str | None, rescore
     check_number(rescore_factor, "rescore_factor", integer=True, minimum=1, maximum=1 << 20,
                  hint="the binary search fetches k × factor candidates to rescore")
     if rescore_factor != DEFAULT_RESCORE_FACTOR and vectors != "binary":
-        raise IndexStoreError(f"--rescore-factor applies to --vectors binary, not '{vectors}': drop it or pass "
-                              "--vectors binary")
+        raise IndexStoreError(f"{option_name('rescore_factor').rstrip('=')} applies to binary vectors, not "
+                              f"'{vectors}': drop it or store binary vectors")
     if rescore is not None:
         if rescore not in RESCORE_TYPES:
             raise IndexStoreError(f"--rescore '{rescore}': choose one of {', '.join(RESCORE_TYPES)}")

@@ -132,7 +132,7 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     defaults = IndexSpec()
     for name in ("hnsw_m", "ef_construction"):  # read by kind hnsw only: elsewhere a value would go unused
         if getattr(spec, name) != getattr(defaults, name) and kind != "hnsw":
-            raise IndexStoreError(f"{option_name(name)} applies to kind hnsw, not '{spec.kind}': drop it or change "
+            raise IndexStoreError(f"{option_name(name).rstrip('=')} applies to kind hnsw, not '{spec.kind}': drop it or change "
                                   "the kind")
     if spec.nlist is not None and kind not in ("ivf", "ivfpq"):
         raise IndexStoreError(f"--nlist applies to --kind ivf | ivfpq, not '{spec.kind}': drop it or change --kind")
