@@ -396,3 +396,95 @@ def test_framework_retrievers_check_search_breadth_at_construction(tiny_index):
             make(index, k=3, nprobe=5)
     with pytest.raises(TwoTowerError, match="unknown option.*ef_serach"):
         LlamaRetriever(index, k=3, ef_serach=5)
+
+
+# ---------------------------------------------------------------- case 3: a full disk (a real, small file system)
+
+
+@pytest.fixture()
+def small_fs(tmp_path):
+    """A 2 MiB tmpfs at ``tmp_path/fs`` (root only; skipped where mounting is not permitted)."""
+    import subprocess
+
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(fs: Path, leave_kib: int) -> None:
+    (fs / "filler").unlink(missing_ok=True)
+    free = os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize // 1024
+    with (fs / "filler").open("wb") as handle:
+        handle.write(b"\0" * max(0, free - leave_kib) * 1024)
+
+
+def _cli(*argv):
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    done = subprocess.run([sys.executable, "-m", "twotower.cli", *map(str, argv)], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=600)
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+def _docs(path: Path, start: int, n: int) -> Path:
+    import random
+
+    rng = random.Random(start)
+    words = "cat dog tea rust python cell sun moon river stone tree bird fish apple music train leaf".split()
+    path.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(rng.choices(words, k=30))}) + "\n"
+                            for i in range(start, start + n)))
+    return path
+
+
+def test_index_writes_on_a_full_disk_say_so_and_keep_the_index(small_fs, tmp_path, tiny_bert_dir):
+    """Before: ``index add`` / ``index remove`` died by SIGBUS (exit 135, a .tmp-* folder left), since the vectors
+    were written through a memory map of a sparse file; ``index build`` printed FAISS's errno 28 traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _docs(data / "corpus.jsonl", 0, 200)
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": "tea"}) + "\n")
+    (data / "qrels").mkdir()
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    idx = small_fs / "idx"
+    rc, out = _cli("index", "build", "--data", data, "--out", idx, "--model", tiny_bert_dir, "--bm25", "--no-progress")
+    assert rc == 0, out
+    before = {p.relative_to(idx): p.read_bytes() for p in idx.rglob("*") if p.is_file() and p.name != ".lock"}
+    more = _docs(tmp_path / "more.jsonl", 200, 2000)
+    for leave, argv in ((150, ("index", "add", "--index", idx, "--docs", more, "--no-progress")),
+                        (900, ("index", "add", "--index", idx, "--docs", more, "--no-progress")),
+                        (100, ("index", "remove", "--index", idx, "d3"))):
+        _fill(small_fs, leave)
+        rc, out = _cli(*argv)
+        assert rc == 2, (leave, argv[1], rc, out)
+        assert f"no space left on {idx}" in out and "Traceback" not in out, out
+        after = {p.relative_to(idx): p.read_bytes() for p in idx.rglob("*") if p.is_file() and p.name != ".lock"}
+        assert after == before  # no .tmp-* folder, no new version, CURRENT as it was
+    _fill(small_fs, 20)
+    rc, out = _cli("index", "build", "--data", data, "--out", small_fs / "idx2", "--model", tiny_bert_dir,
+                   "--no-progress")
+    assert rc == 2 and f"no space left on {small_fs / 'idx2'}" in out and "Traceback" not in out, out
+    assert not (small_fs / "idx2").exists()
+    _fill(small_fs, 0)
+    rc, out = _cli("eval", "--data", data, "--run", small_fs / "run.trec", "--no-progress")
+    assert rc == 2 and f"no space left on {small_fs / 'run.trec'}" in out and "Traceback" not in out, out
+    assert sorted(p.name for p in small_fs.iterdir()) == ["filler", "idx"]
+
+
+def test_library_errors_that_mean_a_full_disk():
+    from twotower.io import is_disk_full
+
+    assert is_disk_full(OSError(28, "No space left on device"))
+    assert is_disk_full(OSError("34536 requested and 21472 written"))  # numpy's tofile
+    assert is_disk_full(RuntimeError("Error in faiss::FileIOWriter ... write error ... (errno 28)".replace(
+        "(errno 28)", "errno 28")))
+    assert not is_disk_full(OSError(13, "Permission denied"))
+    assert not is_disk_full(RuntimeError("something else"))

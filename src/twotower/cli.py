@@ -119,7 +119,10 @@ def eval_cmd(
         _fail(exc)
     for message in result.warnings:
         warn(message)
-    result.save(out, run_file=run_file)
+    try:
+        result.save(out, run_file=run_file)  # a full disk: "no space left on <path>", nothing half-written
+    except TwoTowerError as exc:
+        _fail(exc)
     payload = result.to_json()
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
 

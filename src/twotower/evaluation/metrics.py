@@ -36,7 +36,7 @@ _NAMES = ("ndcg", "recall", "p", "map", "mrr", "acc")
 # other spellings of the same measures: trec_eval's (ndcg_cut_10, P_5, map_cut.100, recip_rank@10) and long names
 _ALIASES = {"ndcg_cut": "ndcg", "precision": "p", "map_cut": "map", "recip_rank": "mrr", "accuracy": "acc"}
 # name@k, name_k or name.k; the name is matched without regard to case, k is digits only (010 is 10)
-_FORM = re.compile(r"\s*([A-Za-z_]+?)\s*(?:@|_|\.)\s*(\d+)\s*")
+_FORM = re.compile(r"\s*([A-Za-z_]+?)\s*(?:@|_|\.)\s*(-?\d+)\s*")  # a negative k: named as below 1
 _SPELLINGS = ("ndcg@10, NDCG@10, ndcg_cut_10 and ndcg_cut.10 are one metric; names: ndcg, recall, p (precision), "
               "map, mrr (recip_rank), acc (accuracy)")
 
