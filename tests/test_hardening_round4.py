@@ -488,3 +488,30 @@ def test_library_errors_that_mean_a_full_disk():
         "(errno 28)", "errno 28")))
     assert not is_disk_full(OSError(13, "Permission denied"))
     assert not is_disk_full(RuntimeError("something else"))
+
+
+# ---------------------------------------------------------------- case 6: a writer holding the index lock
+
+
+def test_index_remove_gives_up_on_a_held_lock(tiny_index, tmp_path):
+    import fcntl
+    import shutil
+    import time
+
+    path = tmp_path / "idx"
+    shutil.copytree(tiny_index[0], path)
+    with (path / ".lock").open("a") as handle:  # another writer, as writer_lock holds it
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        handle.write(json.dumps({"pid": 4242, "command": "twotower index add"}) + "\n")
+        handle.flush()
+        t0 = time.monotonic()
+        res, out = invoke("index", "remove", "--index", path, "d1", "--lock-timeout", "0.5")
+        assert res.exit_code == 2 and "locked by another writer" in out and "pid 4242" in out, out
+        assert "--lock-timeout" in out and time.monotonic() - t0 < 30
+        with pytest.raises(TwoTowerError, match="lock_timeout="):
+            tt.Index.open(path, precision="fp32").remove(["d1"], lock_timeout=0)
+        with pytest.raises(TwoTowerError, match="^lock_timeout=-1"):
+            tt.Index.open(path, precision="fp32").remove(["d1"], lock_timeout=-1)
+    assert "d1" in {h.id for h in tt.Index.open(path, precision="fp32").search("cats", k=5, mode="bm25")}
+    tt.Index.open(path, precision="fp32").remove(["d1"], lock_timeout=0)  # free again: removed
+    assert len(tt.Index.open(path)) == len(TINY_CORPUS) - 1

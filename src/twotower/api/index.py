@@ -398,9 +398,10 @@ class Index:
     @user_errors
     @_locked
     def add(self, docs, *, replace: bool = False, batch_size: int | None = None, compile: bool = False,
-            show_progress: bool = False, runtime: str = "auto") -> "Index":
+            show_progress: bool = False, runtime: str = "auto", lock_timeout: float | None = 60.0) -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes) with the index's encoder and add them as a new
         version; ids already in the index are an error unless ``replace=True``; ``runtime`` as in :meth:`build`.
+        ``lock_timeout``: seconds to wait while another writer holds the index (0: fail at once; None: wait).
         Returns the index.
 
         Example::
@@ -419,7 +420,9 @@ class Index:
         cfg = EncodeConfig(batch_size=batch_size, precision=self.precision, device=self.device,
                            show_progress=show_progress, compile=compile)
         source = str(docs) if isinstance(docs, (str, Path)) else "documents"
-        with using_runtime(runtime):
+        from twotower.retrieval.index.lock import lock_timeout as waiting
+
+        with using_runtime(runtime), waiting(lock_timeout):  # another writer: give up after lock_timeout s
             add_documents_from(searcher.store, corpus_documents(docs), replace=replace, cfg=cfg,
                                encoder=searcher.encoder, source=source)
         searcher.refresh()
@@ -427,8 +430,9 @@ class Index:
 
     @user_errors
     @_locked
-    def remove(self, ids: Sequence[str]) -> "Index":
+    def remove(self, ids: Sequence[str], *, lock_timeout: float | None = 60.0) -> "Index":
         """Remove documents by id (a new version without them; an unknown id is an error). Returns the index.
+        ``lock_timeout``: seconds to wait while another writer holds the index (0: fail at once; None: wait).
 
         Example::
 
@@ -440,7 +444,10 @@ class Index:
         bad = next((i for i in ids if not isinstance(i, str)), None)
         if bad is not None:
             raise TwoTowerError(f"ids: a list of document ids (strings); {bad!r} is a {type(bad).__name__}")
+        from twotower.retrieval.index.lock import lock_timeout as waiting
+
         self._searcher.refresh()
-        self._searcher.store.remove(list(ids), show_progress=False)
+        with waiting(lock_timeout):  # another writer holding the index: give up after lock_timeout s
+            self._searcher.store.remove(list(ids), show_progress=False)
         self._searcher.refresh()
         return self
