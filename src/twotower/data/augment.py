@@ -70,14 +70,16 @@ class ViewConfig:
         check_number(self.chunk_tokens, "chunk_tokens", integer=True, minimum=2)
         check_number(self.min_tokens, "min_tokens", integer=True, minimum=1, maximum=self.chunk_tokens,
                      hint="the shortest last chunk of a document kept; at most chunk_tokens")
-        check_number(self.ratio_min, "ratio_min", above=0, maximum=1, option="--crop-min")
-        check_number(self.ratio_max, "ratio_max", minimum=self.ratio_min, maximum=1, option="--crop-max")
+        for name, option in (("ratio_min", "--crop-min"), ("ratio_max", "--crop-max")):
+            if isinstance(getattr(self, name), (bool, str)) or not isinstance(getattr(self, name), (int, float)):
+                check_number(getattr(self, name), name, option=option)  # names what is not a number
+        if not 0 < self.ratio_min <= self.ratio_max <= 1:  # nan too
+            raise ValueError(f"crop ratios (--crop-min, --crop-max) must satisfy 0 < min ≤ max ≤ 1, got "
+                             f"[{self.ratio_min}, {self.ratio_max}]")
         for name in ("ict_keep", "delete", "replace", "mask"):
             check_number(getattr(self, name), name, minimum=0, maximum=1, hint="a probability")
         if self.augment not in AUGMENTS:
             raise ValueError(f"unknown augment '{self.augment}': choose one of {', '.join(AUGMENTS)}")
-        if not 0 < self.ratio_min <= self.ratio_max <= 1:
-            raise ValueError(f"crop ratios must satisfy 0 < min ≤ max ≤ 1, got [{self.ratio_min}, {self.ratio_max}]")
         for name in ("ict_keep", "delete", "replace", "mask"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
