@@ -515,3 +515,54 @@ def test_index_remove_gives_up_on_a_held_lock(tiny_index, tmp_path):
     assert "d1" in {h.id for h in tt.Index.open(path, precision="fp32").search("cats", k=5, mode="bm25")}
     tt.Index.open(path, precision="fp32").remove(["d1"], lock_timeout=0)  # free again: removed
     assert len(tt.Index.open(path)) == len(TINY_CORPUS) - 1
+
+
+# ---------------------------------------------------------------- case 12: data paths a user cannot act on
+
+
+def test_gzip_is_named_not_read(tmp_path, tiny_beir):
+    import gzip
+    import shutil
+
+    from twotower.errors import DataError
+
+    folder = tmp_path / "gz"
+    shutil.copytree(tiny_beir, folder)
+    corpus = (folder / "corpus.jsonl").read_bytes()
+    (folder / "corpus.jsonl").unlink()
+    (folder / "corpus.jsonl.gz").write_bytes(gzip.compress(corpus))
+    with pytest.raises(DataError, match=r"corpus.jsonl: file not found; corpus.jsonl.gz is there, but twotower "
+                                        r"reads uncompressed UTF-8 files only.*gunzip -k"):
+        tt.load_beir(folder)
+    (folder / "corpus.jsonl").write_bytes(gzip.compress(corpus))  # gzip bytes under the plain name
+    with pytest.raises(DataError, match=r"corpus.jsonl: is gzip-compressed"):
+        tt.load_beir(folder)
+
+
+def test_data_locate_of_a_file_path_says_what_to_give(tiny_beir, tmp_path):
+    res, out = invoke("data", "locate", tiny_beir / "corpus.jsonl", "--cache", tmp_path / "cache")
+    assert res.exit_code == 2 and "is a file, not a data directory" in out and "checksum" not in out, out
+    res, out = invoke("data", "locate", tmp_path / "dv" / "ok" / "corpus.jsonl", "--cache", tmp_path / "cache")
+    assert res.exit_code == 2 and "names a file, not a BEIR data set" in out and "checksum" not in out, out
+    assert not (tmp_path / "cache").exists()
+
+
+# ---------------------------------------------------------------- options a mode silently ignores
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"mine": False, "mined_epochs": 3.0}, "mined_epochs"), ({"mine": False, "margins": (0.1,)}, "margins"),
+    ({"mine": False, "rank_to": 30}, "rank_to"), ({"reranker": False, "rerank_depth": 50}, "rerank_depth"),
+    ({"reranker": False, "reranker_epochs": 2}, "reranker_epochs")])
+def test_fit_refuses_settings_its_mode_ignores(tmp_path, train_beir, kwargs, needle):
+    with pytest.raises(TwoTowerError, match=f"^{needle}"):
+        tt.fit(train_beir, tmp_path / "f", show_progress=False, **kwargs)
+    res, out = invoke("fit", "--data", train_beir, "--out", tmp_path / "g", "--no-mine", "--mined-epochs", "3")
+    assert res.exit_code == 2 and out.startswith("error: --mined-epochs"), out
+
+
+def test_train_refuses_num_negatives_without_hard_negatives(tmp_path, train_beir):
+    cfg = tt.TrainConfig(out=str(tmp_path / "r"), stages=[tt.StageConfig(data=str(train_beir))])
+    with pytest.raises(TwoTowerError, match="^num_negatives=3"):
+        tt.train(cfg, num_negatives=3)
+    assert not (tmp_path / "r").exists()

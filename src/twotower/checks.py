@@ -58,6 +58,13 @@ def option_name(name: str, option: str | None = None) -> str:
     return f"{name}="
 
 
+def given(name: str, value, option: str | None = None) -> str:
+    """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``."""
+    where = option_name(name, option)
+    shown = repr(value) if isinstance(value, str) and where.endswith("=") else _show(value)
+    return f"{where}{shown}" if where.endswith("=") else f"{where} {shown}"
+
+
 def _bounds(integer: bool, minimum, maximum, above, below) -> str:
     parts = []
     if minimum is not None:

@@ -91,6 +91,15 @@ class FitRecipe:
         for key in ("mine", "reranker"):
             if not isinstance(getattr(self, key), bool):
                 raise TwoTowerError(f"{option_name(key)} {getattr(self, key)!r}: True or False")
+        defaults = FitRecipe()
+        for flag, keys in (("mine", ("mined_epochs", "mined_per_query", "num_negatives", "rank_from", "rank_to",
+                                     "margins")),
+                           ("reranker", ("rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr"))):
+            unused = [k for k in keys if not getattr(self, flag) and getattr(self, k) != getattr(defaults, k)]
+            if unused:  # set, yet never read with that stage off
+                raise TwoTowerError(f"{', '.join(option_name(k).rstrip('=') for k in unused)} set the "
+                                    f"{'mining and retraining' if flag == 'mine' else 're-ranker'} stage, which "
+                                    f"{option_name(flag).rstrip('=')} off skips: drop them or turn it on")
         checks = [
             (not self.rank_from <= self.rank_to, f"mining ranks {self.rank_from}..{self.rank_to}: need 1 <= a <= b"),
             (self.mined_per_query < self.num_negatives,
