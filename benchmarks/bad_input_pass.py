@@ -462,6 +462,8 @@ case("r4 train TOML steps = 1e14", ["train", "--config", toml_big, *M, "--no-pro
 toml_str = W / "str.toml"
 toml_str.write_text(f'out = "{W / "tr-toml3"}"\n[[stage]]\ndata = "{data}"\nsplit = "train"\nepochs = "3"\n')
 case("r4 train TOML epochs = '3'", ["train", "--config", toml_str, *M, "--no-progress"])
+case("r4 train --config TOML lr = inf, named as its key", ["train", "--config", toml_inf, "--out", W / "tr-toml", *M,
+                                                             "--no-progress"])
 for metrics, ok in (("NDCG@10", True), ("ndcg_cut_10,P.1", True), ("Recall@100,recall@100", False), ("ndcg@010", True),
                     ("ndcg@99999999999", False), ("ndcg@1.5", False)):
     case(f"r4 eval --metrics {metrics}", ["eval", "--data", data, "--retriever", "bm25", "--metrics", metrics,
@@ -558,8 +560,10 @@ if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(fs)], c
                                 for i in range(500)))
         case("r4 full disk: index add", ["index", "add", "--index", fs / "ix", "--docs", more, "--no-progress"])
         case("r4 full disk: index remove", ["index", "remove", "--index", fs / "ix", "d1"])
+        (fs / "filler2").write_bytes(b"\0" * (os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize))  # nothing left
         case("r4 full disk: eval --run", ["eval", "--data", data, "--run", fs / "run.trec", "--no-progress"])
-        case("r4 full disk: mine --out", ["mine", "--data", data, "--split", "train", "--out", fs / "p.jsonl"])
+        case("r4 full disk: mine --out", ["mine", "--data", data, "--split", "train", "--rank-from", "1", "--out",
+                                          fs / "p.jsonl"])
     finally:
         subprocess.run(["umount", "-l", str(fs)], check=False)
 

@@ -155,11 +155,12 @@ def test_stage_config_names_the_field(kwargs, needle):
 
 
 def test_toml_numbers_not_finite_or_huge_are_named(tmp_path):
-    for line, needle in (("lr = inf", "lr="), ("epochs = nan", "epochs="), ("steps = 99999999999999", "steps="),
+    for line, needle in (("lr = inf", "lr = inf: a finite number"), ("epochs = nan", "epochs = nan"),
+                         ("steps = 99999999999999", "steps = 99999999999999: a whole number"),
                          ("batch_size = 1e400", "batch_size")):
         path = tmp_path / "stages.toml"
         path.write_text(f'out = "run"\n[[stage]]\ndata = "d"\n{line}\n')
-        with pytest.raises(TwoTowerError, match=needle):
+        with pytest.raises(TwoTowerError, match=f"^{path}: stage 1: .*{needle}"):
             tt.TrainConfig.from_toml(path).validate()
 
 

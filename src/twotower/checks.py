@@ -28,13 +28,15 @@ from twotower.errors import TwoTowerError
 # (int32 indices, C longs) with errors that name no parameter
 MAX_COUNT = 2**31 - 1
 
-_CLI: ContextVar[bool] = ContextVar("twotower_cli_names", default=False)
+# how the caller names parameters: "python" (epochs=), "cli" (--epochs) or "toml" (epochs, a key of a stages file)
+_CLI: ContextVar[str] = ContextVar("twotower_names", default="python")
 
 
 @contextmanager
-def cli_names() -> Iterator[None]:
-    """Within this block, messages name parameters as command-line options (``--top-k``), not ``k=``."""
-    token = _CLI.set(True)
+def cli_names(style: str = "cli") -> Iterator[None]:
+    """Within this block, messages name parameters as command-line options (``--top-k``), not ``k=`` (``style``
+    ``"toml"``: as keys of a TOML file, ``lr = ...``)."""
+    token = _CLI.set(style)
     try:
         yield
     finally:
@@ -43,7 +45,7 @@ def cli_names() -> Iterator[None]:
 
 def use_cli_names() -> object:
     """Switch to command-line names until :func:`reset_names` is given the returned token (the CLI's callback)."""
-    return _CLI.set(True)
+    return _CLI.set("cli")
 
 
 def reset_names(token) -> None:
@@ -53,16 +55,17 @@ def reset_names(token) -> None:
 def option_name(name: str, option: str | None = None) -> str:
     """How the caller knows the parameter ``name`` (a Python keyword, e.g. ``"batch_size"``): ``--batch-size`` under
     the CLI (``option`` when its flag is spelt otherwise, e.g. ``--top-k`` for ``k``), else ``batch_size=``."""
-    if _CLI.get():
+    style = _CLI.get()
+    if style == "cli":
         return option or "--" + name.replace("_", "-")
-    return f"{name}="
+    return f"{name} =" if style == "toml" else f"{name}="
 
 
 def given(name: str, value, option: str | None = None) -> str:
     """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``."""
     where = option_name(name, option)
     shown = repr(value) if isinstance(value, str) and where.endswith("=") else _show(value)
-    return f"{where}{shown}" if where.endswith("=") else f"{where} {shown}"
+    return f"{where}{shown}" if where.endswith("=") and not where.endswith(" =") else f"{where} {shown}"
 
 
 def _bounds(integer: bool, minimum, maximum, above, below) -> str:
@@ -96,7 +99,7 @@ def check_number(value, name: str, *, integer: bool = False, minimum=None, maxim
         maximum = MAX_COUNT
     rule = _bounds(integer, minimum, maximum, above, below)
     where = where + option_name(name, option)
-    sep = "" if where.endswith("=") else " "
+    sep = " " if not where.endswith("=") or where.endswith(" =") else ""
     tail = f" ({hint})" if hint else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         kind = "nothing" if value is None else f"a {type(value).__name__}"

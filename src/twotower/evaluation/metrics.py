@@ -82,24 +82,30 @@ def check_metrics(metrics) -> None:
         seen[key] = metric
 
 
+def _check_table(table, what: str, inner: str, valid, rule: str) -> None:
+    """ValueError naming the first entry of ``table`` that is not ``{query_id: {doc_id: value}}`` with string ids
+    and ``valid(value)``; ``inner`` names the value ("score", "grade") and ``rule`` says what it must be."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{what}: a dict {{query_id: {{doc_id: {inner}}}}}, not {type(table).__name__}")
+    for qid, docs in table.items():
+        if not isinstance(qid, str):
+            raise ValueError(f"{what}: query id {qid!r} is a {type(qid).__name__}; ids are strings")
+        if not isinstance(docs, dict):
+            raise ValueError(f"{what}[{qid!r}]: a dict {{doc_id: {inner}}}, not {type(docs).__name__}")
+        for did, value in docs.items():
+            if not isinstance(did, str):
+                raise ValueError(f"{what}[{qid!r}]: document id {did!r} is a {type(did).__name__}; ids are strings")
+            if isinstance(value, bool) or not valid(value):
+                raise ValueError(f"{what}[{qid!r}][{did!r}] = {value!r}: {rule}")
+
+
 def check_run(run, what: str = "run") -> None:
     """ValueError naming the first entry of ``run`` that is not ``{query_id: {doc_id: finite score}}``."""
     import math
     import numbers
 
-    if not isinstance(run, dict):
-        raise ValueError(f"{what}: a dict {{query_id: {{doc_id: score}}}}, not {type(run).__name__}")
-    for qid, docs in run.items():
-        if not isinstance(qid, str):
-            raise ValueError(f"{what}: query id {qid!r} is a {type(qid).__name__}; ids are strings")
-        if not isinstance(docs, dict):
-            raise ValueError(f"{what}[{qid!r}]: a dict {{doc_id: score}}, not {type(docs).__name__}")
-        for did, score in docs.items():
-            if not isinstance(did, str):
-                raise ValueError(f"{what}[{qid!r}]: document id {did!r} is a {type(did).__name__}; ids are strings")
-            if (isinstance(score, bool) or not isinstance(score, numbers.Real)
-                    or not math.isfinite(score)):
-                raise ValueError(f"{what}[{qid!r}][{did!r}] = {score!r}: a score is a finite number")
+    _check_table(run, what, "score", lambda v: isinstance(v, numbers.Real) and math.isfinite(v),
+                 "a score is a finite number")
 
 
 def check_qrels(qrels, what: str = "qrels") -> None:
@@ -107,19 +113,8 @@ def check_qrels(qrels, what: str = "qrels") -> None:
     (pytrec_eval takes integer grades only)."""
     import numbers
 
-    if not isinstance(qrels, dict):
-        raise ValueError(f"{what}: a dict {{query_id: {{doc_id: grade}}}}, not {type(qrels).__name__}")
-    for qid, rels in qrels.items():
-        if not isinstance(qid, str):
-            raise ValueError(f"{what}: query id {qid!r} is a {type(qid).__name__}; ids are strings")
-        if not isinstance(rels, dict):
-            raise ValueError(f"{what}[{qid!r}]: a dict {{doc_id: grade}}, not {type(rels).__name__}")
-        for did, grade in rels.items():
-            if not isinstance(did, str):
-                raise ValueError(f"{what}[{qid!r}]: document id {did!r} is a {type(did).__name__}; ids are strings")
-            if isinstance(grade, bool) or not isinstance(grade, numbers.Integral) or abs(grade) > 2**31 - 1:
-                raise ValueError(f"{what}[{qid!r}][{did!r}] = {grade!r}: a relevance grade is a whole number "
-                                 "(0 not relevant, 1, 2, ... more relevant)")
+    _check_table(qrels, what, "grade", lambda v: isinstance(v, numbers.Integral) and abs(v) <= 2**31 - 1,
+                 "a relevance grade is a whole number (0 not relevant, 1, 2, ... more relevant)")
 
 
 def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identical_ids: bool = True) -> dict[str, dict[str, float]]:

@@ -228,6 +228,11 @@ class TrainConfig:
             _check_types(StageConfig, st, f"{path}: stage {i}")
             stages.append(StageConfig(**_paths_from(path, st, ("data", "pairs"))))
         _check_types(cls, raw, str(path))
+        from twotower.checks import cli_names
+
+        with cli_names("toml"):  # its numbers named as the file's keys (lr = inf), the file named first
+            for i, stage in enumerate(stages, start=1):
+                stage.validate(f"{path}: stage {i}: ")
         raw = _paths_from(path, raw, ("out", "model"))
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(stages=stages, **values)
