@@ -567,3 +567,20 @@ def test_train_refuses_num_negatives_without_hard_negatives(tmp_path, train_beir
     with pytest.raises(TwoTowerError, match="^num_negatives=3"):
         tt.train(cfg, num_negatives=3)
     assert not (tmp_path / "r").exists()
+
+
+# ---------------------------------------------------------------- case 9: eval with a re-ranker reports the pipeline
+
+
+def test_eval_with_rerank_reports_the_whole_pipeline(tiny_beir, tiny_ce_dir, tmp_path):
+    res = tt.evaluate("bm25", tiny_beir, rerank=str(tiny_ce_dir), precision="fp32", device="cpu")
+    t, n = res.timings, res.num_queries
+    assert t["rerank_s"] > 0 and t["first_stage_queries_per_s"] > t["queries_per_s"]
+    # the rate is the queries over the first stage's time plus the re-ranking's (timings are rounded to 4 places)
+    assert t["queries_per_s"] == pytest.approx(n / (n / t["first_stage_queries_per_s"] + t["rerank_s"]), rel=1e-2)
+    res_cli, out = invoke("eval", "--data", tiny_beir, "--retriever", "bm25", "--rerank", tiny_ce_dir, "--precision",
+                          "fp32", "--device", "cpu", "--no-progress", "--out", tmp_path / "r.json")
+    assert res_cli.exit_code == 0, out
+    assert "bm25 + rerank" in out
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["retriever"] == "bm25" and saved["rerank"] and "first_stage_queries_per_s" in saved["timings"]
