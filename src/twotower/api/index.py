@@ -164,20 +164,10 @@ class Index:
         from twotower.encoders.runtimes import check_runtime, using_runtime
 
         check_output_dir(path, "path")  # before any loading or encoding
-        from twotower.checks import check_number, option_name
+        from twotower.api._checks import check_build_options
 
-        for name, value in (("multivector", multivector), ("project", project), ("batch_size", batch_size),
-                            ("workers", workers)):
-            check_number(value, name, integer=True, minimum=1, optional=True)
-        check_number(gpus_per_worker, "gpus_per_worker", minimum=0, maximum=1024)
-        if not ray:  # Ray's settings, silently unused by a local build
-            unused = [option_name(n).rstrip("=") for n, v in (("ray_address", ray_address), ("workers", workers),
-                                                              ("gpus_per_worker", gpus_per_worker or None))
-                      if v is not None]
-            if unused:
-                raise TwoTowerError(f"{', '.join(unused)} set how Ray encodes; without "
-                                    f"{option_name('ray').rstrip('=')} the build runs here and would ignore them: "
-                                    "drop them or turn Ray on")
+        check_build_options(multivector=multivector, project=project, batch_size=batch_size, ray=ray,
+                            ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams or language is not None,
@@ -304,17 +294,10 @@ class Index:
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
                 raise TwoTowerError(f"query {i}: empty or not a string ({q!r}); give the text to search for")
-        from twotower.data.ids import check_texts
+        from twotower.api._checks import check_search_options
 
-        check_texts(queries, "query")  # a lone surrogate is named here, not by the tokenizer
-        from twotower.checks import check_number
-
-        check_number(k, "k", integer=True, minimum=1, hint="the number of hits")
-        for name, value in (("rerank_depth", rerank_depth), ("ef_search", ef_search), ("nprobe", nprobe),
-                            ("prf_depth", prf_depth)):
-            check_number(value, name, integer=True, minimum=1, optional=True)
-        check_number(lam, "lam", minimum=0, maximum=1, optional=True)
-        check_number(prf_weight, "prf_weight", above=0, optional=True)
+        check_search_options(queries, k=k, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe,
+                             prf_depth=prf_depth, lam=lam, prf_weight=prf_weight)
         if rerank_depth is not None and rerank is None:
             raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
         searcher = self._searcher
@@ -384,13 +367,9 @@ class Index:
 
             run = index.run({"q1": "green tea"}, k=10, mode="bm25")
         """
-        from twotower.checks import check_number
-        from twotower.data.ids import check_texts
+        from twotower.api._checks import check_run_queries
 
-        check_number(k, "k", integer=True, minimum=1)
-        if not isinstance(queries, dict):
-            raise TwoTowerError(f"queries: a dict {{query_id: text}}, not {type(queries).__name__}")
-        check_texts(queries.values(), "queries")
+        check_run_queries(queries, k)
         self._searcher.refresh()
         return self._searcher.run(dict(queries), k, **options)
 
