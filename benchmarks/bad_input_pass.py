@@ -1,5 +1,7 @@
 """A bad-input pass over every command and the HTTP API (in-process: typer's CliRunner, FastAPI's TestClient), as
-issue #35 asks: each case is an argv (or an HTTP request) and whether it must fail. A finding: a traceback (an
+issue #35 asks, extended by issue #45 (the "r4" and "py" cases: Python API calls, TOML files, full disks on a 2 MiB
+tmpfs where mounting is permitted): each case is an argv, an HTTP request or a Python call, and whether it must
+fail; a Python call raising anything but a TwoTowerError is a finding. A finding: a traceback (an
 exception other than SystemExit, or one printed), a hang (> 120 s), exit 0 where a failure was due (or an HTTP
 status other than 4xx), a 5xx, or an input file changed. Writes benchmarks/results/bad_input_pass.{json,md}.
 
@@ -27,9 +29,11 @@ results = []
 def markdown(payload: dict) -> str:
     """The results table; printed lines go in code spans, so that '[bold]' or '|' in them stays text."""
     rows = payload["rows"]
-    cli = sum(1 for r in rows if not r["system"].startswith("http "))
+    cli = sum(1 for r in rows if not r["system"].startswith(("http ", "py ")))
+    py = sum(1 for r in rows if r["system"].startswith("py "))
     lines = ["# bad_input_pass", "", f"Command: `{payload['command']}`", "",
-             f"{len(rows)} cases ({cli} CLI invocations over every command, {len(rows) - cli} HTTP requests); "
+             f"{len(rows)} cases ({cli} CLI invocations over every command, {len(rows) - cli - py} HTTP requests, "
+             f"{py} Python API calls); "
              f"{payload['findings']} with findings.", "", "| case | exit / status | findings | last line printed |",
              "|---|---|---|---|"]
     for r in rows:
@@ -402,6 +406,173 @@ case("serve runtime x", [*V, "--query-runtime", "x", "--port", BUSY])
 case("serve precision weird", [*V, "--precision", "weird", "--port", BUSY])
 case("serve host bogus", [*V, "--host", "no.such.host.invalid"])
 
+# ------------------------------------------------------------------ issue #45: hardening round 4
+import fcntl, gzip, shutil, subprocess
+
+
+def pycase(name, fn, fail=True, check=None):
+    """A Python API call: a finding when it raises anything but a TwoTowerError, when it returns where a failure was
+    due (or fails where it should not), or when ``check`` (given the result) says the result is wrong."""
+    t0 = time.time()
+    problems, msg, code = [], "", 0
+    try:
+        got = fn()
+        if fail:
+            problems.append("returned on bad input")
+        elif check is not None and not check(got):
+            problems.append("wrong result")
+        msg = repr(got)[:200]
+    except tt.TwoTowerError as exc:
+        code, msg = 2, str(exc)
+        if not fail:
+            problems.append("TwoTowerError on good input")
+    except Exception as exc:  # noqa: BLE001 (the point: a raw library exception is a finding)
+        code, msg = 1, f"{type(exc).__name__}: {exc}"
+        problems.append(f"raw {type(exc).__name__}")
+    results.append({"case": "py " + name, "argv": name, "exit": code, "s": round(time.time() - t0, 1),
+                    "problems": problems, "message": msg[:300]})
+    print(("FAIL " if problems else "ok   ") + "py " + name, code, problems or msg[:150], flush=True)
+
+
+clob = W / "clob"
+(clob / "model").mkdir(parents=True, exist_ok=True)
+(clob / "model" / "weights.txt").write_text("mine")
+(clob / "fit.json").write_text('{"mine": true}')
+clob5 = W / "clob5"
+clob5.mkdir(exist_ok=True)
+(clob5 / "config.json").write_text('{"mine": 1}')
+case("r4 fit into a folder of a model and fit.json", ["fit", "--data", data, "--out", clob, "--epochs", "0.1",
+                                                      "--no-mine", *M, "--no-progress"],
+     watch=[clob / "model" / "weights.txt", clob / "fit.json"])
+case("r4 train-reranker over a user's config.json", ["train-reranker", "--data", data, "--out", clob5, "--base", tiny,
+                                                     "--epochs", "1", "--no-progress"], watch=[clob5 / "config.json"])
+for value in ("inf", "nan", "1e400"):
+    case(f"r4 fit --epochs {value}", ["fit", "--data", data, "--out", W / "fit-inf", "--epochs", value, "--no-progress"])
+case("r4 fit --no-mine --mined-epochs 3", ["fit", "--data", data, "--out", W / "fit-nm", "--no-mine", "--mined-epochs",
+                                          "3", "--no-progress"])
+case("r4 fit --rerank-depth without --reranker", ["fit", "--data", data, "--out", W / "fit-rd", "--rerank-depth", "5"])
+case("r4 train --num-negatives without hard negatives", ["train", "--data", data, "--out", W / "tr-nn", *M,
+                                                         "--num-negatives", "3", "--no-progress"])
+toml_inf = W / "inf.toml"
+toml_inf.write_text(f'out = "{W / "tr-toml"}"\n[[stage]]\ndata = "{data}"\nsplit = "train"\nlr = inf\n')
+case("r4 train TOML lr = inf", ["train", "--config", toml_inf, "--out", W / "tr-toml", *M, "--no-progress"])
+toml_big = W / "big.toml"
+toml_big.write_text(f'out = "{W / "tr-toml2"}"\n[[stage]]\ndata = "{data}"\nsplit = "train"\nsteps = 99999999999999\n')
+case("r4 train TOML steps = 1e14", ["train", "--config", toml_big, "--out", W / "tr-toml2", *M, "--no-progress"])
+toml_str = W / "str.toml"
+toml_str.write_text(f'out = "{W / "tr-toml3"}"\n[[stage]]\ndata = "{data}"\nsplit = "train"\nepochs = "3"\n')
+case("r4 train TOML epochs = '3'", ["train", "--config", toml_str, "--out", W / "tr-toml3", *M, "--no-progress"])
+for metrics, ok in (("NDCG@10", True), ("ndcg_cut_10,P.1", True), ("Recall@100,recall@100", False), ("ndcg@010", True),
+                    ("ndcg@99999999999", False), ("ndcg@1.5", False)):
+    case(f"r4 eval --metrics {metrics}", ["eval", "--data", data, "--retriever", "bm25", "--metrics", metrics,
+                                          "--no-progress"], fail=not ok)
+case("r4 eval --top-k 99999999999", ["eval", "--data", data, "--top-k", "99999999999", "--no-progress"])
+case("r4 eval hybrid --lambda nan", ["eval", "--data", data, *M, "--retriever", "hybrid", "--lambda", "nan",
+                                     "--no-progress"])
+case("r4 index build --workers without --ray", ["index", "build", "--data", data, "--out", W / "ix-w", *M, "--workers",
+                                                "2", "--no-progress"])
+case("r4 index build --gpus-per-worker inf", ["index", "build", "--data", data, "--out", W / "ix-g", *M,
+                                              "--gpus-per-worker", "inf", "--no-progress"])
+case("r4 index build --hnsw-m with --kind flat", ["index", "build", "--data", data, "--out", W / "ix-h", *M,
+                                                  "--hnsw-m", "16", "--no-progress"])
+case("r4 index build --rescore-factor without binary", ["index", "build", "--data", data, "--out", W / "ix-r", *M,
+                                                        "--rescore-factor", "8", "--no-progress"])
+case("r4 models fetch minilm-l6 --dest", ["models", "fetch", "minilm-l6", "--dest", W / "dest"])
+case("r4 data locate a corpus.jsonl path", ["data", "locate", data / "corpus.jsonl", "--cache", W / "cache"])
+case("r4 data locate dv/ok/corpus.jsonl", ["data", "locate", W / "dv" / "ok" / "corpus.jsonl", "--cache", W / "cache"])
+gz = bad_beir("b_gz")
+(gz / "corpus.jsonl.gz").write_bytes(gzip.compress((gz / "corpus.jsonl").read_bytes()))
+(gz / "corpus.jsonl").unlink()
+case("r4 eval a folder with only corpus.jsonl.gz", ["eval", "--data", gz, "--no-progress"])
+b_rundup = W / "dup.trec"
+b_rundup.write_text("q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\nq1 Q0 d1 3 0.5 t\n")
+locked = W / "idx-locked"
+if not locked.exists():
+    shutil.copytree(idx, locked)
+with (locked / ".lock").open("a") as held:
+    fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    case("r4 index remove under another writer's lock", ["index", "remove", "--index", locked, "d1", "--lock-timeout",
+                                                         "0.5"])
+    fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+
+enc = tt.Encoder.load(str(tiny), device="cpu", precision="fp32")
+index = tt.Index.open(idx, precision="fp32")
+pycase("score_run grade 1.5", lambda: tt.score_run({"q1": {"d1": 1.0}}, {"q1": {"d1": 1.5}}))
+pycase("score_run score nan", lambda: tt.score_run({"q1": {"d1": float("nan")}}, {"q1": {"d1": 1}}))
+pycase("score_run int query id", lambda: tt.score_run({1: {"d1": 1.0}}, {"q1": {"d1": 1}}))
+pycase("score_run NDCG@10 = ndcg@10", lambda: tt.score_run({"q1": {"d1": 1.0}}, {"q1": {"d1": 1}}, ["NDCG@10"]),
+       fail=False, check=lambda got: got == {"NDCG@10": 1.0})
+pycase("read_run a document twice", lambda: tt.read_run(b_rundup))
+pycase("write_run score nan", lambda: tt.write_run({"q1": {"d1": float("nan")}}, W / "nan.trec"))
+pycase("fit epochs='3'", lambda: tt.fit(data, W / "fit-str", epochs="3", show_progress=False))
+pycase("fit epochs=inf", lambda: tt.fit(data, W / "fit-inf2", epochs=float("inf"), show_progress=False))
+pycase("StageConfig(lr='fast')", lambda: tt.StageConfig(lr="fast").validate())
+pycase("StageConfig(steps=1e30)", lambda: tt.StageConfig(steps=10**30).validate())
+pycase("TrainConfig(dim=2.5)", lambda: tt.TrainConfig(out=str(W / "tc"), dim=2.5).validate())
+pycase("RerankerTrainConfig(epochs=1.5)", lambda: tt.RerankerTrainConfig(epochs=1.5))
+pycase("ViewConfig(chunk_tokens=2)", lambda: tt.ViewConfig(chunk_tokens=2).validate() or "ok", fail=False)
+pycase("Index.build rescore_factor=nan", lambda: tt.Index.build(W / "ix-nan", data, encoder=str(tiny), vectors="binary",
+                                                               rescore_factor=float("nan"), show_progress=False))
+pycase("Index.build multivector=0", lambda: tt.Index.build(W / "ix-mv", data, encoder=str(tiny), multivector=0,
+                                                          show_progress=False))
+pycase("Index.build batch_size=0", lambda: tt.Index.build(W / "ix-bs", data, encoder=str(tiny), batch_size=0,
+                                                         show_progress=False))
+pycase("Index.search k=1e20", lambda: index.search("tea", k=10**20))
+pycase("Index.search surrogate", lambda: index.search("tea \ud800"))
+pycase("Index.run surrogate", lambda: index.run({"q": "tea \ud800"}))
+pycase("Index.remove [1]", lambda: index.remove([1]))
+pycase("Encoder.encode_queries surrogate", lambda: enc.encode_queries(["a\ud800"]))
+pycase("Encoder.encode_documents surrogate title", lambda: enc.encode_documents([{"title": "\udc00", "text": "x"}]))
+pycase("Encoder.encode_queries batch_size=0", lambda: enc.encode_queries(["x"], batch_size=0))
+pycase("evaluate k=inf", lambda: tt.evaluate("bm25", data, k=float("inf")))
+pycase("evaluate multivector=0", lambda: tt.evaluate(str(tiny), data, mode="multivector", multivector=0))
+pycase("create_app max_k=0", lambda: tt.create_app(idx, max_k=0))
+pycase("create_app max_body_bytes=10", lambda: tt.create_app(idx, max_body_bytes=10))
+
+
+def _stopword_bm25():
+    from twotower.retrieval.bm25 import BM25
+
+    bm = BM25().index(["d0", "d1", "d2"], ["the and of", "!!! ...", "cats eat fish"], show_progress=False)
+    return bm.search_run(["stop", "cats"], ["the of", "cats"], 5, show_progress=False)
+
+
+pycase("BM25 stopword query over stopword documents", _stopword_bm25, fail=False,
+       check=lambda run: run["stop"] == {} and set(run["cats"]) == {"d2"})
+from twotower.integrations.langchain import TwoTowerRetriever as _LC  # noqa: E402
+from twotower.integrations.llama_index import TwoTowerRetriever as _LI  # noqa: E402
+
+pycase("LangChain ef_search on a flat index", lambda: _LC(index, k=3, ef_search=5))
+pycase("LlamaIndex misspelt option", lambda: _LI(index, k=3, ef_serach=5))
+
+fs = W / "fs"
+fs.mkdir(exist_ok=True)
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(fs)], capture_output=True).returncode == 0:
+    try:
+        case("r4 full disk: index build", ["index", "build", "--data", data, "--out", fs / "ix", *M, "--bm25",
+                                           "--no-progress"], fail=False)
+        free = os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize
+        (fs / "filler").write_bytes(b"\0" * max(0, free - 8192))
+        more = W / "more.jsonl"
+        more.write_text("".join(json.dumps({"_id": f"m{i}", "title": "", "text": f"tea number {i} " * 20}) + "\n"
+                                for i in range(500)))
+        case("r4 full disk: index add", ["index", "add", "--index", fs / "ix", "--docs", more, "--no-progress"])
+        case("r4 full disk: index remove", ["index", "remove", "--index", fs / "ix", "d1"])
+        import gc
+
+        gc.collect()  # CliRunner keeps the failed add's traceback: its frames hold the deleted temp vectors' blocks
+        with (fs / "filler2").open("wb", buffering=0) as rest:  # nothing left: write until the disk refuses
+            try:
+                while True:
+                    rest.write(b"\0" * 4096)
+            except OSError:
+                pass
+        case("r4 full disk: eval --run", ["eval", "--data", data, "--run", fs / "run.trec", "--no-progress"])
+        case("r4 full disk: mine --out", ["mine", "--data", data, "--split", "train", "--rank-from", "1", "--out",
+                                          fs / "p.jsonl"])
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
 # ------------------------------------------------------------------ HTTP API
 from fastapi.testclient import TestClient
 key = "0123456789abcdef0123"
@@ -479,6 +650,15 @@ http("healthz", "get", "/healthz", "2xx")
 http("metrics", "get", "/metrics", "2xx")
 http("unknown route", "get", "/nope", "4xx")
 http("wrong method", "get", "/search", "4xx")
+http("r4 k with 5,000 digits", "post", "/search", "4xx", content=b'{"query": "tea", "k": ' + b"9" * 5000 + b"}",
+     headers={"content-type": "application/json"})
+LONG = "x" * 300
+http("r4 add a 300-character id", "post", "/documents", "2xx", json={"documents": [{"_id": LONG, "text": "tea"}]},
+     headers=H)
+http("r4 get a 300-character id", "get", f"/documents/{LONG}", "2xx")
+http("r4 delete a 300-character id", "delete", f"/documents/{LONG}", "2xx", headers=H)
+http("r4 add a 1,025-byte id", "post", "/documents", "4xx", json={"documents": [{"_id": "y" * 1025, "text": "x"}]},
+     headers=H)
 
 bad = [r for r in results if r["problems"]]
 sys.path.insert(0, str(REPO / "benchmarks"))

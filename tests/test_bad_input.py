@@ -100,7 +100,7 @@ def test_stage_refuses_infinite_numbers(field, value):
     from twotower.errors import TwoTowerError
     from twotower.training.config import StageConfig
 
-    with pytest.raises(TwoTowerError, match=field.replace("_", " ") if field != "lr" else "learning rate"):
+    with pytest.raises(TwoTowerError, match=f"{field}=inf"):
         StageConfig(data="x", **{field: value}).validate()
 
 

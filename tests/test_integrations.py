@@ -256,8 +256,8 @@ def test_async_search_does_not_block_the_event_loop(index, framework, monkeypatc
 # ---------------------------------------------------------------------------------------------- bad settings
 
 
-BAD = [({"k": 0}, "k 0"), ({"k": "5"}, "k '5'"), ({"k": True}, "k True"), ({"mode": "semantic"}, "mode 'semantic'"),
-       ({"lam": 0.5}, "lam"), ({"mode": "hybrid", "lam": 1.5}, "lam 1.5"), ({"mode": "hybrid", "norm": "l2"}, "norm"),
+BAD = [({"k": 0}, "k=0"), ({"k": "5"}, "k='5'"), ({"k": True}, "k=True"), ({"mode": "semantic"}, "mode 'semantic'"),
+       ({"lam": 0.5}, "lam"), ({"mode": "hybrid", "lam": 1.5}, "lam=1.5"), ({"mode": "hybrid", "norm": "l2"}, "norm"),
        ({"mode": "dense", "norm": "zscore"}, "norm"), ({"rerank_depth": 5}, "rerank_depth"),
        ({"prf_depth": 0}, "prf_depth"), ({"mode": "bm25", "prf_depth": 3}, "prf_depth"),
        ({"prf_weight": 0.5}, "prf_weight"), ({"nprobe": -1}, "nprobe")]

@@ -149,7 +149,8 @@ def test_any_id_is_reachable(client, index):
     assert client.get("/documents/" + quote("日本語/ü")).json()["id"] == "日本語/ü"
     # ids that differ only by encoding stay apart: "a%2Fb" is its own document, not "a/b"
     assert client.get(doc_url("a%2Fb")).json()["title"] == f"t{ODD_IDS.index('a%2Fb')}"
-    assert client.get(doc_url("x" * 257)).status_code == 422
+    assert client.get(doc_url("x" * 1025)).status_code == 422  # the one id rule: at most 1,024 bytes (issue #45)
+    assert client.get(doc_url("x" * 300)).status_code == 404  # a valid id, not in the index
     assert client.get(doc_url("a/c")).status_code == 404
     for d in ODD_IDS:
         gone = client.delete(doc_url(d), headers=HEADERS)
@@ -288,7 +289,7 @@ def test_other_bad_input(client, index, tmp_path):
     bad(client.post("/search/batch", json={"queries": []}), 422)
     bad(client.post("/search/batch", json={"queries": ["q"] * 65}), 422)
     bad(client.post("/search/batch", json={"queries": ["ok", ""]}), 422)
-    bad(client.get("/documents/" + "x" * 300), 422)
+    bad(client.get("/documents/" + "x" * 1025), 422)  # over the id rule's 1,024 bytes
     bad(client.put("/search", json={"query": "tea"}), 405)
     bad(client.get("/nowhere"), 404)
     # body size: declared, and chunked without a Content-Length

@@ -27,14 +27,14 @@ def train_beir(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--temperature", "0"], "temperature 0.0: must be above 0"),
-    (["--temperature", "-1"], "temperature -1.0: must be above 0"),
-    (["--steps", "0"], "steps 0: must be at least 1"),
-    (["--steps", "-3"], "steps -3: must be at least 1"),
-    (["--epochs", "0"], "epochs 0.0: must be above 0"),
-    (["--dim", "0"], "dim 0: the projection size must be at least 1"),
-    (["--lr", "0"], "learning rate 0.0: must be above 0"),
-    (["--attention-dropout", "1.5"], "attention dropout 1.5"),
+    (["--temperature", "0"], "--temperature 0.0: a finite number above 0"),
+    (["--temperature", "-1"], "--temperature -1.0: a finite number above 0"),
+    (["--steps", "0"], "--steps 0: a whole number at least 1"),
+    (["--steps", "-3"], "--steps -3: a whole number at least 1"),
+    (["--epochs", "0"], "--epochs 0.0: a finite number above 0"),
+    (["--dim", "0"], "--dim 0: a whole number at least 1"),
+    (["--lr", "0"], "--lr 0.0: a finite number above 0"),
+    (["--attention-dropout", "1.5"], "--attention-dropout 1.5"),
     (["--device", "gpu"], "--device 'gpu': not a device name"),
 ])
 def test_bad_numbers_stop_before_any_work(tmp_path, tiny_bert_dir, train_beir, args, message):

@@ -34,7 +34,7 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
         table.add_column(name, justify="left" if name in ("retriever", "model") else "right", no_wrap=True)
     for r in rows:
         table.add_row(
-            r["retriever"],
+            r["retriever"] + (" + rerank" if r.get("rerank") else ""),  # queries/s then includes the re-ranking
             str(r.get("model") or "-"),
             *[f"{r['metrics'][m]:.4f}" if m in r["metrics"] else "-" for m in metric_names],
             f"{r['timings'].get('queries_per_s', float('nan')):.1f}",
@@ -43,7 +43,12 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
 
 
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+def main(ctx: typer.Context,
+         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    from twotower.checks import reset_names, use_cli_names
+
+    token = use_cli_names()  # the library's messages name options as flags (--epochs, not epochs=)
+    ctx.call_on_close(lambda: reset_names(token))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -114,7 +119,10 @@ def eval_cmd(
         _fail(exc)
     for message in result.warnings:
         warn(message)
-    result.save(out, run_file=run_file)
+    try:
+        result.save(out, run_file=run_file)  # a full disk: "no space left on <path>", nothing half-written
+    except TwoTowerError as exc:
+        _fail(exc)
     payload = result.to_json()
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
 

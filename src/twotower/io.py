@@ -10,6 +10,7 @@ any loading, so a bad ``--out`` fails in a second, not after the work.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -74,22 +75,81 @@ def _check_replaceable(path: Path, want: str, option: str | None = None) -> None
                         f"refusing to replace it; {hint}")
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# how libraries that write through C (FAISS, bm25s' numpy) report a full disk in a RuntimeError's text
+_FULL_WORDS = ("No space left on device", "errno 28", "errno=28", "Disk quota exceeded")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """``exc`` says the disk (or the user's quota) is full: an OSError ENOSPC/EDQUOT, or a library's RuntimeError
+    (FAISS: "... write error ... errno 28") carrying those words."""
+    if isinstance(exc, OSError):
+        # numpy's tofile (np.save) reports a short write without an errno: "34536 requested and 21472 written"
+        short = exc.errno is None and "requested and" in str(exc) and "written" in str(exc)
+        return exc.errno in _FULL or short
+    return isinstance(exc, RuntimeError) and any(word in str(exc) for word in _FULL_WORDS)
+
+
+def disk_full_error(path: str | Path, what: str = "") -> TwoTowerError:
+    return TwoTowerError(f"no space left on {path}{f' ({what})' if what else ''}: nothing was half-written (the "
+                         "partial files were removed and what was there is as it was); free some space, or write "
+                         "elsewhere, and run it again")
+
+
+@contextmanager
+def reporting_full_disk(path: str | Path, what: str = "") -> Iterator[None]:
+    """Turn a full disk met inside the block (see :func:`is_disk_full`) into a :class:`TwoTowerError` saying "no
+    space left on <path>"; the block's own cleanup (temp files removed) has run by then."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(path, what) from None
+        raise
+
+
+def preallocate(path: str | Path) -> None:
+    """Reserve the disk blocks of the file at ``path`` (its current size) now, so that writing through a memory
+    map of it cannot meet a full disk (which is a SIGBUS that kills the process, not an error): a full disk is
+    ENOSPC here instead."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno in _FULL:
+                    raise
+                # no fallocate on this file system (EOPNOTSUPP, EINVAL): write the zeros through the file
+                os.lseek(fd, 0, os.SEEK_SET)
+                block = b"\0" * (1 << 20)
+                left = size
+                while left:
+                    left -= os.write(fd, block[: min(left, len(block))])
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temp file beside it, fsynced, renamed over it); a full disk is a
+    :class:`TwoTowerError` "no space left on <path>" with the temp file removed and ``path`` as it was."""
     path = Path(path)
     _check_replaceable(path, REGULAR_FILE)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        _check_replaceable(path, REGULAR_FILE)  # again: something may have appeared there meanwhile
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with reporting_full_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            _check_replaceable(path, REGULAR_FILE)  # again: something may have appeared there meanwhile
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def _umask() -> int:
@@ -116,22 +176,23 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     _check_replaceable(path, DIRECTORY)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    os.chmod(tmp, 0o777 & ~_umask())
-    try:
-        yield tmp
-        _check_replaceable(path, DIRECTORY)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with reporting_full_disk(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+        os.chmod(tmp, 0o777 & ~_umask())
+        try:
+            yield tmp
+            _check_replaceable(path, DIRECTORY)
+            old = None
+            if path.exists():
+                old = path.parent / f".{path.name}.old-{os.getpid()}"
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 # ---- reading files a user names -------------------------------------------------------------

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from twotower.api._errors import user_errors
+from twotower.checks import check_number
+from twotower.data.ids import check_texts
 from twotower.errors import TwoTowerError
 
 __all__ = ["Encoder", "document_text"]
@@ -61,6 +63,7 @@ class Encoder:
         from twotower.encoders.runtimes import check_runtime
 
         check_precision(precision)
+        check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)
         self.runtime = check_runtime(runtime)
         self.model = model
         self.source = source
@@ -87,6 +90,9 @@ class Encoder:
         from twotower.encoders.device import resolve_device
         from twotower.encoders.towers import DualEncoder
 
+        for name, value in (("batch_size", batch_size), ("query_max_length", query_max_length),
+                            ("doc_max_length", doc_max_length)):
+            check_number(value, name, integer=True, minimum=1, optional=True)
         target = resolve_device(device, option="device")
         model = DualEncoder.load(name_or_dir, pooling=pooling, query_max_length=query_max_length,
                                  doc_max_length=doc_max_length, device=target)
@@ -131,6 +137,8 @@ class Encoder:
     def _options(self, show_progress: bool, batch_size: int | None):
         from twotower.encoders.towers import EncodeOptions
 
+        check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)
+
         return EncodeOptions(batch_size=batch_size or self.batch_size, precision=self.precision,
                              show_progress=show_progress, runtime=self.runtime)
 
@@ -144,10 +152,7 @@ class Encoder:
             vecs = enc.encode_queries(["vitamin D and bone density", "green tea"])
             assert vecs.shape == (2, enc.dim)
         """
-        texts = _texts(queries, "queries")
-        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-        if bad is not None:
-            raise TwoTowerError(f"queries[{bad}]: a query is a string, got {type(texts[bad]).__name__}")
+        texts = check_texts(_texts(queries, "queries"), "queries")
         return self.model.encode_queries(texts, self._options(show_progress, batch_size))
 
     @user_errors
@@ -162,7 +167,7 @@ class Encoder:
             vecs = enc.encode_documents(["plain text", {"title": "A title", "text": "and its text"}])
             assert vecs.shape == (2, enc.dim)
         """
-        texts = [document_text(d) for d in _texts(docs, "documents")]
+        texts = check_texts([document_text(d) for d in _texts(docs, "documents")], "documents")
         return self.model.encode_documents(texts, self._options(show_progress, batch_size))
 
     @user_errors
@@ -180,10 +185,10 @@ class Encoder:
         """
         from twotower.retrieval.multivector import encode_multivector
 
-        m = m or self.multivector or 8
-        if m < 1:
-            raise TwoTowerError(f"m {m}: ME-BERT keeps at least one vector per document")
-        texts = [document_text(d) for d in _texts(docs, "documents")]
+        m = self.multivector or 8 if m is None else check_number(m, "m", integer=True, minimum=1,
+                                                                 hint="ME-BERT keeps at least one vector a document")
+        check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)
+        texts = check_texts([document_text(d) for d in _texts(docs, "documents")], "documents")
         vectors, offsets = encode_multivector(
             self.model.doc_tower, texts, m, max_length=self.model.doc_max_length,
             batch_size=batch_size or self.batch_size, precision=self.precision, show_progress=show_progress)

@@ -122,6 +122,7 @@ def evaluate(
     return result
 
 
+@user_errors
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]],
               metrics: Sequence[str] | None = None, *, per_query: bool = False) -> dict:
     """Score any run ``{query_id: {doc_id: score}}`` (yours, or one read with :func:`read_run`) against qrels, with
@@ -132,11 +133,17 @@ def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
         qrels = {"q1": {"d1": 1}}
         print(tt.score_run({"q1": {"d1": 2.0, "d2": 1.0}}, qrels, ["ndcg@10", "p@1"]))  # {'ndcg@10': 1.0, 'p@1': 1.0}
     """
-    from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, evaluate as _mean
+    from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, check_qrels, check_run, evaluate as _mean
     from twotower.evaluation.metrics import per_query as _per_query
 
+    if isinstance(metrics, str):
+        metrics = [m.strip() for m in metrics.split(",") if m.strip()]
     names = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     check_metrics(names)
+    check_run(run)
+    check_qrels(qrels)
+    qrels = {q: {d: int(g) for d, g in rels.items()} for q, rels in qrels.items()}  # numpy ints: plain ints
+    run = {q: {d: float(s) for d, s in docs.items()} for q, docs in run.items()}
     return _per_query(qrels, run, names) if per_query else _mean(qrels, run, names)
 
 
@@ -152,6 +159,7 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     return _read(path)
 
 
+@user_errors
 def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = "twotower") -> None:
     """Write ``{query_id: {doc_id: score}}`` as a TREC run file, best first per query, atomically.
 
@@ -159,9 +167,11 @@ def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = 
 
         tt.write_run({"q1": {"d1": 2.0, "d2": 1.0}}, "my.trec", tag="mine")
     """
+    from twotower.evaluation.metrics import check_run
     from twotower.evaluation.runs import write_run as _write
     from twotower.io import check_output_file
 
+    check_run(run)  # a NaN score or an int id would be written as a line no reader takes
     check_output_file(path, "path")
     _write(run, path, tag=tag)
 

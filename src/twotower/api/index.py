@@ -160,6 +160,10 @@ class Index:
         from twotower.encoders.runtimes import check_runtime, using_runtime
 
         check_output_dir(path, "path")  # before any loading or encoding
+        from twotower.api._checks import check_build_options
+
+        check_build_options(multivector=multivector, project=project, batch_size=batch_size, ray=ray,
+                            ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams or language is not None,
@@ -307,8 +311,10 @@ class Index:
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
                 raise TwoTowerError(f"query {i}: empty or not a string ({q!r}); give the text to search for")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise TwoTowerError(f"k {k!r}: the number of hits, a whole number ≥ 1")
+        from twotower.api._checks import check_search_options
+
+        check_search_options(queries, k=k, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe,
+                             prf_depth=prf_depth, lam=lam, prf_weight=prf_weight)
         if rerank_depth is not None and rerank is None:
             raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
         searcher = self._searcher
@@ -378,6 +384,9 @@ class Index:
 
             run = index.run({"q1": "green tea"}, k=10, mode="bm25")
         """
+        from twotower.api._checks import check_run_queries
+
+        check_run_queries(queries, k)
         self._searcher.refresh()
         return self._searcher.run(dict(queries), k, **options)
 
@@ -385,10 +394,12 @@ class Index:
     @user_errors
     @_locked
     def add(self, docs, *, ids=None, metadatas=None, replace: bool = False, batch_size: int | None = None,
-            compile: bool = False, show_progress: bool = False, runtime: str = "auto") -> "Index":
+            compile: bool = False, show_progress: bool = False, runtime: str = "auto",
+            lock_timeout: float | None = 60.0) -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes, with its ``ids`` / ``metadatas`` for a list of
         strings) with the index's encoder and add them as a new version; ids already in the index are an error
         unless ``replace=True`` (a replaced document's metadata is replaced too); ``runtime`` as in :meth:`build`.
+        ``lock_timeout``: seconds to wait while another writer holds the index (0: fail at once; None: wait).
         Returns the index; the ids added, in order, are in :attr:`added_ids`.
 
         Example::
@@ -397,10 +408,12 @@ class Index:
             index.add(["Matcha is ground green tea."], metadatas=[{"type": "tea"}])
             print(index.added_ids)  # ['doc-…']: the text's content id
         """
+        from twotower.checks import check_number
         from twotower.encoders.runtimes import check_runtime, using_runtime
         from twotower.retrieval.searcher import EncodeConfig, add_documents_from
 
         check_runtime(runtime)
+        check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)
 
         searcher = self._searcher
         searcher.refresh()
@@ -408,7 +421,9 @@ class Index:
                            show_progress=show_progress, compile=compile)
         source = str(docs) if isinstance(docs, (str, Path)) else "documents"
         new = corpus_documents(docs, ids=ids, metadatas=metadatas)
-        with using_runtime(runtime):
+        from twotower.retrieval.index.lock import lock_timeout as waiting
+
+        with using_runtime(runtime), waiting(lock_timeout):  # another writer: give up after lock_timeout s
             add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=searcher.encoder,
                                source=source)
         searcher.refresh()
@@ -417,8 +432,9 @@ class Index:
 
     @user_errors
     @_locked
-    def remove(self, ids: Sequence[str]) -> "Index":
+    def remove(self, ids: Sequence[str], *, lock_timeout: float | None = 60.0) -> "Index":
         """Remove documents by id (a new version without them; an unknown id is an error). Returns the index.
+        ``lock_timeout``: seconds to wait while another writer holds the index (0: fail at once; None: wait).
 
         Example::
 
@@ -426,7 +442,14 @@ class Index:
         """
         if isinstance(ids, str):
             raise TwoTowerError("remove takes a list of ids, not a single string")
+        ids = list(ids)
+        bad = next((i for i in ids if not isinstance(i, str)), None)
+        if bad is not None:
+            raise TwoTowerError(f"ids: a list of document ids (strings); {bad!r} is a {type(bad).__name__}")
+        from twotower.retrieval.index.lock import lock_timeout as waiting
+
         self._searcher.refresh()
-        self._searcher.store.remove(list(ids), show_progress=False)
+        with waiting(lock_timeout):  # another writer holding the index: give up after lock_timeout s
+            self._searcher.store.remove(list(ids), show_progress=False)
         self._searcher.refresh()
         return self

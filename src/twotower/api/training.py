@@ -101,7 +101,6 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TwoTowerError(f"out {out}: exists and is not a directory")
-    folder, split = _fit_data(data, out, split)
     given = {"model": model, "split": split, "epochs": epochs, "lr": lr, "batch_size": batch_size, "mine": mine,
              "mined_epochs": mined_epochs, "language": language, "seed": seed}
     fields = set(FitRecipe.__dataclass_fields__)
@@ -110,8 +109,12 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
         raise TwoTowerError(f"fit: unknown recipe field(s) {', '.join(unknown)}; the fields are {', '.join(sorted(fields))}")
     settings = {**{k: v for k, v in given.items() if v is not None}, **recipe, "reranker": reranker}
     for key in ("margins", "lambdas", "matryoshka", "matryoshka_weights"):
-        if settings.get(key) is not None:
+        if isinstance(settings.get(key), (list, tuple)):
             settings[key] = tuple(settings[key])
+    FitRecipe(**settings).validate()  # every number named (epochs=, lr=) before the data is read or saved
+    folder, split = _fit_data(data, out, split)
+    if split is not None:
+        settings["split"] = split
     with using_runtime(runtime):
         result = run_fit(folder, out, FitRecipe(**settings), FitOptions(precision=precision, device=device,
                                                                        show_progress=show_progress,

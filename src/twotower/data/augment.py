@@ -51,7 +51,7 @@ class ViewConfig:
 
     augment: str = "crop"
     chunk_tokens: int = 256
-    min_tokens: int = 10
+    min_tokens: int | None = None  # None: 10, or chunk_tokens when that is shorter
     ratio_min: float = 0.05
     ratio_max: float = 0.5
     ict_keep: float = 0.1
@@ -59,11 +59,27 @@ class ViewConfig:
     replace: float = 0.0
     mask: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.min_tokens is None:
+            short = isinstance(self.chunk_tokens, int) and not isinstance(self.chunk_tokens, bool)
+            self.min_tokens = min(10, self.chunk_tokens) if short and self.chunk_tokens >= 1 else 10
+
     def validate(self) -> None:
+        from twotower.checks import check_number
+
+        check_number(self.chunk_tokens, "chunk_tokens", integer=True, minimum=2)
+        check_number(self.min_tokens, "min_tokens", integer=True, minimum=1, maximum=self.chunk_tokens,
+                     hint="the shortest last chunk of a document kept; at most chunk_tokens")
+        for name, option in (("ratio_min", "--crop-min"), ("ratio_max", "--crop-max")):
+            if isinstance(getattr(self, name), (bool, str)) or not isinstance(getattr(self, name), (int, float)):
+                check_number(getattr(self, name), name, option=option)  # names what is not a number
+        if not 0 < self.ratio_min <= self.ratio_max <= 1:  # nan too
+            raise ValueError(f"crop ratios (--crop-min, --crop-max) must satisfy 0 < min ≤ max ≤ 1, got "
+                             f"[{self.ratio_min}, {self.ratio_max}]")
+        for name in ("ict_keep", "delete", "replace", "mask"):
+            check_number(getattr(self, name), name, minimum=0, maximum=1, hint="a probability")
         if self.augment not in AUGMENTS:
             raise ValueError(f"unknown augment '{self.augment}': choose one of {', '.join(AUGMENTS)}")
-        if not 0 < self.ratio_min <= self.ratio_max <= 1:
-            raise ValueError(f"crop ratios must satisfy 0 < min ≤ max ≤ 1, got [{self.ratio_min}, {self.ratio_max}]")
         for name in ("ict_keep", "delete", "replace", "mask"):
             value = getattr(self, name)
             if not 0 <= value <= 1:

@@ -48,14 +48,24 @@ class Document:
         return f"{self.title} {self.text}".strip() if self.title else self.text
 
 
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip")
+
+
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, decoded line) and name the line of any non-UTF-8 bytes."""
     if not path.is_file():
         if path.exists():
             raise DataError(path, "is a directory, not a file" if path.is_dir() else "is not a regular file",
                             hint="give the path of a UTF-8 text file")
+        packed = [p.name for p in (path.with_name(path.name + ext) for ext in _COMPRESSED) if p.is_file()]
+        if packed:
+            raise DataError(path, f"file not found; {packed[0]} is there, but twotower reads uncompressed UTF-8 "
+                                  "files only", hint=f"unpack it first, e.g. gunzip -k {path.parent / packed[0]}")
         raise DataError(path, "file not found", hint="check the data directory")
     with open_input(path) as handle:  # a regular file (checked on the open descriptor), never a FIFO or device
+        if handle.peek(2)[:2] == b"\x1f\x8b" if hasattr(handle, "peek") else False:
+            raise DataError(path, "is gzip-compressed: twotower reads uncompressed UTF-8 files only",
+                            hint=f"unpack it first: zcat {path} > unpacked.jsonl, then use that file")
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")

@@ -79,6 +79,12 @@ def resolve_data(data: str | Path, cache_dir: str | Path, *, download: bool = Tr
     path = Path(data)
     if path.is_dir():
         return path
+    if path.exists():
+        raise DatasetNotFound(f"{path} is a file, not a data directory: give the folder that holds corpus.jsonl, "
+                              f"queries.jsonl and qrels/ ({path.parent})")
+    if path.suffix.lower() in (".jsonl", ".json", ".tsv", ".gz", ".zip", ".txt", ".csv"):
+        raise DatasetNotFound(f"{path}: not found, and it names a file, not a BEIR data set, so nothing is fetched: "
+                              f"give a BEIR folder (holding corpus.jsonl) or a data set name such as scifact")
     check_output_dir(cache_dir, "--cache")
     if not download:
         raise DatasetNotFound(f"{path}: data directory not found")

@@ -18,6 +18,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # whitespace (str.isspace: spaces, tabs, newlines, NBSP, U+2028 ...), C0/C1 controls, DEL
 _NOT_IN_ID = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
 
+# the longest id, in bytes of UTF-8, anywhere: files, the index, the service's paths and bodies, Milvus (whose
+# primary key holds at most this much); a longer id is refused where it comes in, so none is stored that some way
+# out (GET /documents/{id}) could not name
+MAX_ID_BYTES = 1024
+
 ID_RULE = ("an id is one token of printable characters: no spaces, tabs, newlines or control characters "
            "(TREC run files and qrels split on them); e.g. replace spaces with '_'")
 
@@ -47,6 +52,9 @@ def id_problem(value: str) -> str | None:
     bad = _NOT_IN_ID.search(value)
     if bad is not None:
         return f"holds {_describe(bad.group())} at character {bad.start() + 1}: {ID_RULE}"
+    size = len(value.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        return f"is {size} bytes long (UTF-8): an id is at most {MAX_ID_BYTES} bytes"
     return None
 
 
@@ -57,3 +65,18 @@ def first_bad_id(ids) -> tuple[str, str] | None:
         if problem:
             return value, problem
     return None
+
+
+def check_texts(texts, what: str) -> list[str]:
+    """``texts`` as a list when each is a string the tokenizer can take, else a :class:`TwoTowerError` naming the
+    first bad one as ``what[i]`` (not a string, or holding a lone surrogate: see :func:`text_problem`)."""
+    from twotower.errors import TwoTowerError
+
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TwoTowerError(f"{what}[{i}]: a text is a string, got {type(text).__name__}")
+        problem = text_problem(text)
+        if problem:
+            raise TwoTowerError(f"{what}[{i}] {problem}")
+    return texts

@@ -153,6 +153,14 @@ def fetch_model(
     if from_dir is not None and not Path(from_dir).is_dir():
         raise ModelError(f"--from-dir {from_dir}: no such folder")
     if spec.bundled:
+        given = [name for name, value in (("dest", dest), ("from_dir", from_dir)) if value is not None]
+        given += ["force"] if force else []
+        if given:  # nothing is installed for a bundled model: these would go unused
+            from twotower.checks import option_name
+
+            raise ModelError(f"{', '.join(option_name(n).rstrip('=') for n in given)}: '{spec.name}' comes bundled "
+                             "with twotower (inside its Python package), so nothing is fetched or installed; drop "
+                             "them (fetching it only locates it)")
         return require_installed(spec)
     target = Path(dest).expanduser() if dest is not None else default_dest(spec)
     if is_installed_dir(target, spec):

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytrec_eval
 
@@ -31,27 +33,88 @@ def top_n(run: Run, n: int) -> Run:
 
 
 _NAMES = ("ndcg", "recall", "p", "map", "mrr", "acc")
+# other spellings of the same measures: trec_eval's (ndcg_cut_10, P_5, map_cut.100, recip_rank@10) and long names
+_ALIASES = {"ndcg_cut": "ndcg", "precision": "p", "map_cut": "map", "recip_rank": "mrr", "accuracy": "acc"}
+# name@k, name_k or name.k; the name is matched without regard to case, k is digits only (010 is 10)
+_FORM = re.compile(r"\s*([A-Za-z_]+?)\s*(?:@|_|\.)\s*(-?\d+)\s*")  # a negative k: named as below 1
+_SPELLINGS = ("ndcg@10, NDCG@10, ndcg_cut_10 and ndcg_cut.10 are one metric; names: ndcg, recall, p (precision), "
+              "map, mrr (recip_rank), acc (accuracy)")
 
 
 def _parse(metric: str) -> tuple[str, int]:
-    try:
-        name, cut_text = metric.lower().split("@")
-        cut = int(cut_text)
-    except ValueError:
-        raise ValueError(f"metric '{metric}' must look like name@k, e.g. ndcg@10") from None
+    """``(name, k)`` of a metric written ``name@k`` (any case; also trec_eval's ``ndcg_cut_10`` / ``P.5``)."""
+    if not isinstance(metric, str):
+        raise ValueError(f"metric {metric!r}: a name such as 'ndcg@10', not {type(metric).__name__}")
+    match = _FORM.fullmatch(metric)
+    if match is None:
+        raise ValueError(f"metric '{metric}' must look like name@k, e.g. ndcg@10 ({_SPELLINGS})")
+    name = match.group(1).lower()
+    name = _ALIASES.get(name, name)
     if name not in _NAMES:
-        raise ValueError(f"unknown metric '{metric}': use ndcg, recall, p, map, mrr or acc with @k")
+        raise ValueError(f"unknown metric '{metric}': use ndcg, recall, p, map, mrr or acc with @k ({_SPELLINGS})")
+    cut = int(match.group(2))
     if cut < 1:  # pytrec_eval aborts the whole process on a cutoff below 1
         raise ValueError(f"metric '{metric}': the cutoff k must be at least 1, e.g. {name}@10")
+    if cut > 2**31 - 1:  # past a C int pytrec_eval's measure string cannot be parsed
+        raise ValueError(f"metric '{metric}': the cutoff k must be at most {2**31 - 1}")
     return name, cut
 
 
+def canonical(metric: str) -> str:
+    """The one spelling of ``metric``: ``NDCG@010`` and ``ndcg_cut_10`` are ``ndcg@10``."""
+    name, cut = _parse(metric)
+    return f"{name}@{cut}"
+
+
 def check_metrics(metrics) -> None:
-    """Raise ValueError, before any work, for an empty list or a metric that :func:`per_query` cannot compute."""
+    """Raise ValueError, before any work, for an empty list, a metric that :func:`per_query` cannot compute, or
+    one metric named twice in two spellings (``ndcg@10`` and ``NDCG@10``: results are keyed by the names given)."""
+    if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
+        raise ValueError(f"metrics {metrics!r}: a list of names such as ['ndcg@10', 'recall@100']")
+    metrics = list(metrics)
     if not metrics:
         raise ValueError("--metrics names no metric: give e.g. ndcg@10,recall@100")
+    seen: dict[str, str] = {}
     for metric in metrics:
-        _parse(metric)
+        key = canonical(metric)
+        if key in seen:
+            raise ValueError(f"metrics '{seen[key]}' and '{metric}' are the same metric ({key}): give it once")
+        seen[key] = metric
+
+
+def _check_table(table, what: str, inner: str, valid, rule: str) -> None:
+    """ValueError naming the first entry of ``table`` that is not ``{query_id: {doc_id: value}}`` with string ids
+    and ``valid(value)``; ``inner`` names the value ("score", "grade") and ``rule`` says what it must be."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{what}: a dict {{query_id: {{doc_id: {inner}}}}}, not {type(table).__name__}")
+    for qid, docs in table.items():
+        if not isinstance(qid, str):
+            raise ValueError(f"{what}: query id {qid!r} is a {type(qid).__name__}; ids are strings")
+        if not isinstance(docs, dict):
+            raise ValueError(f"{what}[{qid!r}]: a dict {{doc_id: {inner}}}, not {type(docs).__name__}")
+        for did, value in docs.items():
+            if not isinstance(did, str):
+                raise ValueError(f"{what}[{qid!r}]: document id {did!r} is a {type(did).__name__}; ids are strings")
+            if isinstance(value, bool) or not valid(value):
+                raise ValueError(f"{what}[{qid!r}][{did!r}] = {value!r}: {rule}")
+
+
+def check_run(run, what: str = "run") -> None:
+    """ValueError naming the first entry of ``run`` that is not ``{query_id: {doc_id: finite score}}``."""
+    import math
+    import numbers
+
+    _check_table(run, what, "score", lambda v: isinstance(v, numbers.Real) and math.isfinite(v),
+                 "a score is a finite number")
+
+
+def check_qrels(qrels, what: str = "qrels") -> None:
+    """ValueError naming the first judgement of ``qrels`` that is not ``{query_id: {doc_id: whole-number grade}}``
+    (pytrec_eval takes integer grades only)."""
+    import numbers
+
+    _check_table(qrels, what, "grade", lambda v: isinstance(v, numbers.Integral) and abs(v) <= 2**31 - 1,
+                 "a relevance grade is a whole number (0 not relevant, 1, 2, ... more relevant)")
 
 
 def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identical_ids: bool = True) -> dict[str, dict[str, float]]:

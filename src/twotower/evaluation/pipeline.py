@@ -318,6 +318,12 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
         run = reranker.rerank(run, ds.queries, lambda d: ds.corpus[d].full_text, top_n=cfg.rerank_depth,
                               show_progress=cfg.show_progress, weight=cfg.rerank_weight)
         timings["rerank_s"] = time.perf_counter() - t0
+        # queries/s is the whole pipeline's: the first stage's time per query plus the re-ranking's
+        first = timings.get("queries_per_s")
+        n_q = len(ds.queries)
+        if first and n_q:
+            timings["first_stage_queries_per_s"] = first
+            timings["queries_per_s"] = n_q / (n_q / first + timings["rerank_s"])
     return run
 
 
@@ -338,6 +344,17 @@ def check_eval_options(cfg: EvalConfig) -> None:
     from twotower.retrieval.bm25 import BM25Params
 
     check_metrics(cfg.metrics)
+    from twotower.checks import check_number
+
+    check_number(cfg.top_k, "k", integer=True, minimum=1, option="--top-k")
+    for name in ("batch_size", "query_max_length", "doc_max_length", "multivector", "prf_depth"):
+        check_number(getattr(cfg, name), name, integer=True, minimum=1, optional=True)
+    check_number(cfg.rerank_depth, "rerank_depth", integer=True, minimum=1)
+    check_number(cfg.hybrid_lambda, "lam", minimum=0, maximum=1, optional=True, option="--lambda")
+    check_number(cfg.rerank_weight, "rerank_weight", minimum=0, maximum=1, optional=True)
+    check_number(cfg.prf_weight, "prf_weight", above=0, optional=True)
+    for name in ("k1", "b"):
+        check_number(getattr(cfg, name), name, minimum=0, optional=True)
     BM25Params(k1=1.5 if cfg.k1 is None else cfg.k1, b=0.75 if cfg.b is None else cfg.b)
     if cfg.hybrid_lambda is not None and cfg.retriever != "hybrid":
         raise TwoTowerError(f"--lambda weighs dense against BM25 in --retriever hybrid; --retriever {cfg.retriever} "

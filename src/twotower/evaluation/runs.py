@@ -30,18 +30,34 @@ def write_run(run: Run, path: str | Path, tag: str = "twotower") -> None:
 
 
 def read_run(path: str | Path) -> Run:
+    """``{query_id: {doc_id: score}}`` from a TREC run file. A document listed twice for one query is refused,
+    naming both lines (which score would count is not for the reader to guess), as is a score that is not a finite
+    number; blank lines are skipped."""
+    import math
+
+    from twotower.io import read_input_text
+
     path = Path(path)
     run: Run = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 6:
-                raise DataError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}", line=number)
-            qid, _, did, _, score, _ = parts
-            try:
-                run.setdefault(qid, {})[did] = float(score)
-            except ValueError:
-                raise DataError(path, f"score must be a number, got '{score}'", line=number, field="score") from None
+    first_line: dict[tuple[str, str], int] = {}
+    text = read_input_text(path, what="TREC run file", limit=4 << 30)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 6:
+            raise DataError(path, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}", line=number)
+        qid, _, did, _, score, _ = parts
+        try:
+            value = float(score)
+        except ValueError:
+            raise DataError(path, f"score must be a number, got '{score}'", line=number, field="score") from None
+        if not math.isfinite(value):
+            raise DataError(path, f"score must be a finite number, got '{score}'", line=number, field="score")
+        if (qid, did) in first_line:
+            raise DataError(path, f"document '{did}' is listed twice for query '{qid}' (first on line "
+                                  f"{first_line[qid, did]}): a run ranks each document once per query; keep one "
+                                  "line", line=number, field="docid")
+        first_line[qid, did] = number
+        run.setdefault(qid, {})[did] = value
     return run

@@ -103,7 +103,13 @@ class TwoTowerRetriever(BaseRetriever):
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
                  nprobe: int | None = None, filters: MetadataFilters | dict | None = None,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
+                 callback_manager: CallbackManager | None = None, verbose: bool = False, **unknown: Any) -> None:
+        if unknown:  # a misspelt option (ef_serach=) is named here, as LangChain's retriever names it
+            from twotower.errors import TwoTowerError
+
+            raise TwoTowerError(f"TwoTowerRetriever: unknown option(s) {', '.join(sorted(unknown))}; it takes k, "
+                                "mode, lam, norm, prf_depth, prf_weight, rerank, rerank_depth, ef_search, nprobe, "
+                                "filters, callback_manager, verbose")
         self.index = as_index(index)
         self.k = k
         self.filter = check_filter(filters if filters is None or isinstance(filters, dict)

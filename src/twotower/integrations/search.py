@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from twotower.api.index import Hit, Index
+from twotower.checks import check_number
 from twotower.errors import TwoTowerError
 from twotower.retrieval.prf import check_prf
 
@@ -27,14 +28,31 @@ def as_index(index, option: str = "index") -> Index:
 
 
 def _whole(name: str, value, minimum: int = 1) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        raise TwoTowerError(f"{name} {value!r}: a whole number ≥ {minimum}")
+    check_number(value, name, integer=True, minimum=minimum, optional=True)
 
 
 def _number(name: str, value, low: float, high: float) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
-                              not low <= value <= high):
-        raise TwoTowerError(f"{name} {value!r}: a number from {low:g} to {high:g}")
+    check_number(value, name, minimum=low, maximum=None if high == float("inf") else high, optional=True)
+
+
+def check_breadth(index: Index, ef_search, nprobe) -> None:
+    """``ef_search`` / ``nprobe`` against the kind of ``index`` now, as its first search would check them."""
+    _whole("ef_search", ef_search)
+    _whole("nprobe", nprobe)
+    if ef_search is None and nprobe is None:
+        return
+    store = index.store
+    faiss_index = getattr(store, "faiss_index", None)
+    if faiss_index is None:
+        return  # another backend (Milvus) checks its own search parameters
+    if store.codec.vectors == "binary":
+        from twotower.retrieval.index.binary import hamming_params
+
+        hamming_params(faiss_index, ef_search, nprobe)
+    else:
+        from twotower.retrieval.index.kinds import search_params
+
+        search_params(faiss_index, ef_search=ef_search, nprobe=nprobe)
 
 
 def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth=None, prf_weight=None, rerank=None,
@@ -64,8 +82,7 @@ def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth
     check_prf(prf_depth, prf_weight, mode=resolved, mode_option="mode", depth_option="prf_depth",
               weight_option="prf_weight")
     _whole("rerank_depth", rerank_depth)
-    _whole("ef_search", ef_search)
-    _whole("nprobe", nprobe)
+    check_breadth(index, ef_search, nprobe)
     if rerank_depth is not None and rerank is None:
         raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
     if isinstance(rerank, (str, Path)) and str(rerank) != "none":

@@ -92,6 +92,9 @@ class BM25:
             log.info("BM25 language detected from the documents: %s", self.params.language)
         if self.params.ngram == 2:
             tokens = self._ngram_tokens(texts, show_progress=show_progress)
+            if not any(tokens):  # no document has a usable term (all stopwords, punctuation): bm25s cannot build
+                # an empty vocabulary, so each holds the empty placeholder term, which no query holds
+                tokens = [[""] for _ in tokens]
             self.index_.index(tokens, show_progress=show_progress)
         else:
             tokens = self.tokenizer.tokenize(
@@ -120,6 +123,14 @@ class BM25:
                 q_ids[i] = [0]
         else:
             q_ids = self.tokenizer.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
+            # bm25s maps a query with no indexed term to the empty placeholder term, which every document without
+            # a usable term (all stopwords, punctuation) holds: such a query would score exactly those documents
+            empty = self.tokenizer.word_to_id.get("")
+            if empty is not None:
+                q_ids = [[t for t in ids if t != empty] for ids in q_ids]
+                unmatched = [i for i, ids in enumerate(q_ids) if not ids]
+                for i in unmatched:
+                    q_ids[i] = [empty]
         weights = None if mask is None else np.asarray(mask, dtype=np.float32)
         indices, scores = self.index_.retrieve(
             q_ids, k=k, show_progress=show_progress, n_threads=n_threads, weight_mask=weights

@@ -44,6 +44,8 @@ def register(app: typer.Typer) -> None:
     from twotower.console import fail as _fail
     from twotower.errors import TwoTowerError
 
+    LOCK_HELP = ("Seconds to wait while another writer holds the index's lock, then give up with nothing changed "
+                 "(0: at once).")
     index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
     app.add_typer(index_app, name="index")
 
@@ -129,12 +131,13 @@ def register(app: typer.Typer) -> None:
         compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
         progress: bool = typer.Option(True, help="Show progress bars."),
         runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
+        lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
     ) -> None:
         """Encode only the new documents and add them as a new index version."""
         try:
             opened = tt.Index.open(index, model=model, device=device, precision=precision)
             opened.add(docs, replace=replace, batch_size=batch_size, compile=compile_, show_progress=progress,
-                       runtime=runtime)
+                       runtime=runtime, lock_timeout=lock_timeout)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
@@ -143,10 +146,11 @@ def register(app: typer.Typer) -> None:
     def index_remove(
         index: Path = typer.Option(..., "--index", help="Index directory."),
         ids: list[str] = typer.Argument(..., help="Document ids to remove."),
+        lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
     ) -> None:
         """Remove documents (a new index version without them)."""
         try:
-            opened = tt.Index.open(index).remove(ids)
+            opened = tt.Index.open(index).remove(ids, lock_timeout=lock_timeout)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
         console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")

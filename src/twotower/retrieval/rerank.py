@@ -46,6 +46,18 @@ def _check_has_head(path: Path) -> None:
                          "'twotower train-reranker' or another *ForSequenceClassification model")
 
 
+def _is_cross_encoder(path: Path) -> bool:
+    """``path`` holds a saved cross-encoder: a config.json naming a *ForSequenceClassification architecture, and
+    weights beside it (a user's folder with some other config.json is not one, and must not be replaced)."""
+    try:
+        architectures = json.loads((path / "config.json").read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    weights = any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin",
+                                                        "model.safetensors.index.json", "pytorch_model.bin.index.json"))
+    return bool(architectures) and all(str(a).endswith("ForSequenceClassification") for a in architectures) and weights
+
+
 class Reranker:
     """A cross-encoder scoring (query, document) pairs.
 
@@ -161,10 +173,15 @@ class RerankerTrainConfig:
     show_progress: bool = True
 
     def __post_init__(self) -> None:
-        if not 0 < self.lr < float("inf"):
-            raise ModelError(f"--lr {self.lr}: the learning rate must be a finite number above 0 (default 1e-4)")
-        if not 0 <= self.warmup <= 1:
-            raise ModelError(f"warmup {self.warmup}: a fraction of the steps, 0 to 1")
+        from twotower.checks import check_number
+
+        check_number(self.lr, "lr", above=0, hint="the learning rate; default 1e-4")
+        check_number(self.warmup, "warmup", minimum=0, maximum=1, hint="a fraction of the steps")
+        for key, least in (("negatives", 1), ("mine_depth", 2), ("epochs", 1), ("batch_queries", 1),
+                           ("max_length", 16)):
+            check_number(getattr(self, key), key, integer=True, minimum=least)
+        check_number(self.seed, "seed", integer=True, minimum=0, maximum=2**32 - 1)
+        check_number(self.max_queries, "max_queries", integer=True, minimum=1, optional=True)
 
 
 def mine_negatives(
@@ -199,15 +216,12 @@ def train_reranker(
         raise ModelError("--split test: a re-ranker trained on the test judgements would be evaluated on what it "
                          "learned; train on another split (train, dev)")
     out = Path(out)
-    if out.is_dir() and any(out.iterdir()):
-        try:
-            _check_has_head(out)
-            is_cross_encoder = (out / "config.json").is_file()
-        except ModelError:
-            is_cross_encoder = False
-        if not is_cross_encoder:
-            raise ModelError(f"--out {out} is a folder holding other files, not a cross-encoder: training would replace "
-                             "it whole; give a new folder (or a previous re-ranker's, to replace it)")
+    if out.is_dir() and any(out.iterdir()) and not _is_cross_encoder(out):
+        from twotower.checks import option_name
+
+        raise ModelError(f"{option_name('out')} {out} is a folder holding other files, not a cross-encoder (its "
+                         "config.json naming a *ForSequenceClassification model, and its weights): training would "
+                         "replace it whole; give a new folder (or a previous re-ranker's, to replace it)")
     target = resolve_device(cfg.device)
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)

@@ -169,6 +169,9 @@ def create_app(
         detail = exc.detail
         if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI's words for a body
             detail = "the request body is not JSON text in UTF-8: send UTF-8 encoded JSON"  # json.loads cannot decode
+            if "integer string conversion" in str(exc.__cause__ or ""):  # Python's limit on digits, not bad JSON
+                detail = ("the request body holds a number of more than 4,300 digits: no field takes such a number "
+                          f"(k is at most {limits.max_k})")
         response = error(exc.status_code, kinds.get(exc.status_code, "http_error"), detail)
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value

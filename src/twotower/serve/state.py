@@ -23,10 +23,20 @@ class ServeLimits:
     max_k: int = 1000
     max_batch_queries: int = 64
     max_docs_per_request: int = 256
-    max_id_chars: int = 256
+    max_id_chars: int = 1024  # characters; the id rule (data.ids.MAX_ID_BYTES) also bounds its UTF-8 bytes
     max_title_chars: int = 2048
     max_text_chars: int = 100_000
     max_body_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        from twotower.checks import check_number
+
+        check_number(self.max_k, "max_k", integer=True, minimum=1, maximum=1_000_000)
+        check_number(self.max_batch_queries, "max_batch", integer=True, minimum=1, maximum=100_000)
+        check_number(self.max_body_bytes, "max_body_bytes", integer=True, minimum=1024,
+                     hint="a search request alone takes hundreds of bytes")
+        for name in ("max_query_chars", "max_docs_per_request", "max_id_chars", "max_title_chars", "max_text_chars"):
+            check_number(getattr(self, name), name, integer=True, minimum=1)
 
 
 class ServiceState:

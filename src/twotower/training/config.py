@@ -48,6 +48,24 @@ class StageConfig:
     def validate(self, where: str = "") -> None:
         """Raise TwoTowerError for settings that cannot train (checked before any model is loaded)."""
         at = f"{where}stage '{self.name}'"
+        from twotower.checks import check_number
+
+        n, w = check_number, f"{at}: "
+        n(self.epochs, "epochs", above=0, optional=self.steps is not None, where=w, hint="or give steps")
+        n(self.steps, "steps", integer=True, minimum=1, optional=True, where=w)
+        n(self.batch_size, "batch_size", integer=True, minimum=2, where=w, hint="the in-batch softmax needs 2")
+        n(self.lr, "lr", above=0, where=w)
+        n(self.weight_decay, "weight_decay", minimum=0, where=w)
+        n(self.warmup, "warmup", minimum=0, maximum=1, where=w, hint="a fraction of the steps")
+        n(self.temperature, "temperature", above=0, where=w, hint="scores are divided by it; GTR uses 0.01")
+        n(self.hard_negatives, "hard_negatives", integer=True, minimum=0, where=w)
+        n(self.bucket_size, "bucket_size", integer=True, minimum=0, optional=True, where=w)
+        n(self.max_grad_norm, "max_grad_norm", above=0, optional=True, where=w)
+        for key in ("name", "split", "optimizer"):
+            if not isinstance(getattr(self, key), str):
+                raise TwoTowerError(f"{w}{key} {getattr(self, key)!r}: a string")
+        if not isinstance(self.bidirectional, bool):
+            raise TwoTowerError(f"{w}bidirectional {self.bidirectional!r}: True or False")
         checks = [
             (self.data is not None and self.pairs is not None,
              "gives both data (a BEIR directory) and pairs (a JSONL file): give one"),
@@ -140,6 +158,20 @@ class TrainConfig:
         """Raise TwoTowerError for settings that cannot train, naming the setting (before any work starts)."""
         if not self.stages:
             raise TwoTowerError("a run needs at least one stage")
+        from twotower.checks import check_number
+
+        n = check_number
+        n(self.dim, "dim", integer=True, minimum=1, optional=True)
+        n(self.attention_dropout, "attention_dropout", minimum=0, below=1, optional=True)
+        n(self.multivector, "multivector", integer=True, minimum=1, optional=True)
+        for key in ("query_max_length", "doc_max_length"):
+            n(getattr(self, key), key, integer=True, minimum=1, optional=True)
+        n(self.seed, "seed", integer=True, minimum=0, maximum=2**32 - 1)
+        n(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
+        n(self.keep_checkpoints, "keep_checkpoints", integer=True, minimum=1)
+        n(self.checkpoint_minutes, "checkpoint_minutes", above=0, optional=True)
+        if not all(isinstance(st, StageConfig) for st in self.stages):
+            raise TwoTowerError("stages: a list of StageConfig")
         if self.dim is not None and self.dim < 1:
             raise TwoTowerError(f"dim {self.dim}: the projection size must be at least 1 (or leave it out)")
         if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
@@ -196,6 +228,11 @@ class TrainConfig:
             _check_types(StageConfig, st, f"{path}: stage {i}")
             stages.append(StageConfig(**_paths_from(path, st, ("data", "pairs"))))
         _check_types(cls, raw, str(path))
+        from twotower.checks import cli_names
+
+        with cli_names("toml"):  # its numbers named as the file's keys (lr = inf), the file named first
+            for i, stage in enumerate(stages, start=1):
+                stage.validate(f"{path}: stage {i}: ")
         raw = _paths_from(path, raw, ("out", "model"))
         values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(stages=stages, **values)
@@ -204,6 +241,12 @@ class TrainConfig:
 def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, multivector: int | None = None,
                      model_dim: int | None = None) -> None:
     """TwoTowerError for Matryoshka settings that cannot train (``model_dim``: the embeddings' size, once known)."""
+    from twotower.checks import check_numbers
+
+    if dims is not None:
+        check_numbers(dims, "matryoshka", integer=True, minimum=1)
+    if weights is not None:
+        check_numbers(weights, "matryoshka_weights", minimum=0)
     if dims is None:
         if weights is not None:
             raise TwoTowerError("matryoshka_weights (--matryoshka-weights) need matryoshka (--matryoshka) dimensions")

@@ -69,6 +69,12 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     if cfg.multivector is not None and req.hard_negatives == "model":
         raise TwoTowerError("--hard-negatives model mines with the pooled single-vector retriever, not the max score "
                             "that --multivector trains; use --hard-negatives bm25 or none with --multivector")
+    from twotower.checks import check_number, given
+
+    check_number(req.num_negatives, "num_negatives", integer=True, minimum=1)
+    if req.hard_negatives == "none" and req.num_negatives != 1:  # no mined negatives: the count would go unused
+        raise TwoTowerError(f"{given('num_negatives', req.num_negatives)} sets how many mined negatives each query "
+                            f"gets, and {given('hard_negatives', 'none')} mines none: drop it or mine (bm25 | model)")
     if req.hard_negatives == "none":
         Trainer(cfg).train(resume=resume)
         return out / "model"

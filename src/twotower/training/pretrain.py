@@ -56,10 +56,11 @@ class PretrainConfig:
         self.views.validate()
         if self.negatives not in NEGATIVES:
             raise TwoTowerError(f"unknown negatives '{self.negatives}': choose one of {', '.join(NEGATIVES)}")
-        if self.queue_size < 1:
-            raise TwoTowerError(f"--queue-size must be ≥ 1, got {self.queue_size}")
-        if not 0 <= self.momentum <= 1:
-            raise TwoTowerError(f"--momentum must lie in [0, 1], got {self.momentum}")
+        from twotower.checks import check_number
+
+        check_number(self.queue_size, "queue_size", integer=True, minimum=1)
+        check_number(self.momentum, "momentum", minimum=0, maximum=1)
+        check_number(self.limit_docs, "limit_docs", integer=True, minimum=1, optional=True)
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:

@@ -44,17 +44,20 @@ def check_vectors(*, vectors: str, dim: int | None, rescore: str | None, rescore
                   source_dim: int, multivector: bool = False) -> int:
     """Fail before any encoding when the vector options cannot work; return the stored dimension.
     ``source_dim``: the dimension the encoder (or multi-vector projection) produces."""
+    from twotower.checks import check_number, option_name
+
     if vectors not in VECTOR_TYPES:
         raise IndexStoreError(f"--vectors '{vectors}': choose one of {', '.join(VECTOR_TYPES)}")
     if dim is not None:
-        if dim < 1:
-            raise IndexStoreError(f"--dim {dim}: must be at least 1")
+        check_number(dim, "dim", integer=True, minimum=1)
         if dim > source_dim:
             raise IndexStoreError(f"--dim {dim} is more than the model's {source_dim} dimensions: give --dim "
                                   f"{source_dim} or fewer (the stored vectors keep their first --dim dimensions)")
-    if rescore_factor is None or rescore_factor < 1:
-        raise IndexStoreError(f"--rescore-factor {rescore_factor}: must be at least 1 (the binary search fetches "
-                              f"k × factor candidates to rescore)")
+    check_number(rescore_factor, "rescore_factor", integer=True, minimum=1, maximum=1 << 20,
+                 hint="the binary search fetches k × factor candidates to rescore")
+    if rescore_factor != DEFAULT_RESCORE_FACTOR and vectors != "binary":
+        raise IndexStoreError(f"{option_name('rescore_factor').rstrip('=')} applies to binary vectors, not "
+                              f"'{vectors}': drop it or store binary vectors")
     if rescore is not None:
         if rescore not in RESCORE_TYPES:
             raise IndexStoreError(f"--rescore '{rescore}': choose one of {', '.join(RESCORE_TYPES)}")

@@ -118,14 +118,22 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     dim = codecs.check_vectors(vectors=spec.vectors, dim=spec.dim, rescore=spec.rescore,
                                rescore_factor=spec.rescore_factor, kind=spec.kind, source_dim=dim,
                                multivector=max_vectors != min_vectors)
-    least_values = (("--hnsw-m", spec.hnsw_m, 2), ("--ef-construction", spec.ef_construction, 1),
-                    ("--nlist", spec.nlist, 1), ("--pq-m", spec.pq_m, 1), ("train_size", spec.train_size, 1))
+    from twotower.checks import check_number, option_name
+
+    least_values = (("hnsw_m", spec.hnsw_m, 2), ("ef_construction", spec.ef_construction, 1),
+                    ("nlist", spec.nlist, 1), ("pq_m", spec.pq_m, 1), ("train_size", spec.train_size, 1))
     for name, value, least in least_values:
-        if value is not None and value < least:
-            raise IndexStoreError(f"{name} must be at least {least}, got {value}")
+        check_number(value, name, integer=True, minimum=least, maximum=1 << 24, optional=True)
     if min_vectors < 1:
         raise IndexStoreError("an index needs at least one document")
+    if not isinstance(spec.kind, str):
+        raise IndexStoreError(f"kind {spec.kind!r}: flat | hnsw | ivf | ivfpq or a FAISS factory string")
     kind = spec.kind.lower()
+    defaults = IndexSpec()
+    for name in ("hnsw_m", "ef_construction"):  # read by kind hnsw only: elsewhere a value would go unused
+        if getattr(spec, name) != getattr(defaults, name) and kind != "hnsw":
+            raise IndexStoreError(f"{option_name(name).rstrip('=')} applies to kind hnsw, not '{spec.kind}': drop it or change "
+                                  "the kind")
     if spec.nlist is not None and kind not in ("ivf", "ivfpq"):
         raise IndexStoreError(f"--nlist applies to --kind ivf | ivfpq, not '{spec.kind}': drop it or change --kind")
     if spec.pq_m is not None and kind != "ivfpq":

@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -52,17 +53,54 @@ def _try_lock(fd: int) -> bool:
         raise
 
 
+# how long a writer waits for the lock before giving up with an error (None: as long as it takes); the commands and
+# Index.add / Index.remove set it (--lock-timeout, lock_timeout=) around their writes
+_TIMEOUT: ContextVar[float | None] = ContextVar("twotower_lock_timeout", default=None)
+DEFAULT_TIMEOUT_S = 60.0  # what the commands and Index.add / Index.remove wait unless told otherwise
+
+
+@contextlib.contextmanager
+def lock_timeout(seconds: float | None) -> Iterator[None]:
+    """Writers inside this block give up after ``seconds`` (0: at once; None: wait as long as it takes)."""
+    from twotower.checks import check_number
+
+    check_number(seconds, "lock_timeout", minimum=0, optional=True, hint="seconds to wait for another writer")
+    token = _TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _TIMEOUT.reset(token)
+
+
 def _acquire(fd: int, path: Path, notice_after: float) -> None:
+    from twotower.checks import option_name
+
+    timeout = _TIMEOUT.get()
     t0 = time.monotonic()
-    while time.monotonic() - t0 < notice_after:
+    while time.monotonic() - t0 < min(notice_after, timeout if timeout is not None else notice_after):
         if _try_lock(fd):
             return
         time.sleep(_POLL_S)
     if _try_lock(fd):
         return
-    log.warning("waiting for the index lock %s (%s): another writer is changing this index", path, holder(path))
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    log.warning("got the index lock %s after %.1f s", path, time.monotonic() - t0)
+    flag = option_name("lock_timeout")
+    if timeout is None:
+        log.warning("waiting for the index lock %s (%s): another writer is changing this index", path, holder(path))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        log.warning("got the index lock %s after %.1f s", path, time.monotonic() - t0)
+        return
+    if timeout > notice_after:
+        log.warning("waiting up to %g s for the index lock %s (%s): another writer is changing this index", timeout,
+                    path, holder(path))
+    while time.monotonic() - t0 < timeout:
+        if _try_lock(fd):
+            log.warning("got the index lock %s after %.1f s", path, time.monotonic() - t0)
+            return
+        time.sleep(_POLL_S)
+    from twotower.retrieval.index.errors import IndexStoreError
+
+    raise IndexStoreError(f"{path}: the index is locked by another writer ({holder(path)}); gave up after {timeout:g} s "
+                          f"with nothing changed: run again when it has finished, or wait longer with {flag}")
 
 
 def _record_holder(handle) -> None:

@@ -100,8 +100,12 @@ def publish(root: Path, tmp: Path, manifest: dict) -> Path:
     fsync_dir(tmp)
     final = versions / f"v{number:06d}"
     os.rename(tmp, final)
-    fsync_dir(versions)
-    atomic_write_text(root / "CURRENT", final.name + "\n")
+    try:
+        fsync_dir(versions)
+        atomic_write_text(root / "CURRENT", final.name + "\n")
+    except BaseException:  # CURRENT still names the old version: the new one goes back to be removed as a temp
+        os.rename(final, tmp)
+        raise
     fsync_dir(root)
     return final
 

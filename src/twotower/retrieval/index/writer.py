@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from twotower.data.ids import first_bad_id
-from twotower.io import load_npy
+from twotower.io import load_npy, preallocate
 from twotower.retrieval.bm25 import BM25
 from twotower.retrieval.index import codecs, fingerprint, kinds
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError
@@ -112,13 +112,17 @@ def write_version(
     the writer lock). Returns the new version's dir and manifest."""
     if previous is not None:  # every file copied from it must still match its checksum
         previous.files.check_all(writing=True, skip=REBUILT)
-    tmp = new_temp_dir(root)
-    try:
-        manifest = fill_version(tmp, previous, keep_mask, new, model, spec, multivector, projection, show_progress)
-        final = publish(root, tmp, manifest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    from twotower.io import reporting_full_disk
+
+    with reporting_full_disk(root, "the index is as it was"):  # ENOSPC, FAISS's errno 28: named, not a traceback
+        tmp = new_temp_dir(root)
+        try:
+            manifest = fill_version(tmp, previous, keep_mask, new, model, spec, multivector, projection,
+                                    show_progress)
+            final = publish(root, tmp, manifest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     collect_garbage(root / "versions", final.name, keep)
     log.info("%s: version %s live (%d documents)", root, final.name, manifest["num_docs"])
     return final, manifest
@@ -282,6 +286,7 @@ def _write_vectors(path: Path, previous, keep_mask, old_rows, new_stored, num_ve
                    codec: codecs.Codec) -> np.ndarray:
     """Kept old rows (copied in chunks from the memory map), then the new ones; returned memory-mapped."""
     vectors = np.lib.format.open_memmap(path, mode="w+", dtype=codec.dtype, shape=(num_vectors, codec.columns))
+    preallocate(path)  # the map's pages get their blocks now: a full disk is ENOSPC here, not a SIGBUS later
     pos = 0
     if previous is not None and len(old_rows):
         old = previous.vectors

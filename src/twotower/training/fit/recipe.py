@@ -68,27 +68,53 @@ class FitRecipe:
     reranker_lr: float = 1e-4
 
     def validate(self) -> None:
+        """TwoTowerError for a setting that cannot fit, naming it (``--epochs`` on the CLI, ``epochs=`` in Python):
+        every number finite, whole where a count is meant, inside its bounds; checked before any work."""
+        from twotower.checks import check_number, check_numbers, option_name
+
+        n = check_number
+        n(self.dev_fraction, "dev_fraction", above=0, below=1)
+        n(self.min_dev, "min_dev", integer=True, minimum=1)
+        n(self.seed, "seed", integer=True, minimum=0, maximum=2**32 - 1)
+        for key in ("epochs", "mined_epochs", "lr", "temperature"):
+            n(getattr(self, key), key, above=0)
+        n(self.batch_size, "batch_size", integer=True, minimum=2, hint="in-batch negatives")
+        n(self.attention_dropout, "attention_dropout", minimum=0, below=1, optional=True)
+        n(self.bucket_size, "bucket_size", integer=True, minimum=0, optional=True)
+        for key in ("mined_per_query", "num_negatives", "rank_from", "rank_to", "rerank_depth", "reranker_epochs",
+                    "reranker_negatives"):
+            n(getattr(self, key), key, integer=True, minimum=1)
+        n(self.n_best, "n_best", integer=True, minimum=10)
+        n(self.reranker_lr, "reranker_lr", above=0)
+        check_numbers(self.margins, "margins", minimum=0, below=1)
+        check_numbers(self.lambdas, "lambdas", minimum=0, maximum=1)
+        for key in ("mine", "reranker"):
+            if not isinstance(getattr(self, key), bool):
+                raise TwoTowerError(f"{option_name(key)} {getattr(self, key)!r}: True or False")
+        defaults = FitRecipe()
+        for flag, keys in (("mine", ("mined_epochs", "mined_per_query", "num_negatives", "rank_from", "rank_to",
+                                     "margins")),
+                           ("reranker", ("rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr"))):
+            unused = [k for k in keys if not getattr(self, flag) and getattr(self, k) != getattr(defaults, k)]
+            if unused:  # set, yet never read with that stage off
+                raise TwoTowerError(f"{', '.join(option_name(k).rstrip('=') for k in unused)} set the "
+                                    f"{'mining and retraining' if flag == 'mine' else 're-ranker'} stage, which "
+                                    f"{option_name(flag).rstrip('=')} off skips: drop them or turn it on")
         checks = [
-            (not 0 < self.dev_fraction < 1, f"--dev-fraction {self.dev_fraction}: a fraction above 0 and below 1"),
-            (self.min_dev < 1, f"--min-dev {self.min_dev}: at least 1"),
-            (not self.epochs > 0, f"--epochs {self.epochs}: above 0"),
-            (not self.mined_epochs > 0, f"--mined-epochs {self.mined_epochs}: above 0"),
-            (not self.lr > 0, f"--lr {self.lr}: above 0"),
-            (self.batch_size < 2, f"--batch-size {self.batch_size}: at least 2 (in-batch negatives)"),
-            (not 1 <= self.rank_from <= self.rank_to, f"mining ranks {self.rank_from}..{self.rank_to}: need 1 <= a <= b"),
-            (self.num_negatives < 1 or self.mined_per_query < self.num_negatives,
-             f"--num-negatives {self.num_negatives}: at least 1 and at most the mined {self.mined_per_query}"),
-            (not self.margins or any(not 0 <= m < 1 for m in self.margins), f"margins {self.margins}: each 0 to below 1"),
-            (not self.lambdas or any(not 0 <= x <= 1 for x in self.lambdas), f"lambdas {self.lambdas}: each 0 to 1"),
-            (self.rerank_depth < 1, f"--rerank-depth {self.rerank_depth}: at least 1"),
-            (self.reranker_epochs < 1, f"reranker_epochs {self.reranker_epochs}: at least 1"),
-            (not self.reranker_lr > 0, f"reranker_lr {self.reranker_lr}: above 0"),
-            (self.n_best < 10, f"n_best {self.n_best}: at least 10"),
+            (not self.rank_from <= self.rank_to, f"mining ranks {self.rank_from}..{self.rank_to}: need 1 <= a <= b"),
+            (self.mined_per_query < self.num_negatives,
+             f"{option_name('num_negatives')} {self.num_negatives}: at most the mined {self.mined_per_query}"),
+            (not self.margins, "margins: give at least one"),
+            (not self.lambdas, "lambdas: give at least one"),
         ]
         from twotower.retrieval.analyzers import check_language
         from twotower.training.config import check_matryoshka
 
         check_language(self.language)  # names the codes there are
+        if self.matryoshka is not None:
+            check_numbers(self.matryoshka, "matryoshka", integer=True, minimum=1)
+        if self.matryoshka_weights is not None:
+            check_numbers(self.matryoshka_weights, "matryoshka_weights", minimum=0)
         check_matryoshka(list(self.matryoshka) if self.matryoshka is not None else None,
                          list(self.matryoshka_weights) if self.matryoshka_weights is not None else None)
         for bad, message in checks:

@@ -400,9 +400,19 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     data, out = Path(data), Path(out)
     if not (data / "corpus.jsonl").is_file():
         raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
-    from twotower.outputs import claim_output
+    from twotower.checks import option_name
+    from twotower.io import check_output_dir
+    from twotower.outputs import MARKER, claim_output
 
-    claim_output(out, "fit", command="twotower fit")  # never into a training run, an index, analyses or a model
+    check_output_dir(out, option_name("out"))  # a folder that takes files, said before any work
+    claim_output(out, "fit", option=option_name("out").rstrip("="), command="twotower fit")  # never into a
+    # training run, an index, analyses or a model
+    if not (out / "recipe.json").is_file():  # not a fit run started here: its files are someone else's
+        held = sorted(p.name for p in out.iterdir() if p.name not in (MARKER, "data"))
+        if held:
+            raise TwoTowerError(f"{option_name('out')} {out} holds {', '.join(held[:5])}"
+                                f"{' …' if len(held) > 5 else ''} but no fit run (no recipe.json): fit would replace "
+                                "model/ and fit.json; choose a new or empty folder")
     fit = _Fit(data, out, recipe, opts)
     resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS)
     t0 = time.perf_counter()
