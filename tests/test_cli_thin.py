@@ -1,5 +1,6 @@
 """The CLI is a thin shell over the public API: a command module imports from ``twotower`` only names in
-``twotower.__all__`` (plus the CLI's own printing module ``twotower.console`` and the exported errors), so the
+``twotower.__all__`` (plus the CLI's own printing module ``twotower.console``, the exported errors and ``twotower.checks``' switch to
+flag names in messages), so the
 commands and the API cannot drift apart."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 import twotower
 
 PACKAGE = Path(twotower.__file__).resolve().parent
-CLI_LAYER = {"twotower.console", "twotower.errors", "twotower.cli"}
+# twotower.checks: only its switch that makes the library's messages name options as flags (--epochs, not epochs=)
+CLI_LAYER = {"twotower.console", "twotower.errors", "twotower.cli", "twotower.checks"}
 
 
 def command_modules() -> list[Path]:

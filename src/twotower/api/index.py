@@ -222,6 +222,25 @@ class Index:
         index.added_ids = [d.id for d in docs]
         return index
 
+    @classmethod
+    @user_errors
+    def attach(cls, path: str | Path, *, uri: str, collection: str, device: str = "auto",
+               precision: str = "auto") -> "Index":
+        """An index folder at ``path`` (new or empty) for the Milvus index in ``collection`` at ``uri``, made from
+        what Milvus holds alone: how a replica on another machine gets its folder (a cache: deleting it loses
+        nothing). Token or user/password from ``TWOTOWER_MILVUS_TOKEN`` / ``TWOTOWER_MILVUS_USER`` +
+        ``TWOTOWER_MILVUS_PASSWORD``.
+
+        Example::
+
+            replica = tt.Index.attach("replica-index", uri="http://milvus.internal:19530", collection="scifact")
+            print(len(replica), replica.info()["backend"])
+        """
+        from twotower.retrieval.milvus.build import attach
+
+        attach(path, uri, collection)
+        return cls(path, device=device, precision=precision)
+
     # ------------------------------------------------------------------ facts
     @property
     def store(self):

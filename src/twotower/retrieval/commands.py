@@ -162,13 +162,12 @@ def register(app: typer.Typer) -> None:
         collection: str = typer.Option(..., "--collection", help="The collection a --backend milvus build made."),
     ) -> None:
         """An index folder for a Milvus index, from the URI and collection alone (e.g. for a serve replica)."""
-        from twotower.retrieval.milvus.build import attach
-
         try:
-            store = attach(out, uri, collection)
+            attached = tt.Index.attach(out, uri=uri, collection=collection)
         except (TwoTowerError, ValueError) as exc:
             _fail(exc)
-        console.print(f"{out}: version {store.version}, {len(store)} documents (Milvus collection {collection})")
+        console.print(f"{out}: version {attached.info()['live_version']}, {len(attached)} documents (Milvus collection "
+                      f"{collection})")
 
     @index_app.command("info")
     def index_info(
