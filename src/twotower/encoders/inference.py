@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from twotower.encoders.device import attention_kernels
 from twotower.encoders.encoder import TextEncoder
 from twotower.errors import TwoTowerError
 
@@ -246,7 +247,7 @@ def encode_texts(
         batches = prefetched(batches, PREFETCH_BATCHES)
     try:
         forward = compiled_forward(encoder, freeze=frozen_copy) if compile else encoder
-        with torch.inference_mode(), autocast_context(precision, device):
+        with torch.inference_mode(), autocast_context(precision, device), attention_kernels(device):
             for rows, input_ids, mask in batches:
                 input_ids, mask = input_ids.to(device, non_blocking=gpu), mask.to(device, non_blocking=gpu)
                 try:
