@@ -158,7 +158,8 @@ def encode_rows(args, device: torch.device, ds: BeirDataset) -> tuple[list[dict]
     rate = (limit["bf16_tflops_ffn_up"] + limit["bf16_tflops_ffn_down"]) / 2
     limit["ceiling_docs_per_s"] = rate * 1e12 / (flops / len(texts))
     for row in rows:
-        row["fraction_of_matmul_rate"] = row["achieved_tflops"] / rate
+        if "achieved_tflops" in row:  # not the tokenizer's row
+            row["fraction_of_matmul_rate"] = row["achieved_tflops"] / rate
     return rows, limit
 
 
