@@ -131,13 +131,18 @@ def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict]:
     return systems, precisions
 
 
-def auto_row(tower, corpus: list[str], max_length: int) -> tuple[str, dict]:
-    """The row name of what ``auto`` picks for the whole corpus on this CPU, and the choice."""
-    runtimes.graph_for(tower, "auto", "auto", texts=corpus, max_length=max_length)
+AUTO = "twotower auto (its own batch size)"
+
+
+def auto_system(tower, corpus: list[str], max_length: int) -> tuple[callable, dict]:
+    """What ``auto`` picks for the whole corpus on this CPU, encoding as it does (its own batch size: the graph
+    runtimes' default on this CPU, not ``--batch-size``), and the choice."""
+    graph = runtimes.graph_for(tower, "auto", "auto", texts=corpus, max_length=max_length)
     choice = runtimes.last_choice(tower)
-    if choice["runtime"] in runtimes.INT8_RUNTIMES:
-        return f"twotower {choice['runtime']}", choice
-    return f"twotower {choice['runtime']} {choice['precision']}", choice
+    if graph is None:
+        return timed(lambda t: encode_texts(tower, t, max_length=max_length, precision=choice["precision"],
+                                            show_progress=False)), choice
+    return timed(lambda t: graph.encode(t, max_length=max_length)), choice
 
 
 def take_turns(systems: dict, texts: list[str], slice_size: int) -> dict:
@@ -237,8 +242,10 @@ def main() -> None:
     tt_systems, tt_precisions = twotower_systems(tower, args, corpus)
     systems.update(tt_systems)
     precisions.update(tt_precisions)
-    default_name, choice = auto_row(tower, corpus, args.max_length)
-    print(f"auto picks {default_name}: {choice}", flush=True)
+    systems[AUTO], choice = auto_system(tower, corpus, args.max_length)
+    precisions[AUTO] = choice["precision"]
+    default_name = AUTO
+    print(f"auto picks {choice}", flush=True)
 
     out = take_turns(systems, texts, args.slice)
     ref, ref_s = out[ST_TORCH]
@@ -267,7 +274,9 @@ def main() -> None:
     split = encoder_flops(tower, texts, args.batch_size, args.max_length)
     flops = split["dense"] + split["attention"]
     for row in rows:
-        p = "int8 static" if row["system"] == "twotower openvino-int8" else row["precision"]
+        static = row["system"] == "twotower openvino-int8" or (row["system"] == AUTO and
+                                                                choice["runtime"] == "openvino-int8")
+        p = "int8 static" if static else row["precision"]
         if p not in peak:
             continue
         ceiling = len(texts) / (split["dense"] / (peak[p] * 1e9) + split["attention"] / (attn[p] * 1e9))

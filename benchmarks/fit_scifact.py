@@ -36,6 +36,19 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def hardware_note() -> str:
+    """Where fit ran (its --device auto): the GPU where torch sees one, else the CPU and its threads (issue #47: the
+    notes said "CPU, 2 threads" on an H200)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return (f"GPU ({torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores), precision auto (bf16 where the "
+                "GPU has it)")
+    precision = ("training in bf16 (the CPU has AMX/AVX512-BF16); the corpus encoded by the runtime 'auto' chose, as "
+                 "the fit's log says" if cpu_has_fast_bf16() else "fp32: no fast bf16 on this CPU")
+    return f"CPU, {torch.get_num_threads()} threads, precision auto ({precision})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=DATA / "scifact")
@@ -71,21 +84,20 @@ def main() -> None:
         loads = [float(x.split("load=")[1].split()[0]) for x in lines]
         cpu = (f" CPU time of the fit process (sampled every 20 s from /proc, {args.cpu_log.name}): {max(cpu_s):.0f} s "
                f"by the last sample; 1-minute load average while it ran {min(loads):.1f}–{max(loads):.1f} "
-               f"(mean {sum(loads) / len(loads):.1f}) on 2 cores.")
+               f"(mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores.")
     starting_model = report["recipe"].get("model") or "all-MiniLM-L6-v2"
-    precision_note = ("training in bf16 (the CPU has AMX/AVX512-BF16); the corpus encoded by the runtime 'auto' "
-                      "chose, as the fit's log says" if cpu_has_fast_bf16() else "fp32: no fast bf16 on this CPU")
+    hardware = hardware_note()
     notes_md = f"""
 SciFact: fit learns from qrels/train.tsv only (809 judged queries; a seeded 20% of them, by query id, held out as dev
-for every choice); the table is on the 300 test queries, read only after fit finished. {starting_model}, CPU,
-2 threads, precision auto ({precision_note}). wall_s per stage row: that stage alone (as fit.json records it;
+for every choice); the table is on the 300 test queries, read only after fit finished. {starting_model},
+{hardware}. wall_s per stage row: that stage alone (as fit.json records it;
 encodings of the corpus included); 'twotower fit' row: every stage but the optional re-ranker (the default command
 `twotower fit --data scifact --out DIR`; its wall_s is the sum of the stages'), evaluated with the retrieval stored
 in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}, normalisation
 {stages['select']['chosen'].get('norm')}), as
 `twotower eval --model DIR/model --top-k 100` runs it. This call of the script (fit resumed or run): {fit_wall:.0f} s.
-Load average (1/5/15 min) before this call: {load_before}; after: {load_after} (the 2 cores are shared with other
-engineers' jobs).{cpu}
+Load average (1/5/15 min) before this call: {load_before}; after: {load_after} ({os.cpu_count()} cores, shared with
+other engineers' jobs).{cpu}
 
 Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margin', {}).get('margin')}
 ({stages.get('margin', {}).get('why')}). {notes}

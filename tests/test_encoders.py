@@ -175,3 +175,33 @@ def test_default_model_equals_sentence_transformers(scifact):
     assert np.abs(ours - theirs).max() < 1e-4
     fast = DualEncoder.load().encode_documents(texts, EncodeOptions(batch_size=16, precision="bf16", show_progress=False))
     assert (fast * theirs).sum(1).min() > 0.999
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_fast_token_ids_equal_the_hf_call(scifact, side):
+    """The pipeline's tokenization (the backend's encode_batch_fast, issue #47) gives the HF call's ids, special
+    tokens and truncation included, on real documents and odd texts; a tokenizer without a fast backend takes the
+    HF call."""
+    from transformers import AutoTokenizer
+
+    from twotower.data.beir import load_corpus
+    from twotower.encoders.backbone import default_model_path
+    from twotower.encoders.inference import token_ids
+
+    tok = AutoTokenizer.from_pretrained(str(default_model_path()), truncation_side=side)
+    texts = [d.full_text for d in list(load_corpus(scifact / "corpus.jsonl").values())[:200]]
+    texts += ["", " ", "a", "Größere Städte – São Paulo, 東京", "word " * 400, "\u200b\t\n", "[SEP] [CLS] x"]
+    for max_length in (256, 16):
+        ours = token_ids(tok, texts, max_length)
+        assert ours == tok(texts, truncation=True, max_length=max_length, padding=False)["input_ids"]
+        assert tok.__dict__["_twotower_fast_backends"][max_length] is not None  # the fast path was taken
+    assert max(len(x) for x in ours) == 16 and ours[-3][0] == tok.cls_token_id
+
+    class Slow:  # a tokenizer with no fast backend (e.g. a Python-only one): the HF call
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+    assert token_ids(Slow(tok), texts[:5], 32) == tok(texts[:5], truncation=True, max_length=32)["input_ids"]

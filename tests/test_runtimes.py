@@ -241,6 +241,7 @@ def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monk
     tower = DualEncoder.build(tiny_bert_dir).query_tower
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)  # bf16 instructions, but no faster than fp32
+    monkeypatch.setattr(runtimes, "has_amx", lambda: False)  # the same choices on every CPU this test runs on
     graph = runtimes.graph_for(tower, "auto", "auto", n_texts=5)
     assert graph is not None and graph.precision == "fp32" and graph.runtime in runtimes.AUTO_ORDER["fp32"]
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
@@ -318,6 +319,7 @@ def test_openvino_int8_is_static_int8_close_and_calibrated_on_the_texts(minilm, 
 def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calibration, monkeypatch, caplog):
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)
+    monkeypatch.setattr(runtimes, "has_amx", lambda: False)
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
     graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
     choice = runtimes.last_choice(minilm)
@@ -332,6 +334,7 @@ def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calib
     assert graph.precision == "fp32" and "not openvino-int8" in caplog.text and "differs from torch on 64 of the "\
         "texts" in caplog.text
     assert "openvino-int8 did not pass" in runtimes.last_choice(minilm)["reason"]
+    small_calibration.refusal_path(minilm).unlink()  # remembered (see below): forgotten for the next checks
     # no 8-bit dot products: not even tried
     monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99)
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "avx2")
@@ -344,3 +347,56 @@ def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calib
         runtimes.graph_for(minilm, "openvino-int8", texts=corpus[:5])
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
     assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus[:5]).precision == "fp32"
+
+
+def test_auto_on_amx_prefers_openvino_over_torch_bf16(tiny_bert_dir, home, monkeypatch):
+    """On AMX (cpu_backends_amx.md) bf16 goes to OpenVINO, not torch; elsewhere the bf16 order is torch's alone."""
+    tower = DualEncoder.build(tiny_bert_dir).query_tower
+    monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
+    monkeypatch.setattr(runtimes, "has_amx", lambda: False)
+    assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None  # AVX512-BF16 without AMX: torch bf16
+    assert runtimes.last_choice(tower)["precision"] == "bf16"
+    monkeypatch.setattr(runtimes, "has_amx", lambda: True)
+    graph = runtimes.graph_for(tower, "auto", "auto", n_texts=5)
+    assert (graph.runtime, graph.precision) == ("openvino", "bf16") and "AMX" in runtimes.last_choice(tower)["reason"]
+    texts = ["green tea", "a longer text about coffee and tea, " * 20]
+    got = runtimes.encode_with_runtime(tower, texts, runtime="auto", show_progress=False)
+    assert _cosines(got, encode_texts(tower, texts, precision="fp32", show_progress=False)).min() > 0.999
+
+
+def test_auto_int8_on_amx_and_a_refusal_is_remembered(minilm, corpus, small_calibration, monkeypatch, caplog):
+    monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
+    monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)  # bf16 pays: without AMX int8 is not tried
+    monkeypatch.setattr(runtimes, "has_amx", lambda: True)
+    monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
+    monkeypatch.setattr(runtimes_graph, "cpu_kind", lambda: "amx")
+    runtimes._SESSIONS.clear()
+    graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
+    choice = runtimes.last_choice(minilm)
+    assert graph.runtime == "openvino-int8" and choice["float_precision"] == "bf16" and "AMX" in choice["reason"]
+    assert choice["min_cosine_on_texts"] >= runtimes.AUTO_INT8_MIN_COSINE
+    calls = []
+    real = small_calibration.openvino_int8_graph
+    monkeypatch.setattr(small_calibration, "openvino_int8_graph", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # a bar int8 cannot keep: refused, remembered for this model on this CPU kind, OpenVINO bf16 instead
+    monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99999)
+    runtimes._SESSIONS.clear()
+    with caplog.at_level(logging.INFO):
+        graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
+    assert (graph.runtime, graph.precision) == ("openvino", "bf16") and len(calls) == 1
+    saved = small_calibration.refusal_path(minilm)
+    assert "differs from torch on 64 of the texts" in json.loads(saved.read_text())["reason"]
+    assert "remembered in" in caplog.text
+    # the next encoding (another process: no session cached) does not calibrate again
+    runtimes._SESSIONS.clear()
+    graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus[:90], max_length=256)
+    assert graph.runtime == "openvino" and len(calls) == 1
+    assert "refused before for this model" in runtimes.last_choice(minilm)["reason"]
+    # an explicit openvino-int8 is still had (its own bar), and another CPU kind tries again
+    assert runtimes.graph_for(minilm, "openvino-int8", texts=corpus, max_length=256).runtime == "openvino-int8"
+    monkeypatch.setattr(runtimes_graph, "cpu_kind", lambda: "vnni")
+    monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99)
+    runtimes._SESSIONS.clear()
+    assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256).runtime == "openvino-int8"
+    saved.unlink()

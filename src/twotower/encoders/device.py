@@ -53,3 +53,23 @@ def describe(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return str(device)
+
+
+# scaled_dot_product_attention's backends on a GPU, cuDNN's left out: torch 2.11 sends attention with a padding mask
+# to cuDNN first on recent GPUs, and cuDNN builds an execution plan for every new (batch, length) shape, hundreds of
+# milliseconds each (pytorch/pytorch#155958; FunASR #3704 measured 0.44 s forward + 0.55 s backward per new shape).
+# Text batches change length every batch, so training paid it on most steps of its first epoch (issue #47: ~11 s of
+# "fixed" cost on an H200). Flash and memory-efficient attention build nothing per shape.
+GPU_ATTENTION_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def attention_kernels(device: torch.device):
+    """A context in which ``scaled_dot_product_attention`` uses :data:`GPU_ATTENTION_BACKENDS` on a CUDA device
+    (no cuDNN); on other devices it changes nothing."""
+    import contextlib
+
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in GPU_ATTENTION_BACKENDS])

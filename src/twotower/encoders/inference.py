@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from twotower.encoders.device import attention_kernels
 from twotower.encoders.encoder import TextEncoder
 from twotower.errors import TwoTowerError
 
@@ -126,15 +127,52 @@ def length_sorted_rows(
     ``texts``. Tokenizes in chunks of ``chunk`` texts (one fast-tokenizer call each) and sorts
     each chunk by real token count, so a batch padded to its longest member wastes little."""
     for start in range(0, len(texts), chunk):
-        part = list(texts[start : start + chunk])
-        ids = tokenizer(
-            part, truncation=True, max_length=max_length, padding=False,
-            return_attention_mask=False, return_token_type_ids=False,
-        )["input_ids"]
+        ids = token_ids(tokenizer, list(texts[start : start + chunk]), max_length)
         order = np.argsort([-len(x) for x in ids], kind="stable")
         for b in range(0, len(order), batch_size):
             rows = order[b : b + batch_size]
             yield start + rows, [ids[i] for i in rows]
+
+
+def token_ids(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
+    """Each text's token ids (special tokens added, cut to ``max_length``, no padding): what
+    ``tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]`` returns, through the fast
+    tokenizer's own ``encode_batch_fast`` where it gives the same ids (no offsets, no ``BatchEncoding``:
+    1.1x the HF call on 2 CPU cores, 1.4x on 16, issue #47), else through the HF call."""
+    backend = _fast_backend(tokenizer, max_length, texts)
+    if backend is None:
+        return tokenizer(texts, truncation=True, max_length=max_length, padding=False,
+                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+    return [e.ids for e in backend.encode_batch_fast(texts)]
+
+
+def _fast_backend(tokenizer, max_length: int, texts: list[str]):
+    """A copy of ``tokenizer``'s backend (``tokenizers.Tokenizer``) truncating at ``max_length``, cached on the
+    tokenizer; None for a slow tokenizer, an old ``tokenizers``, or one whose ids differ from the HF call's on the
+    first texts it meets (checked once per tokenizer and length)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast") or not texts:
+        return None
+    cache = tokenizer.__dict__.setdefault("_twotower_fast_backends", {})
+    if max_length in cache:
+        return cache[max_length]
+    from tokenizers import Tokenizer
+
+    fast = None
+    try:
+        fast = Tokenizer.from_str(backend.to_str())
+        fast.no_padding()
+        fast.enable_truncation(max_length, strategy="longest_first",
+                               direction=getattr(tokenizer, "truncation_side", "right"))
+        probe = texts[:8]
+        same = [e.ids for e in fast.encode_batch_fast(probe)] == tokenizer(
+            probe, truncation=True, max_length=max_length, padding=False, return_attention_mask=False,
+            return_token_type_ids=False)["input_ids"]
+    except Exception as exc:  # noqa: BLE001 - any backend that cannot be copied or configured: the HF call
+        log.info("tokenizing through the HF call (the fast backend could not be used: %s)", exc)
+        same = False
+    cache[max_length] = fast if same else None
+    return cache[max_length]
 
 
 def length_sorted_batches(
@@ -155,7 +193,8 @@ def _pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     mask = np.arange(int(lengths.max(initial=0)))[None, :] < lengths[:, None]
     input_ids = np.full(mask.shape, pad_id, dtype=np.int64)
-    input_ids[mask] = np.fromiter((t for seq in ids for t in seq), dtype=np.int64, count=int(lengths.sum()))
+    for row, seq in zip(input_ids, ids):  # one C-level copy per text, not a Python step per token
+        row[: len(seq)] = seq
     return torch.from_numpy(input_ids), torch.from_numpy(mask.astype(np.int64))
 
 
@@ -246,7 +285,7 @@ def encode_texts(
         batches = prefetched(batches, PREFETCH_BATCHES)
     try:
         forward = compiled_forward(encoder, freeze=frozen_copy) if compile else encoder
-        with torch.inference_mode(), autocast_context(precision, device):
+        with torch.inference_mode(), autocast_context(precision, device), attention_kernels(device):
             for rows, input_ids, mask in batches:
                 input_ids, mask = input_ids.to(device, non_blocking=gpu), mask.to(device, non_blocking=gpu)
                 try:

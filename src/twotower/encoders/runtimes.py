@@ -11,14 +11,14 @@ Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/a
   checked on probe texts and on a sample of the texts it is asked to encode.
 - ``openvino-int8``: OpenVINO on the graph statically quantized to int8 by NNCF, calibrated on a sample of the texts
   it is asked to encode (:mod:`twotower.encoders.runtimes_int8`); checked like ``onnx-int8``.
-- ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts (the export and compile would
-  cost more than they save) and with ``compile``; otherwise, with precision ``auto``: bf16 where it measures faster
-  than fp32; else, on a CPU with 8-bit dot-product instructions (VNNI / AMX), ``openvino-int8`` if it passes the
-  int8 check on the probe texts (:data:`MIN_COSINE`) and its vectors keep a cosine of at least
-  :data:`AUTO_INT8_MIN_COSINE` to torch fp32 on a sample of the texts themselves (stricter than an explicit int8's
-  bar); else the first runtime of :data:`AUTO_ORDER`
-  for the precision that can be had and passes its check, each failure logged with its reason, torch last. A named
-  precision (``fp32``, ``bf16``) is kept: ``auto`` never quantizes what the caller pinned.
+- ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts and with ``compile``;
+  otherwise, with precision ``auto``: bf16 where it measures faster than fp32 (:func:`bf16_pays`); then, on a CPU
+  with 8-bit dot-product instructions where bf16 does not pay, or on any CPU with AMX, ``openvino-int8`` if it passes
+  the int8 check on the probe texts (:data:`MIN_COSINE`) and keeps a cosine of at least :data:`AUTO_INT8_MIN_COSINE`
+  to torch fp32 on a sample of the texts themselves (a refusal is remembered per model and CPU kind); else the first
+  runtime of :data:`AUTO_ORDER` (:data:`AUTO_ORDER_AMX` on AMX) for the precision that passes its check, each
+  failure logged with its reason, torch last. A named precision (``fp32``, ``bf16``) is kept: ``auto`` never
+  quantizes what the caller pinned.
 
 Every graph runtime is verified against the torch tower (fp32) on :data:`PROBE_TEXTS` before it is used: the
 smallest cosine between the two embeddings of a text must reach :data:`MIN_COSINE` for its precision. An explicit
@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import (cpu_has_fast_bf16, default_batch_size, encode_texts, length_sorted_batches,
                                          resolve_precision)
+from twotower.encoders.runtimes_graph import has_amx
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ AUTO_MIN_TEXTS = 1000
 # cpu_backends_avx512bf16.md (an Intel Xeon with AVX512-BF16, no AMX: bf16 matmuls no faster than fp32, OpenVINO
 # fp32 the fastest runtime, then ONNX Runtime and torch).
 AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
+# On a CPU with AMX (cpu_backends_amx.md: a 2-core Xeon with AMX-BF16 / AMX-INT8): openvino-int8 first (its
+# float parts in bf16, at AMX_BATCH), then OpenVINO bf16, which ran faster than torch's bf16 there.
+AUTO_ORDER_AMX = {"bf16": ("openvino", "torch"), "fp32": ("openvino", "onnx", "torch")}
+AMX_BATCH = 64  # texts per graph batch on AMX: 10-15% faster than 32 there (AMX tiles like taller matrices)
 BF16_PAYS = 1.2
 # smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
 MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
@@ -73,6 +78,10 @@ PROBE_TEXTS = (
     "COVID-19 mRNA vaccines: efficacy 95% (CI 90.3-97.6) after two doses.",
     "The mitochondrion is the powerhouse of the cell.",
 )
+
+class QualityError(TwoTowerError):
+    """A graph runtime's vectors are further from torch fp32's than its bar allows."""
+
 
 _runtime: contextvars.ContextVar[str] = contextvars.ContextVar("twotower_runtime", default="auto")
 _used: contextvars.ContextVar[dict | None] = contextvars.ContextVar("twotower_runtime_used", default=None)
@@ -147,7 +156,9 @@ class GraphTower:
             self.graph = openvino_int8_graph(tower, texts, max_length or tower.max_length)
         else:
             self.graph = {"onnx-int8": int8_graph, "onnx": ort_graph, "openvino": onnx_graph}[runtime](tower)
-        self.session = (OpenVinoSession(self.graph, precision=precision) if runtime.startswith("openvino")
+        # int8: what stays in floating point (attention, LayerNorm, softmax, GELU) runs in bf16 on AMX
+        self.float_precision = "bf16" if runtime == "openvino-int8" and has_amx() else precision
+        self.session = (OpenVinoSession(self.graph, precision=self.float_precision) if runtime.startswith("openvino")
                         else OrtSession(self.graph, runtime=runtime))
         self.sample_min_cosine: float | None = None  # int8: on the sample of the texts, once checked
         self.sample_checked = True  # the probe check encodes through encode(), which must not sample yet
@@ -162,7 +173,7 @@ class GraphTower:
         cos = (got * ref).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
         worst = float(cos.min()) if len(cos) else 1.0
         if not worst >= need:  # NaN fails too
-            raise TwoTowerError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
+            raise QualityError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
                                 f"cosine {worst:.5f} < {need} (graph {self.graph})")
         return worst
 
@@ -178,7 +189,7 @@ class GraphTower:
         self.sample_checked = True  # before check(), which encodes through encode()
         try:
             worst = self.check([texts[i] for i in picks], f"{len(picks)} of the texts", self.need)
-        except TwoTowerError:
+        except QualityError:
             self.sample_checked = False
             raise
         self.sample_min_cosine = worst
@@ -189,11 +200,12 @@ class GraphTower:
         """Embeddings (len(texts), dim), float32, in input order: length-sorted batches as torch encodes them."""
         self.check_sample(texts)
         max_length = max_length or self.tower.max_length
+        batch_size = batch_size or (AMX_BATCH if self.runtime.startswith("openvino") and has_amx()
+                                    else default_batch_size(torch.device("cpu")))
         out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
         bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
         try:
-            for rows, input_ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length,
-                                                               batch_size or default_batch_size(torch.device("cpu"))):
+            for rows, input_ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length, batch_size):
                 out[rows] = self.session(input_ids.numpy(), mask.numpy())
                 bar.update(len(rows))
         finally:
@@ -274,6 +286,8 @@ def _graph_choice(graph: GraphTower, reason: str) -> dict:
               "min_cosine_vs_torch": round(graph.min_cosine, 6), "version": graph.version}
     if graph.sample_min_cosine is not None:
         choice["min_cosine_on_texts"] = round(graph.sample_min_cosine, 6)
+    if graph.float_precision != graph.precision:
+        choice["float_precision"] = graph.float_precision  # int8's unquantized operations
     return choice
 
 
@@ -316,14 +330,15 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
     if n_texts < AUTO_MIN_TEXTS:
         _record(tower, {**torch_choice, "reason": f"auto: {n_texts} texts (< {AUTO_MIN_TEXTS}, not worth an export)"})
         return None
-    bf16 = "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
+    amx = has_amx()
+    bf16 = "AMX" if amx else "bf16 faster than fp32" if bf16_pays() else "bf16 no faster than fp32"
     skipped = []
-    if precision == "auto" and target == "fp32" and texts and _int8_instructions():
-        graph = _auto_int8(tower, texts, max_length)
+    if precision == "auto" and (target == "fp32" or amx) and texts and _int8_instructions():
+        graph, why_not = _auto_int8(tower, texts, max_length)
         if graph is not None:
             return graph
-        skipped.append("openvino-int8 did not pass")
-    for candidate in AUTO_ORDER[target]:
+        skipped.append(why_not)
+    for candidate in (AUTO_ORDER_AMX if amx else AUTO_ORDER)[target]:
         if candidate == "torch":
             break
         try:
@@ -350,19 +365,29 @@ def _int8_instructions() -> bool:
     return False
 
 
-def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> GraphTower | None:
-    """``openvino-int8`` calibrated on ``texts`` if the graph passes the int8 check on the probe texts and keeps
-    :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else None, logging why."""
+def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> tuple[GraphTower | None, str]:
+    """``(openvino-int8 graph, "")`` calibrated on ``texts`` if the graph passes the int8 check on the probe texts
+    and keeps :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else ``(None, why)``, logging why.
+    A failed cosine check is remembered for this model on this CPU kind (:func:`runtimes_int8.remember_refusal`):
+    later encodings skip int8 instead of calibrating again (minutes each)."""
+    from twotower.encoders import runtimes_int8
+
+    before = runtimes_int8.refused(tower)
+    if before is not None:
+        log.info("auto runtime: not openvino-int8 (refused before for this model on this CPU: %s)", before)
+        return None, "openvino-int8 refused before for this model"
     try:
         graph = _graph_tower(tower, "openvino-int8", "int8", texts=texts, max_length=max_length,
                              min_cosine=AUTO_INT8_MIN_COSINE)
         graph.check_sample(texts)
     except TwoTowerError as exc:
-        log.warning("auto runtime: not openvino-int8 (%s); encoding in fp32", exc)
-        return None
-    _record(tower, _graph_choice(graph, f"auto: int8 on a CPU with VNNI, cosine to fp32 ≥ {AUTO_INT8_MIN_COSINE} "
-                                        f"on {INT8_SAMPLE} of these texts"))
-    return graph
+        log.warning("auto runtime: not openvino-int8 (%s); trying the next", exc)
+        if isinstance(exc, QualityError):
+            runtimes_int8.remember_refusal(tower, str(exc))
+        return None, "openvino-int8 did not pass"
+    _record(tower, _graph_choice(graph, f"auto: int8 on a CPU with {'AMX' if has_amx() else 'VNNI'}, cosine to "
+                                        f"fp32 ≥ {AUTO_INT8_MIN_COSINE} on {INT8_SAMPLE} of these texts"))
+    return graph, ""
 
 
 def encode_with_runtime(

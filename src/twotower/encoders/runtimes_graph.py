@@ -224,8 +224,22 @@ def int8_graph(tower: TextEncoder) -> Path:
 def _isa() -> str:
     """``vnni`` where the CPU has 8-bit dot-product instructions (full-range int8 is safe), else ``avx2``
     (weights quantized to 7 bits, ONNX Runtime's advice against u8s8 overflow without VNNI)."""
+    return "vnni" if _cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"} else "avx2"
+
+
+def _cpu_flags() -> set[str]:
     try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
+        return set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
-        return "avx2"
-    return "vnni" if flags & {"avx512_vnni", "avx_vnni", "amx_int8"} else "avx2"
+        return set()
+
+
+def has_amx() -> bool:
+    """Whether the CPU has AMX tiles for bf16 and int8 (Sapphire Rapids and later Xeons): OpenVINO's bf16 and int8
+    kernels run on them."""
+    return {"amx_bf16", "amx_int8"} <= _cpu_flags()
+
+
+def cpu_kind() -> str:
+    """``amx``, ``vnni`` or ``avx2``: what decides which runtime ``auto`` takes and keys its remembered refusals."""
+    return "amx" if has_amx() else _isa()

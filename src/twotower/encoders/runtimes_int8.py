@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -114,3 +115,40 @@ def _save_ir(model, path: Path) -> None:
         for leftover in tmp.iterdir():
             leftover.unlink(missing_ok=True)
         tmp.rmdir()
+
+
+def refusal_path(tower: TextEncoder) -> Path:
+    """Where ``auto`` remembers that this tower's int8 graph failed its cosine check on this kind of CPU: in the
+    tower's graph folder (keyed by its weights), named by the CPU kind and the OpenVINO and NNCF versions (a new
+    version of either is tried again)."""
+    import nncf
+    import openvino as ov
+
+    from twotower.encoders.runtimes_graph import cpu_kind, graph_key, graphs_home
+
+    return (graphs_home() / graph_key(tower) /
+            f"auto-int8-refused-{cpu_kind()}-ov{ov.__version__.split('-')[0]}-nncf{nncf.__version__}.json")
+
+
+def refused(tower: TextEncoder) -> str | None:
+    """Why ``auto`` refused this tower's int8 graph on this CPU kind before (the check's message), or None."""
+    try:
+        return json.loads(refusal_path(tower).read_text())["reason"]
+    except (ImportError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember_refusal(tower: TextEncoder, reason: str) -> None:
+    """Record that the int8 graph failed its check (written atomically; a cache that cannot be written is only
+    logged: the next run checks again)."""
+    from twotower.io import atomic_write_json
+
+    try:
+        path = refusal_path(tower)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"reason": reason, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    except (ImportError, OSError) as exc:
+        log.warning("could not remember the int8 refusal (%s); the next encoding checks int8 again", exc)
+        return
+    log.info("remembered in %s: auto skips int8 for this model on this CPU kind (delete the file to try again)",
+             path)

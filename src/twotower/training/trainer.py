@@ -27,7 +27,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from twotower.data.pairs import TrainExample
-from twotower.encoders.device import describe, device_of, resolve_device
+from twotower.encoders.device import attention_kernels, describe, device_of, resolve_device
 from twotower.encoders.inference import resolve_precision
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
@@ -207,10 +207,13 @@ class Trainer:
             return stage.bucket_size
         return DEFAULT_BUCKET_SIZE.get(self.device.type, 0)
 
+    @contextlib.contextmanager
     def _autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        """The forward pass's context: autocast under bf16, and attention kernels that build nothing per shape on a
+        GPU (:func:`~twotower.encoders.device.attention_kernels`)."""
+        with attention_kernels(self.device), (torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+                                              if self.precision == "bf16" else contextlib.nullcontext()):
+            yield
 
     def batch_texts(self, examples: list[TrainExample], stage: StageConfig,
                     rng: random.Random) -> tuple[list[str], list[str], list[str]]:
