@@ -21,10 +21,10 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, is_index_dir, read_manifest
 from twotower.retrieval.index.writer import check_target, discard_unfinished
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.store import MilvusStore, client_for
 from twotower.retrieval.milvus.state import State, create_state, state_name
-from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
