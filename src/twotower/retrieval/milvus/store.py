@@ -347,11 +347,11 @@ class MilvusStore:
         """Delete ``ids`` (unknown ids are an error) as one write; returns after Milvus flushed it."""
         return self._write(keep, remove=list(ids), show_progress=show_progress)
 
-    def wrote(self, docs: Sequence[tuple[str, str, str]], replace: bool = False) -> bool:
-        """Whether the last committed write added exactly ``docs`` (``(id, title, text)``): running it again (after a
-        kill that came after its commit point) is then a no-op, not an "already in the index" error."""
-        ids, titles, texts = (list(x) for x in zip(*docs)) if docs else ([], [], [])
-        return self.state.head().get("write") == digest("add", ids, titles, texts, replace)
+    def wrote(self, docs: Sequence[tuple[str, str, str, dict]], replace: bool = False) -> bool:
+        """Whether the last committed write added exactly ``docs`` (``(id, title, text, metadata)``): running it again
+        (after a kill that came after its commit point) is then a no-op, not an "already in the index" error."""
+        ids, titles, texts, metadata = (list(x) for x in zip(*docs)) if docs else ([], [], [], [])
+        return self.state.head().get("write") == digest("add", ids, titles, texts, replace, metadata)
 
     def _write(self, keep: int, **kwargs) -> "MilvusStore":
         with writer_lock(self.root):
