@@ -157,3 +157,21 @@ def test_metadata_survives_add_replace_remove_and_reopen(tiny_bert_dir, tmp_path
     reopened = tt.Index.open(tmp_path / "w")
     assert [h.id for h in reopened.search("tea", k=5, filter={"kind": {"$exists": True}})] == ["m1"]
     assert reopened.search("tea", k=5, filter={"kind": "matcha"})[0].metadata == {"kind": "matcha"}
+
+
+def test_service_filters_and_returns_metadata(pair):
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    _, local, milvus = pair
+    client = TestClient(create_app(milvus.path, precision="fp32", query_runtime="torch"))
+    r = client.post("/search", json={"query": "green tea", "k": 5, "mode": "dense", "filter": {"src": "wiki"}})
+    assert r.status_code == 200, r.text
+    want = local.search("green tea", k=5, mode="dense", filter={"src": "wiki"})
+    hits = r.json()["hits"]
+    assert [h["id"] for h in hits] == [h.id for h in want]
+    assert [h["metadata"] for h in hits] == [h.metadata for h in want]
+    assert client.get(f"/documents/{want[0].id}").json()["metadata"] == want[0].metadata
+    r = client.post("/search", json={"query": "tea", "filter": {"ok": 1}})  # refused, named: a bad request
+    assert r.status_code == 400 and "'ok'" in r.json()["detail"] and "booleans" in r.json()["detail"], r.text
