@@ -46,8 +46,8 @@ _CHILD = textwrap.dedent(
 
 
 def _docs(prefix: str, start: int, n: int) -> list[dict]:
-    return [{"_id": f"c{i}", "title": "Crash", "text": f"common words of the crash test zq{prefix}{i}x"}
-            for i in range(start, start + n)]
+    return [{"_id": f"c{i}", "title": "Crash", "text": f"common words of the crash test zq{prefix}{i}x",
+             "part": prefix, "n": i} for i in range(start, start + n)]
 
 
 def _canonical(hits, k: int) -> list[tuple[float, str]]:
@@ -63,6 +63,8 @@ def _answers(path) -> dict:
         # rewrites it (the crash-test documents repeat one sentence, so BM25 ties abound)
         out = {mode: [_canonical(hits, 10) for hits in index.search(QUERIES, k=10, mode=mode)]
                for mode in ("dense", "bm25", "hybrid")}
+        # metadata is part of the write: a filter on it sees all of a write or none of it
+        out["filtered"] = [_canonical(hits, 10) for hits in index.search(QUERIES, k=10, filter={"part": "new"})]
         out["count"] = len(index)
         return out
     finally:
@@ -96,6 +98,8 @@ def _check_after(path, *, count: int, found: dict[str, str], gone: list[str]) ->
         words = list(found)
         for word, hits in zip(words, index.search(words, k=1, mode="bm25")):
             assert [h.id for h in hits] == [found[word]], word
+            # the document's metadata came with it (the part its text names)
+            assert hits[0].metadata == {"part": word[2:].rstrip("x").rstrip("0123456789"), "n": int(found[word][1:])}
         for doc_id in gone:
             with pytest.raises(TwoTowerError, match="not in the index"):
                 index.documents([doc_id])

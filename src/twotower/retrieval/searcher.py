@@ -220,7 +220,7 @@ def add_documents_from(
     index = store.root
     dup = [d.id for d in docs if d.id in store.row_of]
     rerun = getattr(store, "wrote", None)  # a Milvus index: this very write committed before a crash (issue #44)
-    if dup and not replace and not (rerun and rerun([(d.id, d.title, d.text) for d in docs], replace)):
+    if dup and not replace and not (rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace)):
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
@@ -251,17 +251,22 @@ def filter_mask(store, filter) -> np.ndarray | None:
     flt = parse_filter(filter)
     if flt.empty:
         return None
-    if not hasattr(store, "document_bytes"):
-        raise TwoTowerError(f"{store.root}: metadata filters are not supported by this index's backend "
-                            f"({store.manifest.get('backend')}) yet; search without filter")
     from twotower.retrieval.filter_columns import columns_of
 
     return flt.mask(columns_of(store))
 
 
-def _masked(mask: np.ndarray | None) -> dict:
-    """``mask=`` for a store's searches when there is a filter (a Milvus store's searches take none: filter_mask
-    refuses a filter there)."""
+def restriction(store, filter) -> dict:
+    """The keyword arguments that restrict ``store``'s searches (dense and ``bm25``) to the documents ``filter``
+    lets through: ``{}`` for no filter, ``{"mask": rows}`` on a local index (:func:`filter_mask`), ``{"expr": ...}``
+    on a Milvus index (the filter as a Milvus expression, :meth:`MilvusStore.filter_expression`). Checked before
+    any encoding."""
+    if hasattr(store, "filter_expression"):
+        from twotower.retrieval.filters import parse_filter
+
+        expr = store.filter_expression(parse_filter(filter))
+        return {"expr": expr} if expr else {}
+    mask = filter_mask(store, filter)
     return {} if mask is None else {"mask": mask}
 
 
@@ -366,9 +371,9 @@ class Searcher:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
         check_prf(prf_depth, prf_weight, mode=mode, mode_option="mode")
         store = store or self.store  # one version for the whole call
-        mask = filter_mask(store, filter)
+        only = restriction(store, filter)
         qids, texts = list(queries), list(queries.values())
-        if mask is not None and not mask.any():  # nothing matches: no hits (and no encoding)
+        if "mask" in only and not only["mask"].any():  # nothing matches: no hits (and no encoding)
             return {q: {} for q in qids}
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
         runs = {}
@@ -376,14 +381,14 @@ class Searcher:
             q_vecs = self.encode_queries(texts)
             if prf_depth:
                 q_vecs = self._feedback(store, q_vecs, prf_depth, DEFAULT_WEIGHT if prf_weight is None else prf_weight,
-                                        ef_search, nprobe, mask)
-            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
+                                        ef_search, nprobe, only)
+            scores, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **only)
             runs["dense"] = {q: {store.doc_ids[r]: float(s) for s, r in zip(rs, rr) if r >= 0}
                              for q, rs, rr in zip(qids, scores, rows)}
         if mode != "dense":
             from twotower.retrieval.bm25 import matching_run
 
-            scores, rows = store.bm25.search(texts, depth, show_progress=False, **_masked(mask))
+            scores, rows = store.bm25.search(texts, depth, show_progress=False, **only)
             runs["bm25"] = matching_run(qids, store.doc_ids, scores, rows)  # no document that matches nothing
         if mode in ("dense", "bm25"):
             return runs[mode]
@@ -393,7 +398,7 @@ class Searcher:
 
     @staticmethod
     def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe,
-                  mask: np.ndarray | None = None) -> np.ndarray:
+                  only: dict | None = None) -> np.ndarray:
         """Query vectors moved toward their ``depth`` best documents' stored vectors (retrieval.prf.rocchio)."""
         from twotower.retrieval.prf import feedback_rows, rocchio
 
@@ -401,9 +406,13 @@ class Searcher:
             raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
                                 "multi-vector: drop --prf-depth")
         q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
-        if mask is not None:  # feedback from the matching documents, as many as there are up to depth
-            depth = max(1, min(depth, int(mask.sum())))
-        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **_masked(mask))
+        only = only or {}
+        if only:  # feedback from the matching documents, as many as there are up to depth
+            matches = int(only["mask"].sum()) if "mask" in only else store.count(only["expr"])
+            if matches == 0:  # nothing to learn from (and nothing the search after finds)
+                return q_vecs
+            depth = min(depth, matches)
+        _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **only)
         return rocchio(q_vecs, store.float_vectors(feedback_rows(rows, depth)), weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:

@@ -10,7 +10,8 @@
 - :mod:`.state`: the ``<collection>__state`` collection (the committed write, the manifest, the BM25 vocabulary and
   statistics, the writers' lease) and the crash hook the fault-injection tests use.
 - :mod:`.writes`: add / replace / remove as writes a crash cannot half-do.
+- :mod:`.filtering`: metadata filters as Milvus expressions, refused where Milvus would answer differently.
 
-Everything lives in Milvus: vectors, ids, titles, texts, BM25 sparse vectors and the index's state. The index
+Everything lives in Milvus: vectors, ids, titles, texts, metadata, BM25 sparse vectors and the index's state. The index
 directory names the URI and collection and keeps a copy of the manifest (a cache).
 """

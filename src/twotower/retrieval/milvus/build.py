@@ -21,10 +21,11 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, is_index_dir, read_manifest
 from twotower.retrieval.index.writer import check_target, discard_unfinished
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.store import MilvusStore, client_for
 from twotower.retrieval.milvus.state import State, create_state, state_name
-from twotower.retrieval.milvus.writes import check_sizes, doc_rows, put_rows, write_version
+from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
                 "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,
                 "bm25": asdict(lexicon.params) if lexicon is not None else None, "corpus": corpus,
+                METADATA_KINDS: metadata_kinds(new.metadata or []),
                 "milvus": {"uri": uri, "collection": collection, "index_id": index_id,
                            "schema_version": mc.SCHEMA_VERSION, "index_type": index["index_type"],
                            "index_params": index["params"], "metric": "IP",

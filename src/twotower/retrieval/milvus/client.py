@@ -49,11 +49,11 @@ logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 2  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection
+SCHEMA_VERSION = 3  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
-DENSE, SPARSE = "dense", "sparse"
+DENSE, SPARSE, METADATA = "dense", "sparse", "metadata"
 # index kinds twotower builds on Milvus: --kind -> Milvus index type
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 PROPERTY = "twotower"  # collection properties: twotower.index_id, twotower.model, twotower.dim, twotower.schema
@@ -220,8 +220,8 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
                       uri: str) -> None:
     """The collection: ``pk`` (primary key ``<write>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
     floats), ``added`` / ``removed`` (the writes that added and removed the row: see :mod:`.state`) and, with
-    ``lexical``, ``sparse`` (twotower's BM25 weights); its dense index as ``index`` says, metric IP. (Room is left
-    for a JSON ``metadata`` field: nothing here depends on the field list beyond these.)"""
+    ``lexical``, ``sparse`` (twotower's BM25 weights), ``metadata`` (JSON: the document's metadata, ``{}`` when it
+    has none; filters run on it, :mod:`.filtering`); its dense index as ``index`` says, metric IP."""
     from pymilvus import DataType
 
     with milvus_errors(uri, name, "creating the collection"):
@@ -232,6 +232,7 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         schema.add_field("removed", DataType.INT64)
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field(METADATA, DataType.JSON)
         schema.add_field(DENSE, DataType.FLOAT_VECTOR, dim=int(dim))
         if lexical:
             schema.add_field(SPARSE, DataType.SPARSE_FLOAT_VECTOR)

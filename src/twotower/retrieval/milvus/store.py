@@ -171,11 +171,24 @@ class MilvusStore:
     def __len__(self) -> int:
         return int(self.manifest["num_docs"])
 
-    def count(self) -> int:
-        """The number of documents Milvus holds now."""
+    def count(self, expr: str = "") -> int:
+        """The number of documents Milvus holds now (those ``expr``, a Milvus expression, selects)."""
         with self._errors("counting documents"):
-            rows = self.client.query(self.collection, filter=visible(self.seq), output_fields=["count(*)"])
+            rows = self.client.query(self.collection, filter=self._visible(expr), output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
+
+    def _visible(self, expr: str = "") -> str:
+        """This write's rows (:func:`.state.visible`), and of those the ones ``expr`` selects."""
+        return f"({visible(self.seq)}) and ({expr})" if expr else visible(self.seq)
+
+    def filter_expression(self, flt) -> str:
+        """The Milvus expression of a metadata filter (a parsed :class:`~twotower.retrieval.filters.Filter`) on this
+        index, ``""`` for none; a condition Milvus would answer differently from the local index is refused
+        (:mod:`.filtering`)."""
+        from twotower.retrieval.milvus.filtering import milvus_filter
+        from twotower.retrieval.milvus.writes import METADATA_KINDS
+
+        return milvus_filter(flt, self.manifest.get(METADATA_KINDS) or {})
 
     # ---- documents ----------------------------------------------------------------------
 
@@ -203,16 +216,19 @@ class MilvusStore:
         return [self.row_of.intern(d) for d in ids]
 
     def document(self, row: int) -> dict:
-        """``{"_id", "title", "text"}`` of the document in ``row`` (read from Milvus, recent ones cached)."""
+        """``{"_id", "title", "text"}`` of the document in ``row``, with ``"metadata"`` when it has some (read from
+        Milvus, recent ones cached)."""
         doc_id = self.doc_ids[row]
         with self._docs_lock:
             doc = self._docs.get(doc_id)
         if doc is None:
-            found = self._query([doc_id], ["title", "text"]).get(doc_id)
+            found = self._query([doc_id], ["title", "text", mc.METADATA]).get(doc_id)
             if found is None:
                 raise UnknownIdError(f"{self.root}: document '{doc_id}' is no longer in the Milvus collection "
                                      f"'{self.collection}' (removed meanwhile)")
             doc = {"_id": doc_id, "title": found["title"], "text": found["text"]}
+            if found.get(mc.METADATA):  # as the local store: "metadata" only when the document has some
+                doc["metadata"] = found[mc.METADATA]
             with self._docs_lock:
                 self._docs[doc_id] = doc
                 while len(self._docs) > 10_000:
@@ -271,8 +287,9 @@ class MilvusStore:
             return {"metric_type": "IP", "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
         return {"metric_type": "IP", "params": {}}
 
-    def _ranked(self, field: str, data: list, k: int, params: dict) -> tuple[np.ndarray, np.ndarray]:
-        """Milvus' top ``k`` of ``field`` for each of ``data``: (scores, rows), -inf / -1 where fewer."""
+    def _ranked(self, field: str, data: list, k: int, params: dict, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Milvus' top ``k`` of ``field`` for each of ``data`` among the documents ``expr`` (a metadata filter's
+        expression, :meth:`filter_expression`) selects: (scores, rows), -inf / -1 where fewer."""
         if k > MAX_TOPK:
             raise IndexStoreError(f"k {k}: Milvus returns at most {MAX_TOPK} hits per query; ask for fewer")
         scores = np.full((len(data), k), -np.inf, dtype=np.float32)
@@ -282,7 +299,7 @@ class MilvusStore:
             for start in range(0, len(asked), 64):
                 chunk = asked[start:start + 64]
                 hits = self.client.search(self.collection, data=[data[i] for i in chunk], anns_field=field, limit=k,
-                                          search_params=params, output_fields=["id"], filter=visible(self.seq))
+                                          search_params=params, output_fields=["id"], filter=self._visible(expr))
                 for i, found in zip(chunk, hits):
                     for j, h in enumerate(found):
                         scores[i, j] = h["distance"]
@@ -290,11 +307,13 @@ class MilvusStore:
         return scores, rows
 
     def search(self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
-               candidates: int | None = None, rescore_factor: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` documents by inner product: ``(scores, rows)``, each (n_queries, k), best first."""
+               candidates: int | None = None, rescore_factor: int | None = None,
+               expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` documents by inner product: ``(scores, rows)``, each (n_queries, k), best first; with ``expr``
+        (:meth:`filter_expression`) among the documents it selects (Milvus filters before it ranks)."""
         q = self.project_queries(queries)
         k = max(1, k)
-        return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe))
+        return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe), expr)
 
     @property
     def lexicon(self) -> SparseBM25:
@@ -328,11 +347,11 @@ class MilvusStore:
         """Delete ``ids`` (unknown ids are an error) as one write; returns after Milvus flushed it."""
         return self._write(keep, remove=list(ids), show_progress=show_progress)
 
-    def wrote(self, docs: Sequence[tuple[str, str, str]], replace: bool = False) -> bool:
-        """Whether the last committed write added exactly ``docs`` (``(id, title, text)``): running it again (after a
-        kill that came after its commit point) is then a no-op, not an "already in the index" error."""
-        ids, titles, texts = (list(x) for x in zip(*docs)) if docs else ([], [], [])
-        return self.state.head().get("write") == digest("add", ids, titles, texts, replace)
+    def wrote(self, docs: Sequence[tuple[str, str, str, dict]], replace: bool = False) -> bool:
+        """Whether the last committed write added exactly ``docs`` (``(id, title, text, metadata)``): running it again
+        (after a kill that came after its commit point) is then a no-op, not an "already in the index" error."""
+        ids, titles, texts, metadata = (list(x) for x in zip(*docs)) if docs else ([], [], [], [])
+        return self.state.head().get("write") == digest("add", ids, titles, texts, replace, metadata)
 
     def _write(self, keep: int, **kwargs) -> "MilvusStore":
         with writer_lock(self.root):
@@ -355,10 +374,11 @@ class MilvusBM25:
         return self.store.doc_ids
 
     def search(self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = False,
-               n_threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(scores, rows)``, best first; a document that shares no term with the query is not returned."""
+               n_threads: int = 0, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(scores, rows)``, best first; a document that shares no term with the query is not returned;
+        with ``expr`` (:meth:`MilvusStore.filter_expression`) only documents it selects."""
         k = max(1, min(k, len(self.store)))
-        return self.store._ranked(mc.SPARSE, self.lexicon.query_vectors(queries), k, {"metric_type": "IP"})
+        return self.store._ranked(mc.SPARSE, self.lexicon.query_vectors(queries), k, {"metric_type": "IP"}, expr)
 
 
 __all__ = ["MilvusBM25", "MilvusStore", "client_for", "forget_client"]

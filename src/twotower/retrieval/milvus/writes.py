@@ -30,9 +30,11 @@ from twotower.retrieval.index.files import describe
 from twotower.retrieval.index.versions import collect_garbage, new_temp_dir, publish
 from twotower.retrieval.index.writer import NewDocs
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.state import EngineLock, State, crash_point, visible
 
+METADATA_KINDS = "metadata_kinds"  # the manifest's key: {dotted path: kinds of value held there}
 BATCH = 256  # rows per upsert / ids per query
 EMPTY_TERM = 4_294_967_294  # a term id no query holds: the sparse vector of a document without terms (Milvus refuses {})
 
@@ -51,10 +53,11 @@ def check_sizes(docs: NewDocs) -> None:
 def doc_rows(docs: NewDocs, sparse: list | None, seq: int) -> list[dict]:
     """The collection's rows of ``docs`` written by write ``seq``."""
     vectors = np.asarray(docs.vectors, dtype=np.float32)
+    metadata = docs.metadata or [{}] * len(docs.ids)
     rows = []
     for j, doc_id in enumerate(docs.ids):
         row = {"pk": f"{seq}:{doc_id}", "id": doc_id, "title": docs.titles[j], "text": docs.texts[j],
-               mc.DENSE: vectors[j], "added": int(seq), "removed": 0}
+               mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[j], "added": int(seq), "removed": 0}
         if sparse is not None:
             row[mc.SPARSE] = sparse[j] or {EMPTY_TERM: 1e-30}
         rows.append(row)
@@ -79,7 +82,7 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
 
 
 def _fields(lexical: bool) -> list[str]:
-    return ["pk", "id", "title", "text", mc.DENSE, "added", "removed"] + ([mc.SPARSE] if lexical else [])
+    return ["pk", "id", "title", "text", mc.METADATA, mc.DENSE, "added", "removed"] + ([mc.SPARSE] if lexical else [])
 
 
 def query_all(client, collection: str, expr: str, fields: list[str]) -> list[dict]:
@@ -107,8 +110,11 @@ def recover(client, uri: str, collection: str, state: State, head: dict, lexical
     state.drop_blobs_except({int(head.get("blobs_seq", seq)), int(head.get("prev_blobs_seq", seq))})
 
 
-def digest(op: str, ids, titles=(), texts=(), replace: bool = False) -> str:
-    payload = json.dumps([op, bool(replace), list(ids), list(titles), list(texts)], ensure_ascii=False)
+def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=None) -> str:
+    parts = [op, bool(replace), list(ids), list(titles), list(texts)]
+    if metadata and any(metadata):  # documents with metadata: it belongs to the write too
+        parts.append(list(metadata))
+    payload = json.dumps(parts, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -127,7 +133,8 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         recover(client, uri, coll, state, head, lexical)
         crash_point("recovered")
         ids = list(docs.ids) if docs is not None else list(dict.fromkeys(remove or []))
-        key = digest("add", ids, docs.titles, docs.texts, replace) if docs is not None else digest("remove", ids)
+        key = (digest("add", ids, docs.titles, docs.texts, replace, docs.metadata) if docs is not None
+               else digest("remove", ids))
         if head.get("write") == key:  # this very write committed before a crash: done
             return head
         seq, new = int(head["seq"]), int(head["seq"]) + 1
@@ -164,6 +171,8 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         with mc.milvus_errors(uri, coll, "counting documents"):
             n = int(client.query(coll, filter=visible(new), output_fields=["count(*)"])[0]["count(*)"])
         manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=new)
+        if docs is not None:  # the kinds of metadata the documents have held, per path (filtering.py)
+            manifest[METADATA_KINDS] = metadata_kinds(docs.metadata or [], head["manifest"].get(METADATA_KINDS))
         head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "write": key,
                 "prev_blobs_seq": head["blobs_seq"]}
         lock.renew()
