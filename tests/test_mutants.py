@@ -134,7 +134,7 @@ def test_config_refuses_duplicate_stage_names_and_batches_of_one(tmp_path):
 
     with pytest.raises(TwoTowerError, match="stage names must differ"):
         TrainConfig(out=str(tmp_path), stages=[StageConfig(name="a"), StageConfig(name="a")]).validate()
-    with pytest.raises(TwoTowerError, match="batch size 1"):
+    with pytest.raises(TwoTowerError, match="batch_size=1: a whole number at least 2"):
         TrainConfig(out=str(tmp_path), stages=[StageConfig(batch_size=1)]).validate()
     TrainConfig(out=str(tmp_path), stages=[StageConfig(name="a", batch_size=2), StageConfig(name="b")]).validate()
 

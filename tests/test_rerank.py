@@ -210,8 +210,8 @@ def test_search_uses_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, tiny_ce_di
     query = "which animal purrs"
     res = CliRunner().invoke(app, ["search", query, "--index", str(tmp_path / "idx"), "-k", "5", "--json"])
     assert res.exit_code == 0, res.output
-    got = [json.loads(m)["id"] for m in re.findall(r'\{"rank".*?\}', res.output)]  # stderr shares the output
-    assert len(got) == 5
+    got = [json.loads(m)["id"] for m in re.findall(r'\{"rank".*\}$', res.output, re.M)]  # stderr shares the output
+    assert len(got) == 5, res.output
     searcher = Searcher(tmp_path / "idx")
     hits = searcher.search(query, 5, mode="dense")
     store = searcher.store
