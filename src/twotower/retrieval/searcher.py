@@ -220,7 +220,8 @@ def add_documents_from(
     index = store.root
     dup = [d.id for d in docs if d.id in store.row_of]
     rerun = getattr(store, "wrote", None)  # a Milvus index: this very write committed before a crash (issue #44)
-    if dup and not replace and not (rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace)):
+    if dup and not replace and not (
+            rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace)):
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "

@@ -9,6 +9,7 @@ import numpy as np
 
 from twotower.retrieval.index.codecs import Codec, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
+from twotower.retrieval.index.kinds import widened
 
 
 DEFAULT_EF_SEARCH = 128  # binary HNSW's efSearch when none is given (FAISS' own default, 16, lost NDCG@10: issue #44)
@@ -31,7 +32,7 @@ def hamming_params(index, ef_search: int | None, nprobe: int | None, sel=None, s
     if sel is None:
         return faiss.SearchParametersHNSW(efSearch=base) if hnsw else None
     if hnsw:
-        return faiss.SearchParametersHNSW(sel=sel, efSearch=int(min(4096, max(base, -(-base // share)))))
+        return faiss.SearchParametersHNSW(sel=sel, efSearch=widened(base, share))
     return faiss.SearchParameters(sel=sel)
 
 

@@ -22,13 +22,12 @@ How, by index kind and by the share of documents that match (the *selectivity*):
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from twotower.retrieval.index.kinds import MAX_EF, widened  # noqa: F401  (MAX_EF: the cap the docstring names)
 
 EXACT_SHARE = 0.01  # at most this share of documents matching: exact scoring of the matches
 EXACT_ROWS = 2_000  # ... or at most this many matching documents (also on small indexes)
-MAX_EF = 4096
 # a filtered HNSW search without ef_search starts from at least this efSearch before widening by 1 / share: FAISS'
 # default (16) widened kept recall@10 0.934 at 5% on 105k documents, 32 gave 0.978 (benchmarks/filters.py,
 # results/filters_hnsw100k)
@@ -86,10 +85,10 @@ def _params(store, index, sel, ef_search, nprobe, share: float):
     ivf = faiss.try_extract_index_ivf(index) if not store.codec.vectors == "binary" else None
     if hnsw is not None:
         base = ef_search or max(FILTERED_EF_BASE, faiss.downcast_index(hnsw).hnsw.efSearch)
-        params = faiss.SearchParametersHNSW(sel=sel, efSearch=int(min(MAX_EF, max(base, math.ceil(base / share)))))
+        params = faiss.SearchParametersHNSW(sel=sel, efSearch=widened(base, share))
     elif ivf is not None:
         base = nprobe or ivf.nprobe
-        params = faiss.SearchParametersIVF(sel=sel, nprobe=int(min(ivf.nlist, math.ceil(base / share))))
+        params = faiss.SearchParametersIVF(sel=sel, nprobe=widened(base, share, cap=ivf.nlist))
     else:
         params = faiss.SearchParameters(sel=sel)
     if pre:

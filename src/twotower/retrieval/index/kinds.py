@@ -238,6 +238,15 @@ def find(index, class_prefix: str):
     return None
 
 
+MAX_EF = 4096  # the widest efSearch a filtered search widens to
+
+
+def widened(base: int, share: float, cap: int = MAX_EF) -> int:
+    """An ANN search breadth (HNSW's efSearch, IVF's nprobe) for a filter letting ``share`` of the documents through:
+    ``base`` divided by the share, at least ``base``, at most ``cap``."""
+    return int(min(cap, max(base, math.ceil(base / share))))
+
+
 def search_params(index, *, ef_search: int | None = None, nprobe: int | None = None):
     """Per-call FAISS search parameters (thread-safe: the shared index is not mutated)."""
     import faiss
