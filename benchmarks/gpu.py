@@ -201,6 +201,13 @@ def steady_rate(history: list[dict]) -> float | None:
     return (last["step"] - first["step"]) / (ends[1] - ends[0])
 
 
+def block_times(history: list[dict], batch_size: int, every: int = 10) -> list[float]:
+    """Seconds each block of ``every`` steps took, from the log's cumulative rates (step n ended n × batch / rate
+    after the stage began): a first epoch much slower than the next shows a cost paid per new batch shape."""
+    ends = [0.0] + [r["step"] * batch_size / r["examples_per_s"] for r in history[every - 1 :: every]]
+    return [round(b - a, 3) for a, b in zip(ends, ends[1:])]
+
+
 def train_rows(args, device: torch.device, data: Path, ds_test: BeirDataset, work: Path) -> list[dict]:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -248,6 +255,15 @@ def train_rows(args, device: torch.device, data: Path, ds_test: BeirDataset, wor
     cfg = TrainConfig(out=str(work / "tt"), device=str(device), doc_max_length=args.max_length,
                       query_max_length=args.max_length, checkpoint_every=0, show_progress=False, stages=[stage])
     trainer = Trainer(cfg)
+    first_step: list[float] = []
+    step_loss = trainer.objective.step_loss
+
+    def timed_step_loss(*a, **k):  # when the first step starts: what train() spends before it
+        if not first_step:
+            first_step.append(time.perf_counter())
+        return step_loss(*a, **k)
+
+    trainer.objective.step_loss = timed_step_loss
     sync(device)
     t0 = time.perf_counter()
     trained = trainer.train()
@@ -257,6 +273,7 @@ def train_rows(args, device: torch.device, data: Path, ds_test: BeirDataset, wor
     loaded = DualEncoder.load(work / "tt" / "model", device=device)
     rows.append({"system": "twotower train", "task": "train", "examples_per_s": n_examples / wall, "wall_s": wall,
                  "steady_examples_per_s": steady_rate(trainer.history),
+                 "to_first_step_s": first_step[0] - t0, "block_s": block_times(trainer.history, args.batch_size),
                  "precision": trainer.precision, "bucket_size": trainer.bucket_size(stage),
                  **test_metrics(ds_test, doc_ids, loaded.encode_documents(corpus, opts),
                                 loaded.encode_queries(queries, opts))})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -122,11 +123,14 @@ def test_cpu_defaults_and_recorded_device(tmp_path, tiny_bert_dir, tiny_beir):
     assert [r["device"] for r in log] == ["cpu", "cpu"]
 
 
-def test_prefetched_encoding_equals_inline(tiny_bert_dir):
-    """The GPU path's background tokenizer (forced on here) gives the same vectors, in the same order."""
+def test_prefetched_encoding_equals_inline(tiny_bert_dir, monkeypatch):
+    """The GPU path's background tokenizer (forced on here, in chunks of 5 texts prepared by parallel workers)
+    gives the same vectors, in the same order."""
     from conftest import TINY_CORPUS
+    from twotower.encoders import inference
     from twotower.encoders.inference import encode_texts
 
+    monkeypatch.setattr(inference, "GPU_TOKENIZE_CHUNK", 5)
     model = DualEncoder.load(tiny_bert_dir)
     texts = [d["text"] for d in TINY_CORPUS] * 7 + ["", "x"]
     inline = encode_texts(model.doc_tower, texts, batch_size=4, precision="fp32", show_progress=False, prefetch=False)
@@ -140,6 +144,27 @@ def test_prefetched_encoding_equals_inline(tiny_bert_dir):
             b = tower.tokenize([texts[i]])
             ref = tower(b["input_ids"], b["attention_mask"])[0]
             assert torch.allclose(ref, torch.from_numpy(inline[i]), atol=1e-5)
+
+
+def test_parallel_chunk_workers_give_the_batches_of_one(tiny_bert_dir):
+    """Chunks prepared by several threads come out in order, the batches of a single thread exactly; a consumer
+    that stops early does not hang."""
+    from transformers import AutoTokenizer
+
+    from conftest import TINY_CORPUS
+    from twotower.encoders.inference import length_sorted_batches
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    texts = [d["text"][: 7 + 11 * i] for i, d in enumerate(TINY_CORPUS * 5)]
+    one = list(length_sorted_batches(tok, texts, 32, 3, chunk=4))
+    many = list(length_sorted_batches(tok, texts, 32, 3, chunk=4, workers=3))
+    assert len(one) == len(many) > 8
+    for (r1, i1, m1), (r2, i2, m2) in zip(one, many):
+        assert np.array_equal(r1, r2) and torch.equal(i1, i2) and torch.equal(m1, m2)
+    assert sorted(np.concatenate([r for r, _, _ in many]).tolist()) == list(range(len(texts)))
+    early = length_sorted_batches(tok, texts, 32, 3, chunk=4, workers=3)
+    next(early)
+    early.close()
 
 
 def test_prefetched_passes_errors_on_and_stops_early():
@@ -162,11 +187,15 @@ def test_prefetched_passes_errors_on_and_stops_early():
 def test_padding_matches_the_tokenizer(tiny_bert_dir):
     from transformers import AutoTokenizer
 
-    from twotower.encoders.inference import _pad_batch
+    from twotower.encoders.inference import pad_token_ids
 
     tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     texts = ["a b c d e", "a", "tea leaves are brewed"]
     ids = tok(texts)["input_ids"]
-    input_ids, mask = _pad_batch(ids, tok.pad_token_id)
+    input_ids, mask = pad_token_ids(ids, tok.pad_token_id)
     ref = tok(texts, padding=True, return_tensors="pt")
     assert torch.equal(input_ids, ref["input_ids"]) and torch.equal(mask, ref["attention_mask"])
+    input_ids, mask = pad_token_ids(ids, tok.pad_token_id, multiple=8)
+    ref = tok(texts, padding=True, pad_to_multiple_of=8, return_tensors="pt")
+    assert input_ids.shape[1] == 8 and torch.equal(input_ids, ref["input_ids"])
+    assert torch.equal(mask, ref["attention_mask"])

@@ -114,8 +114,15 @@ def test_index_search_and_serve_on_the_gpu(tiny_beir, tiny_bert_dir, tmp_path):
     ["--bucket-size", "2"],
 ])
 def test_train_on_the_gpu(train_beir, tiny_bert_dir, tmp_path, extra):
+    data = train_beir
+    if "bm25" in extra:  # mining samples BM25 ranks 3..50: give each query unjudged near-copies to find there
+        corpus = [{**d, "_id": f"{d['_id']}-{k}"} for k in range(5) for d in TINY_CORPUS]
+        queries = [{"_id": f"q{i}", "text": f"question about {d['title'] or 'cells'} {d['text'][:20]}"}
+                   for i, d in enumerate(TINY_CORPUS)]
+        data = write_beir(tmp_path / "bm25", corpus, queries, [(f"q{i}", f"{d['_id']}-0", 1)
+                                                                  for i, d in enumerate(TINY_CORPUS)], split="train")
     out = tmp_path / "run"
-    _cli("train", "--data", train_beir, "--model", tiny_bert_dir, "--out", out, "--steps", "3", "--batch-size", "3",
+    _cli("train", "--data", data, "--model", tiny_bert_dir, "--out", out, "--steps", "3", "--batch-size", "3",
          "--no-progress", *extra)
     log = json.loads((out / "train_log.json").read_text())
     assert log and all(r["device"].startswith("cuda") for r in log) and all(np.isfinite(r["loss"]) for r in log)

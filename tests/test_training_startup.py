@@ -104,3 +104,32 @@ def test_gpu_training_steps_run_without_cudnn_attention(tiny_bert_dir, tiny_beir
         lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
     tr.train()
     assert seen and not any(seen)
+
+
+def test_one_pass_embedding_of_a_steps_groups(tiny_bert_dir, tiny_beir, tmp_path, monkeypatch):
+    """On a GPU a step's queries, positives and negatives (shared towers, no buckets) are embedded in one padded
+    batch: the same embeddings as one call per group, in the same places, with one forward pass per step."""
+    from twotower.training.buckets import embed_together
+
+    torch.manual_seed(0)
+    tower = trainer_module.DualEncoder.load(tiny_bert_dir).doc_tower.eval()
+    texts = [["a short query", "cells"], ["a much longer document about cells and their membranes", "b", "c d"]]
+    parts = []
+    for group in texts:
+        batch = tower.tokenize(group)
+        parts.append((batch["input_ids"], batch["attention_mask"]))
+    assert parts[0][0].shape[1] < parts[1][0].shape[1]  # widths differ: the padding is exercised
+    with torch.no_grad():
+        together = embed_together(tower, parts)
+        for (ids, mask), emb in zip(parts, together):
+            assert torch.allclose(emb, tower(ids, mask), atol=1e-5)
+    # and the trainer takes that path where ONE_PASS_DEVICES says so (here: the CPU, buckets off)
+    monkeypatch.setattr(trainer_module, "ONE_PASS_DEVICES", {"cpu"})
+    cfg = TrainConfig(out=str(tmp_path / "run"), model=str(tiny_bert_dir), device="cpu", precision="fp32",
+                      show_progress=False, checkpoint_every=0,
+                      stages=[StageConfig(data=str(tiny_beir), split="test", steps=2, batch_size=3, bucket_size=0)])
+    tr = Trainer(cfg)
+    calls = []
+    tr.model.doc_tower.register_forward_pre_hook(lambda _m, args: calls.append(len(args[0])))
+    tr.train()
+    assert calls == [6, 6], calls  # 3 queries + 3 positives, one pass per step

@@ -32,14 +32,18 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
 TOKENIZE_CHUNK = 16384
-# Texts per encoding batch when none is asked for. CPU: batch 128 ran 8-18% slower than 32 (DESIGN.md). H100
-# (all-MiniLM-L6-v2, bf16, max length 256, SciFact x4): 2,927 docs/s at 32, 5,037 at 128, 4,775 at 512.
-DEFAULT_BATCH_SIZE = {"cpu": 32, "cuda": 128}
-# On a GPU, tokenization runs in a background thread this many batches ahead of the model, in chunks this size
-# (the first batch waits only for the first chunk), and embeddings come back to the host this many batches at a
-# time (one synchronisation each, not one per batch).
+# Texts per encoding batch when none is asked for. CPU: batch 128 ran 8-18% slower than 32 (DESIGN.md). GPU: the
+# forward pass alone (all-MiniLM-L6-v2, bf16 weights, SciFact) ran 34.4k docs/s at 128 and 38.0k at 512 on an H200
+# (issue #47), where the tokenizer gives ~11-16k: big batches keep the GPU's share of the time small.
+DEFAULT_BATCH_SIZE = {"cpu": 32, "cuda": 512}
+# On a GPU, tokenization runs ahead of the model in background threads (TOKENIZE_WORKERS chunks at a time: one
+# thread in the fast tokenizer, which releases the GIL and fans out over every core, while another turns the
+# previous chunk's encodings into padded, pinned batches), up to PREFETCH_BATCHES batches ahead; chunks of
+# GPU_TOKENIZE_CHUNK texts (the first batch waits only for the first chunk); embeddings come back to the host
+# HOST_COPY_EVERY batches at a time (one synchronisation each, not one per batch).
 PREFETCH_BATCHES = 8
-GPU_TOKENIZE_CHUNK = 4096
+GPU_TOKENIZE_CHUNK = 2048
+TOKENIZE_WORKERS = 2
 HOST_COPY_EVERY = 32
 
 
@@ -127,11 +131,15 @@ def length_sorted_rows(
     ``texts``. Tokenizes in chunks of ``chunk`` texts (one fast-tokenizer call each) and sorts
     each chunk by real token count, so a batch padded to its longest member wastes little."""
     for start in range(0, len(texts), chunk):
-        ids = token_ids(tokenizer, list(texts[start : start + chunk]), max_length)
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        for b in range(0, len(order), batch_size):
-            rows = order[b : b + batch_size]
-            yield start + rows, [ids[i] for i in rows]
+        yield from _sorted_chunk(tokenizer, texts, start, chunk, max_length, batch_size)
+
+
+def _sorted_chunk(tokenizer, texts: Sequence[str], start: int, chunk: int, max_length: int,
+                  batch_size: int) -> list[tuple[np.ndarray, list[list[int]]]]:
+    ids = token_ids(tokenizer, list(texts[start : start + chunk]), max_length)
+    order = np.argsort([-len(x) for x in ids], kind="stable")
+    return [(start + order[b : b + batch_size], [ids[i] for i in order[b : b + batch_size]])
+            for b in range(0, len(order), batch_size)]
 
 
 def token_ids(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
@@ -177,21 +185,52 @@ def _fast_backend(tokenizer, max_length: int, texts: list[str]):
 
 def length_sorted_batches(
     tokenizer, texts: Sequence[str], max_length: int, batch_size: int, chunk: int = TOKENIZE_CHUNK,
-    pin_memory: bool = False,
+    pin_memory: bool = False, workers: int = 1,
 ) -> Iterator[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
     """``(rows, input_ids, attention_mask)``: :func:`length_sorted_rows`, each batch padded only to its
-    own longest member (in page-locked memory with ``pin_memory``, for asynchronous copies to a GPU)."""
+    own longest member (in page-locked memory with ``pin_memory``, for asynchronous copies to a GPU).
+
+    ``workers`` > 1 prepares that many chunks at once in threads (in order: the batches come out as with one),
+    so one chunk's tokenization (the fast tokenizer releases the GIL) overlaps the previous chunk's padding."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    for rows, ids in length_sorted_rows(tokenizer, texts, max_length, batch_size, chunk):
-        input_ids, mask = _pad_batch(ids, pad_id)
-        if pin_memory:
-            input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
-        yield rows, input_ids, mask
+
+    def padded(start: int) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        out = []
+        for rows, ids in _sorted_chunk(tokenizer, texts, start, chunk, max_length, batch_size):
+            input_ids, mask = pad_token_ids(ids, pad_id)
+            if pin_memory:
+                input_ids, mask = input_ids.pin_memory(), mask.pin_memory()
+            out.append((rows, input_ids, mask))
+        return out
+
+    starts = range(0, len(texts), chunk)
+    if workers <= 1 or len(starts) <= 1:
+        for start in starts:
+            yield from padded(start)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="twotower-tokenize") as pool:
+        ahead: deque = deque()
+        try:
+            for start in starts:
+                ahead.append(pool.submit(padded, start))
+                if len(ahead) >= workers:
+                    yield from ahead.popleft().result()
+            while ahead:
+                yield from ahead.popleft().result()
+        finally:  # a consumer that stops early: drop what has not started
+            for future in ahead:
+                future.cancel()
 
 
-def _pad_batch(ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_token_ids(ids: list[list[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``ids`` padded on the right to the longest, rounded up to a ``multiple``
+    of tokens (what ``tokenizer(..., padding=True, pad_to_multiple_of=multiple)`` returns)."""
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-    mask = np.arange(int(lengths.max(initial=0)))[None, :] < lengths[:, None]
+    width = -(-int(lengths.max(initial=0)) // multiple) * multiple
+    mask = np.arange(width)[None, :] < lengths[:, None]
     input_ids = np.full(mask.shape, pad_id, dtype=np.int64)
     for row, seq in zip(input_ids, ids):  # one C-level copy per text, not a Python step per token
         row[: len(seq)] = seq
@@ -255,7 +294,9 @@ def encode_texts(
 
     ``batch_size``: None = the device's default (``DEFAULT_BATCH_SIZE``). ``prefetch``: tokenize in a
     background thread ahead of the model, into pinned memory (None = on a GPU only; on a CPU the tokenizer
-    would take cores from the encoder). ``compile``: run the forward pass through :func:`compiled_forward`;
+    would take cores from the encoder). Under bf16 the model runs as a bf16 copy of its weights (:func:`bf16_copy`:
+    no per-operation casts, on a GPU 1.3x the forward rate of autocast). ``compile``: run the forward pass through
+    :func:`compiled_forward`;
     if compilation fails (no C++ compiler, an unsupported operator) the error is logged and encoding goes on
     eagerly."""
     device = next(encoder.parameters()).device
@@ -263,9 +304,9 @@ def encode_texts(
     batch_size = batch_size or default_batch_size(device)
     gpu = device.type == "cuda"
     prefetch = gpu if prefetch is None else prefetch
-    frozen_copy = precision == "bf16" and device.type == "cpu"
-    if frozen_copy:
-        encoder, precision = bf16_copy(encoder), "fp32"  # bf16 weights beat autocast on CPU
+    frozen_copy = precision == "bf16"
+    if frozen_copy:  # bf16 weights beat autocast (CPU: ~15-20%; H200: 34.4k against 25.8k docs/s, issue #47)
+        encoder, precision = bf16_copy(encoder), "fp32"
     max_length = max_length or encoder.max_length
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
     was_training = encoder.training
@@ -280,7 +321,8 @@ def encode_texts(
         pending.clear()
 
     batches = length_sorted_batches(encoder.tokenizer, texts, max_length, batch_size,
-                                    chunk=GPU_TOKENIZE_CHUNK if prefetch else TOKENIZE_CHUNK, pin_memory=gpu)
+                                    chunk=GPU_TOKENIZE_CHUNK if prefetch else TOKENIZE_CHUNK, pin_memory=gpu,
+                                    workers=TOKENIZE_WORKERS if prefetch else 1)
     if prefetch:
         batches = prefetched(batches, PREFETCH_BATCHES)
     try:

@@ -45,3 +45,14 @@ def embed_in_buckets(fn: EmbedFn, ids: torch.Tensor, mask: torch.Tensor, size: i
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(len(order), device=order.device)
     return torch.cat(parts)[inverse]
+
+
+def embed_together(fn: EmbedFn, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """``[fn(ids, mask) for ids, mask in parts]`` in one call: each right-padded batch padded further to the widest,
+    all stacked, embedded once and split back. For groups that one tower embeds (a step's queries, positives and
+    negatives under shared towers) on a GPU, where a small model's step is bound by kernel launches and Python, not
+    by the padding's arithmetic: one forward and one backward pass instead of one per group."""
+    width = max(ids.shape[1] for ids, _ in parts)
+    ids = torch.cat([torch.nn.functional.pad(i, (0, width - i.shape[1])) for i, _ in parts])
+    mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, m in parts])
+    return list(fn(ids, mask).split([len(i) for i, _ in parts]))

@@ -28,11 +28,11 @@ from tqdm.auto import tqdm
 
 from twotower.data.pairs import TrainExample
 from twotower.encoders.device import attention_kernels, describe, device_of, resolve_device
-from twotower.encoders.inference import resolve_precision
+from twotower.encoders.inference import pad_token_ids, resolve_precision, token_ids
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
-from twotower.training.buckets import embed_in_buckets
+from twotower.training.buckets import embed_in_buckets, embed_together
 from twotower.training.checkpoints import (
     check_resumable, check_run_dir, complete_checkpoints, newest_loadable, save_checkpoint)
 from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig re-exported)
@@ -44,6 +44,13 @@ from twotower.training.objective import Objective
 log = logging.getLogger(__name__)
 
 LOG_EVERY = 10  # steps per host synchronisation for the loss log (Trainer._flush_log)
+# Training batches are padded to a multiple of this many tokens, by device: on a GPU every new (batch, length)
+# shape may cost a kernel plan or a tuning pass, and multiples of 8 are what tensor cores take whole.
+PAD_MULTIPLE = {"cuda": 8}
+# Devices on which a step's groups that one tower embeds (shared towers, no length buckets) run as one padded batch
+# (buckets.embed_together): on a GPU the padding's arithmetic is cheap and every forward pass costs launches; on a
+# CPU the padding is the cost.
+ONE_PASS_DEVICES = {"cuda"}
 
 def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
@@ -83,6 +90,8 @@ def _false_negative_mask(examples: list[TrainExample], device: torch.device | st
     p = codes([e.pid or e.positive for e in examples])
     mask = (q[:, None] == q[None, :]) | (p[:, None] == p[None, :])
     mask.fill_diagonal_(False)
+    if torch.device(device).type == "cuda":  # from page-locked memory the copy is asynchronous: no wait on the GPU
+        mask = mask.pin_memory()
     return mask.to(device, non_blocking=True)
 
 
@@ -194,9 +203,18 @@ class Trainer:
 
     # ---------------------------------------------------------------- one step
     def _tokenize(self, tower, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = tower.tokenize(texts, max_length=max_length)
+        """A batch's token ids and mask on the device: through the fast tokenizer's backend and numpy padding
+        (:func:`~twotower.encoders.inference.token_ids`, the ids of ``tower.tokenize``), padded on a GPU to a
+        multiple of :data:`PAD_MULTIPLE` tokens (fewer distinct shapes for the kernels, aligned for tensor cores)."""
+        tokenizer = tower.tokenizer
+        if getattr(tokenizer, "padding_side", "right") == "right":
+            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+            ids, mask = pad_token_ids(token_ids(tokenizer, texts, max_length), pad_id,
+                                      PAD_MULTIPLE.get(self.device.type, 1))
+        else:
+            batch = tower.tokenize(texts, max_length=max_length)
+            ids, mask = batch["input_ids"], batch["attention_mask"]
         pin = self.device.type == "cuda"
-        ids, mask = batch["input_ids"], batch["attention_mask"]
         if pin:
             ids, mask = ids.pin_memory(), mask.pin_memory()
         return ids.to(self.device, non_blocking=pin), mask.to(self.device, non_blocking=pin)
@@ -240,7 +258,9 @@ class Trainer:
         m = self.model
         queries, positives, negatives = self.batch_texts(examples, stage, rng)
         fn_mask = self.false_negative_mask(examples)
-        groups = [(m.forward_queries, *self._tokenize(m.query_tower, queries, m.query_max_length)),
+        # shared towers (SDE): queries go through the one tower as documents do, so backward can embed all at once
+        embed_queries = m.forward_documents if m.query_tower is m.doc_tower else m.forward_queries
+        groups = [(embed_queries, *self._tokenize(m.query_tower, queries, m.query_max_length)),
                   (m.forward_documents, *self._tokenize(m.doc_tower, positives, m.doc_max_length))]
         if negatives:
             groups.append((m.forward_documents, *self._tokenize(m.doc_tower, negatives, m.doc_max_length)))
@@ -259,7 +279,10 @@ class Trainer:
             return cached_backward(groups, loss_of, stage.cache_chunk, autocast=self._autocast)
         size = self.bucket_size(stage) if buckets else None
         with self._autocast():
-            embs = [embed_in_buckets(fn, ids, mask, size) for fn, ids, mask in groups]
+            if buckets and not size and self.device.type in ONE_PASS_DEVICES and len({g[0] for g in groups}) == 1:
+                embs = embed_together(groups[0][0], [(ids, mask) for _, ids, mask in groups])
+            else:
+                embs = [embed_in_buckets(fn, ids, mask, size) for fn, ids, mask in groups]
         loss = loss_of(*embs)
         loss.backward()
         return loss.detach()
