@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
+from twotower.cli.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -74,7 +74,7 @@ def train_cmd(
 ) -> None:
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
     import twotower as tt
-    from twotower.console import fail as _fail
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:
@@ -166,7 +166,7 @@ def mine_cmd(
 ) -> None:
     """Mine hard negatives for a BEIR split and write a pairs file for 'twotower train --pairs'."""
     import twotower as tt
-    from twotower.console import fail as _fail
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 import twotower as tt
-from twotower.console import BATCH_HELP, DEVICE_HELP
+from twotower.cli.console import BATCH_HELP, DEVICE_HELP
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
@@ -48,7 +48,7 @@ def _fmt(value) -> str:
 
 
 def _finish(analyze, config, out: Path) -> None:
-    from twotower.console import console
+    from twotower.cli.console import console
 
     result = analyze(config, out, command=_command_line())
     paths = result.get("written", [])
@@ -61,7 +61,7 @@ def _finish(analyze, config, out: Path) -> None:
 
 def _run(fn):
     """Run ``fn`` and turn the library's errors into a clean exit."""
-    from twotower.console import fail as _fail
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:
@@ -198,7 +198,7 @@ def report_cmd(
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
     _run(lambda: tt.check_output_file(page or folder / "report.md", "--page" if page else "--out"))
-    from twotower.console import console
+    from twotower.cli.console import console
 
     path = _run(lambda: tt.build_report(folder, page))
     console.print(f"wrote {path}", highlight=False)

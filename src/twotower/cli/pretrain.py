@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP
+from twotower.cli.console import DEVICE_HELP
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +59,7 @@ def pretrain_cmd(
 ) -> None:
     """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
     import twotower as tt
-    from twotower.console import fail as _fail
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
+from twotower.cli.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
 from twotower import FitRecipe
 
 _D = FitRecipe()  # the recipe's defaults are the options' defaults
@@ -59,8 +59,8 @@ def fit_cmd(
     labels: BM25, dense or hybrid from the data's and the encoder's languages (a multilingual encoder across
     languages also gets its language directions removed)."""
     import twotower as tt
-    from twotower.console import console, warn
-    from twotower.console import fail as _fail
+    from twotower.cli.console import console, warn
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     try:

@@ -37,7 +37,7 @@ def serve_cmd(
 ) -> None:
     """Serve search, document reads and (with an API key) document writes over HTTP."""
     import twotower as tt
-    from twotower.console import fail as _fail, console
+    from twotower.cli.console import fail as _fail, console
     from twotower.errors import TwoTowerError
 
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):

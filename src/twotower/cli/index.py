@@ -37,11 +37,11 @@ def read_filter(value: str | None):
 
 
 def register(app: typer.Typer) -> None:
-    from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
+    from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
                                   RUNTIME_HELP)
     import twotower as tt
-    from twotower.console import console
-    from twotower.console import fail as _fail
+    from twotower.cli.console import console
+    from twotower.cli.console import fail as _fail
     from twotower.errors import TwoTowerError
 
     LOCK_HELP = ("Seconds to wait while another writer holds the index's lock, then give up with nothing changed "

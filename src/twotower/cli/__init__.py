@@ -15,10 +15,10 @@ from rich.table import Table
 
 import twotower as tt
 
-from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
+from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
                               RUNTIME_HELP)
-from twotower.console import console, warn
-from twotower.console import fail as _fail
+from twotower.cli.console import console, warn
+from twotower.cli.console import fail as _fail
 from twotower.errors import TwoTowerError
 
 app = typer.Typer(help="Train, index, evaluate and serve dual-encoder retrievers.", no_args_is_help=True)
@@ -165,13 +165,13 @@ def data_locate(
 
 # Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
 COMMAND_MODULES: tuple[str, ...] = (
-    "twotower.encoders.commands",
-    "twotower.training.commands",
-    "twotower.training.pretrain_commands",
-    "twotower.training.fit_commands",
-    "twotower.retrieval.commands",
-    "twotower.analysis.commands",
-    "twotower.serve.commands",
+    "twotower.cli.models",
+    "twotower.cli.train",
+    "twotower.cli.pretrain",
+    "twotower.cli.fit",
+    "twotower.cli.index",
+    "twotower.cli.analyze",
+    "twotower.cli.serve",
 )
 
 
