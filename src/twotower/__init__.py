@@ -12,8 +12,7 @@ Models
 Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info`` / ``documents``),
     :class:`Hit` (with the document's ``metadata``), :func:`parse_filter` / :class:`Filter` (metadata filters),
-    :class:`Reranker`, :func:`create_app`, :func:`check_serve_options`, :func:`check_port` and
-    :func:`serve_index` (the HTTP service)
+    :class:`Reranker`, :func:`create_app` and :func:`serve_index` (the HTTP service)
 Evaluation
     :func:`evaluate`, :class:`EvalResult`, :func:`read_result`, :func:`score_run`, :func:`read_run`, :func:`write_run`
 Training
@@ -24,9 +23,7 @@ Analyses (the papers' studies)
     :func:`analyze_fidelity`, :func:`analyze_towers`, :func:`analyze_doclength`, :func:`analyze_latency`,
     :func:`build_report` and their configs
 Data sets on disk
-    :func:`fetch_beir`, :func:`locate_beir`
-Output files
-    :func:`check_output_file`, :func:`check_outputs`, :func:`check_output_dir`, :func:`write_json`
+    :func:`fetch_beir`
 Errors
     :class:`TwoTowerError` and its subclasses :class:`DataError`, :class:`ModelError`, :class:`DatasetNotFound`
 
@@ -65,7 +62,6 @@ _EXPORTS: dict[str, str] = {
     "document_id": "twotower.data.metadata",
     "document_ids": "twotower.data.metadata",
     "fetch_beir": "twotower.api.tools",
-    "locate_beir": "twotower.api.tools",
     # models
     "Encoder": "twotower.api.encoder",
     "list_models": "twotower.api.tools",
@@ -79,8 +75,6 @@ _EXPORTS: dict[str, str] = {
     "Reranker": "twotower.retrieval.rerank",
     "create_app": "twotower.api.tools",
     "serve_index": "twotower.api.tools",
-    "check_port": "twotower.api.tools",
-    "check_serve_options": "twotower.api.tools",
     # evaluation
     "evaluate": "twotower.api.evaluate",
     "EvalResult": "twotower.evaluation.pipeline",
@@ -111,11 +105,6 @@ _EXPORTS: dict[str, str] = {
     "analyze_latency": "twotower.api.analysis",
     "LatencyConfig": "twotower.analysis.latency",
     "build_report": "twotower.api.analysis",
-    # output files
-    "check_output_file": "twotower.api.tools",
-    "check_output_dir": "twotower.api.tools",
-    "check_outputs": "twotower.api.tools",
-    "write_json": "twotower.api.tools",
 }
 
 __all__ = sorted(_EXPORTS)
