@@ -92,6 +92,7 @@ def index_build(
     console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
                   f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
 
+
 @index_app.command("add")
 def index_add(
     index: Path = typer.Option(..., "--index", help="Index directory."),
@@ -116,6 +117,7 @@ def index_add(
         fail(exc)
     console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
 
+
 @index_app.command("remove")
 def index_remove(
     index: Path = typer.Option(..., "--index", help="Index directory."),
@@ -128,6 +130,7 @@ def index_remove(
     except (TwoTowerError, ValueError) as exc:
         fail(exc)
     console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
+
 
 @index_app.command("attach")
 def index_attach(
@@ -142,6 +145,7 @@ def index_attach(
         fail(exc)
     console.print(f"{out}: version {attached.info()['live_version']}, {len(attached)} documents (Milvus collection "
                   f"{collection})")
+
 
 @index_app.command("info")
 def index_info(
