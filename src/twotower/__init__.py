@@ -4,8 +4,8 @@ The public Python API lives here, at the package top; everything else is interna
 first use, so ``import twotower`` is fast and does not import torch.
 
 Data
-    :func:`load_beir`, :class:`Dataset`, :class:`Document`, :func:`document_id` / :func:`document_ids` (the ids
-    plain-string documents get)
+    :func:`load_beir`, :func:`fetch_beir` (download a BEIR data set), :class:`Dataset`, :class:`Document`,
+    :func:`document_id` / :func:`document_ids` (the ids plain-string documents get)
 Models
     :class:`Encoder` (``encode_queries`` / ``encode_documents`` / ``save``), :func:`list_models`,
     :func:`fetch_model`, :func:`align_languages`
@@ -20,10 +20,9 @@ Training
     :func:`pretrain`, :class:`PretrainConfig`, :class:`ViewConfig`, :func:`mine`, :func:`train_reranker`,
     :class:`RerankerTrainConfig`
 Analyses (the papers' studies)
-    :func:`analyze_fidelity`, :func:`analyze_towers`, :func:`analyze_doclength`, :func:`analyze_latency`,
-    :func:`build_report` and their configs
-Data sets on disk
-    :func:`fetch_beir`
+    :func:`analyze_fidelity` / :class:`FidelityConfig`, :func:`analyze_towers` / :class:`TowersConfig`,
+    :func:`analyze_doclength` / :class:`DocLengthConfig`, :func:`analyze_latency` / :class:`LatencyConfig`,
+    :func:`build_report`
 Errors
     :class:`TwoTowerError` and its subclasses :class:`DataError`, :class:`ModelError`, :class:`DatasetNotFound`
 
