@@ -60,7 +60,7 @@ def strict_utf8(con):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts)
 def test_console_prints_any_user_text_literally(text):
-    from twotower.console import console
+    from twotower.cli.console import console
 
     with strict_utf8(console) as written:
         console.print(text, soft_wrap=True)
@@ -70,7 +70,7 @@ def test_console_prints_any_user_text_literally(text):
 @settings(max_examples=100, deadline=None)
 @given(texts)
 def test_fail_and_warn_print_the_message_literally(text):
-    from twotower.console import err_console, fail, warn
+    from twotower.cli.console import err_console, fail, warn
 
     with strict_utf8(err_console) as written:
         warn(f"title {text}")
@@ -83,8 +83,8 @@ def test_fail_and_warn_print_the_message_literally(text):
 @settings(max_examples=100, deadline=None)
 @given(texts, texts, texts)
 def test_metrics_table_shows_retriever_model_and_title_literally(retriever, model, title):
-    from twotower.cli import metrics_table
-    from twotower.console import console
+    from twotower.cli.evaluate import metrics_table
+    from twotower.cli.console import console
 
     row = {"retriever": retriever, "model": model, "metrics": {"ndcg@10": 0.5}, "timings": {"queries_per_s": 2.0}}
     with strict_utf8(console) as written:
@@ -98,8 +98,8 @@ def test_metrics_table_shows_retriever_model_and_title_literally(retriever, mode
 @settings(max_examples=50, deadline=None)
 @given(texts, texts)
 def test_analysis_rows_table_shows_cells_and_title_literally(cell, title):
-    from twotower.analysis.commands import rows_table
-    from twotower.console import console
+    from twotower.cli.analyze import rows_table
+    from twotower.cli.console import console
 
     with strict_utf8(console) as written:
         console.print(rows_table({"title": title, "rows": [{"name": cell, "value": 1.5}]}))
@@ -163,7 +163,7 @@ def test_eval_table_shows_a_model_path_holding_markup(tmp_path, tiny_bert_dir):
 
 def test_paths_are_not_highlighted_into_other_words(tmp_path):
     """A path printed by a command comes back whole (no markup, no emoji code turned into a picture)."""
-    from twotower.console import console
+    from twotower.cli.console import console
 
     with strict_utf8(console) as written:
         console.print(f"wrote {Path('/tmp/:thumbs_up:/[b]x[/b]')}", soft_wrap=True)

@@ -14,8 +14,8 @@ What counts as an edge ``A → B`` (``A`` and ``B`` modules of the package; a pa
   package's ``from … import`` statements and from a ``{"Name": "twotower.module"}`` table such as
   ``twotower._EXPORTS``); a name it makes on the fly (a ``__getattr__`` without an import of it) is an edge to the
   package itself;
-- ``importlib.import_module(name)`` with a computed name is not an edge (the CLI's registry of command modules, the
-  top-level lazy exports: a reader follows the table, and the table's entries are resolved as above).
+- ``importlib.import_module(name)`` with a computed name is not an edge (the top-level lazy exports: a reader
+  follows the table, and the table's entries are resolved as above).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ FLOORS: dict[str, int] = {
     "twotower.data": 1, "twotower.encoders": 2, "twotower.retrieval": 3,
     "twotower.training": 4, "twotower.evaluation": 4, "twotower.serve": 4, "twotower.scale": 4,
     "twotower.analysis": 5, "twotower.api": 6, "twotower": 6, "twotower.integrations": 7,
-    "twotower.console": 8, "twotower.cli": 8,
+    "twotower.cli": 8,
 }
 API_FLOOR = FLOORS["twotower.api"]
 
@@ -186,10 +186,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def floor(module: str) -> int:
-    """The floor of ``module``: that of the longest prefix in FLOORS; the CLI's command modules sit with the CLI."""
-    leaf = module.rpartition(".")[2]
-    if leaf == "commands" or leaf.endswith("_commands"):
-        return FLOORS["twotower.cli"]
+    """The floor of ``module``: that of the longest prefix in FLOORS."""
     prefix = module
     while prefix not in FLOORS:
         if "." not in prefix:
@@ -251,7 +248,8 @@ def test_find_cycles_reports_a_two_module_cycle_and_a_longer_one():
 
 def test_floors_and_upward_edges():
     assert floor("twotower.training.fit.run") == FLOORS["twotower.training"]
-    assert floor("twotower.retrieval.commands") == floor("twotower.training.fit_commands") == FLOORS["twotower.cli"]
+    assert floor("twotower.cli.search") == floor("twotower.cli") == FLOORS["twotower.cli"]
+    assert floor("twotower.retrieval.commands") == FLOORS["twotower.retrieval"]  # commands live in twotower.cli
     assert floor("twotower") == API_FLOOR
     graph = {"twotower.training.pipeline": {"twotower.api.dataset", "twotower.data.beir"},
              "twotower.api.index": {"twotower.retrieval.store"}}

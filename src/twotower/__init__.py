@@ -4,16 +4,15 @@ The public Python API lives here, at the package top; everything else is interna
 first use, so ``import twotower`` is fast and does not import torch.
 
 Data
-    :func:`load_beir`, :class:`Dataset`, :class:`Document`, :func:`document_id` / :func:`document_ids` (the ids
-    plain-string documents get)
+    :func:`load_beir`, :func:`fetch_beir` (download a BEIR data set), :class:`Dataset`, :class:`Document`,
+    :func:`document_id` / :func:`document_ids` (the ids plain-string documents get)
 Models
     :class:`Encoder` (``encode_queries`` / ``encode_documents`` / ``save``), :func:`list_models`,
     :func:`fetch_model`, :func:`align_languages`
 Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info`` / ``documents``),
     :class:`Hit` (with the document's ``metadata``), :func:`parse_filter` / :class:`Filter` (metadata filters),
-    :class:`Reranker`, :func:`create_app`, :func:`check_serve_options`, :func:`check_port` and
-    :func:`serve_index` (the HTTP service)
+    :class:`Reranker`, :func:`create_app` and :func:`serve_index` (the HTTP service)
 Evaluation
     :func:`evaluate`, :class:`EvalResult`, :func:`read_result`, :func:`score_run`, :func:`read_run`, :func:`write_run`
 Training
@@ -21,12 +20,9 @@ Training
     :func:`pretrain`, :class:`PretrainConfig`, :class:`ViewConfig`, :func:`mine`, :func:`train_reranker`,
     :class:`RerankerTrainConfig`
 Analyses (the papers' studies)
-    :func:`analyze_fidelity`, :func:`analyze_towers`, :func:`analyze_doclength`, :func:`analyze_latency`,
-    :func:`build_report` and their configs
-Data sets on disk
-    :func:`fetch_beir`, :func:`locate_beir`
-Output files
-    :func:`check_output_file`, :func:`check_outputs`, :func:`check_output_dir`, :func:`write_json`
+    :func:`analyze_fidelity` / :class:`FidelityConfig`, :func:`analyze_towers` / :class:`TowersConfig`,
+    :func:`analyze_doclength` / :class:`DocLengthConfig`, :func:`analyze_latency` / :class:`LatencyConfig`,
+    :func:`build_report`
 Errors
     :class:`TwoTowerError` and its subclasses :class:`DataError`, :class:`ModelError`, :class:`DatasetNotFound`
 
@@ -65,7 +61,6 @@ _EXPORTS: dict[str, str] = {
     "document_id": "twotower.data.metadata",
     "document_ids": "twotower.data.metadata",
     "fetch_beir": "twotower.api.tools",
-    "locate_beir": "twotower.api.tools",
     # models
     "Encoder": "twotower.api.encoder",
     "list_models": "twotower.api.tools",
@@ -79,8 +74,6 @@ _EXPORTS: dict[str, str] = {
     "Reranker": "twotower.retrieval.rerank",
     "create_app": "twotower.api.tools",
     "serve_index": "twotower.api.tools",
-    "check_port": "twotower.api.tools",
-    "check_serve_options": "twotower.api.tools",
     # evaluation
     "evaluate": "twotower.api.evaluate",
     "EvalResult": "twotower.evaluation.pipeline",
@@ -111,11 +104,6 @@ _EXPORTS: dict[str, str] = {
     "analyze_latency": "twotower.api.analysis",
     "LatencyConfig": "twotower.analysis.latency",
     "build_report": "twotower.api.analysis",
-    # output files
-    "check_output_file": "twotower.api.tools",
-    "check_output_dir": "twotower.api.tools",
-    "check_outputs": "twotower.api.tools",
-    "write_json": "twotower.api.tools",
 }
 
 __all__ = sorted(_EXPORTS)

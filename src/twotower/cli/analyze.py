@@ -9,7 +9,9 @@ from typing import Optional
 import typer
 
 import twotower as tt
-from twotower.console import BATCH_HELP, DEVICE_HELP
+from twotower.cli.console import BATCH_HELP, DEVICE_HELP, console, fail
+from twotower.cli.helpers import check_output_dir, check_output_file
+from twotower.errors import TwoTowerError
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
                                "latency, and a markdown report.", no_args_is_help=True)
@@ -48,8 +50,6 @@ def _fmt(value) -> str:
 
 
 def _finish(analyze, config, out: Path) -> None:
-    from twotower.console import console
-
     result = analyze(config, out, command=_command_line())
     paths = result.get("written", [])
     if result.get("rows"):
@@ -61,13 +61,10 @@ def _finish(analyze, config, out: Path) -> None:
 
 def _run(fn):
     """Run ``fn`` and turn the library's errors into a clean exit."""
-    from twotower.console import fail as _fail
-    from twotower.errors import TwoTowerError
-
     try:
         return fn()
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
 
 
 @analyze_app.command("fidelity")
@@ -90,7 +87,7 @@ def fidelity_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Random-projection fidelity of BM25: k* vs. margin (Fig. 2), margins and recall by document length."""
-    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
 
     def parse_ints(text: str, name: str, allow_full: bool = False) -> tuple:
         values = []
@@ -99,8 +96,6 @@ def fidelity_cmd(
             if allow_full and part.lower() in ("full", "none"):
                 values.append(None)
                 continue
-            from twotower.errors import TwoTowerError
-
             try:
                 values.append(int(part))
             except ValueError:
@@ -138,7 +133,7 @@ def towers_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """t-SNE of query- and document-tower embeddings per model, with a linear probe's separability."""
-    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     cfg = tt.TowersConfig(data=data, models=list(model) if model else [None], n=n, perplexity=perplexity,
                        precision=precision, device=device, seed=seed, show_progress=progress)
     _run(lambda: _finish(tt.analyze_towers, cfg, out))
@@ -158,7 +153,7 @@ def doclength_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Median length (words, tokens) of the top-10 documents each retriever returns (GTR §6.4)."""
-    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     cfg = tt.DocLengthConfig(data=data, split=split, retrievers=tuple(retriever) if retriever else ("bm25", "dense"),
                           models=list(model) if model else [None], top_k=top_k, batch_size=batch_size,
                           precision=precision, device=device, show_progress=progress)
@@ -183,7 +178,7 @@ def latency_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Batch-1 query latency (p50/p95) and documents/s per model and precision (GTR §8)."""
-    _run(lambda: tt.check_output_dir(out, "--out"))  # before any loading
+    _run(lambda: check_output_dir(out, "--out"))  # before any loading
     cfg = tt.LatencyConfig(models=list(model) if model else [None],
                         precisions=tuple(precision) if precision else ("fp32", "auto"),
                         query_length=query_length, runs=runs, warmup=warmup, data=data, n_docs=n_docs,
@@ -197,9 +192,7 @@ def report_cmd(
     page: Optional[Path] = typer.Option(None, "--page", help="Markdown file to write (default: <out>/report.md)."),
 ) -> None:
     """Gather whatever analysis JSON the folder holds into one markdown page with the plots."""
-    _run(lambda: tt.check_output_file(page or folder / "report.md", "--page" if page else "--out"))
-    from twotower.console import console
-
+    _run(lambda: check_output_file(page or folder / "report.md", "--page" if page else "--out"))
     path = _run(lambda: tt.build_report(folder, page))
     console.print(f"wrote {path}", highlight=False)
 

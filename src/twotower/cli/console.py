@@ -1,6 +1,6 @@
 """What every command module shares: the consoles, the one way to stop with an error, shared help texts.
 
-Command modules (``*/commands.py``) import this, never ``twotower.cli``: the CLI is the top floor.
+The CLI's alone: library code never prints (it logs and raises), so nothing outside :mod:`twotower.cli` imports this.
 """
 
 from __future__ import annotations

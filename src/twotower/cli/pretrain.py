@@ -1,4 +1,4 @@
-"""CLI command ``twotower pretrain``: unsupervised contrastive pre-training on raw text (Contriever)."""
+"""``twotower pretrain``: unsupervised contrastive pre-training on raw text (Contriever; ``tt.pretrain``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP
+import twotower as tt
+from twotower.cli.console import DEVICE_HELP, fail
+from twotower.cli.helpers import check_output_dir
+from twotower.errors import TwoTowerError
 
 
 def register(app: typer.Typer) -> None:
@@ -58,12 +61,8 @@ def pretrain_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
-    import twotower as tt
-    from twotower.console import fail as _fail
-    from twotower.errors import TwoTowerError
-
     try:
-        tt.check_output_dir(out, "--out")  # before any loading
+        check_output_dir(out, "--out")  # before any loading
         moco_given = [name for name, v in (("--queue-size", queue_size), ("--momentum", momentum)) if v is not None]
         if moco_given and negatives != "moco":
             raise TwoTowerError(f"{'/'.join(moco_given)} set the MoCo queue and key encoder, which --negatives "
@@ -84,5 +83,5 @@ def pretrain_cmd(
                           freeze_embeddings=freeze_embeddings)
         result = tt.pretrain(cfg, pre, resume=resume)
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     print(f"model saved to {result}")

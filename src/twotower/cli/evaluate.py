@@ -1,29 +1,23 @@
-"""The ``twotower`` command line: parse arguments, call the library, print."""
+"""``twotower eval`` (a retriever's metrics on a BEIR split) and ``twotower table`` (saved results side by side)."""
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 from typing import Optional
-
-# Nothing is fetched from a hub unless the user asks for it (HF_HUB_OFFLINE=0).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import typer
 from rich.table import Table
 
 import twotower as tt
-
-from twotower.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP,
-                              RUNTIME_HELP)
-from twotower.console import console, warn
-from twotower.console import fail as _fail
+from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP,
+                                  PRF_WEIGHT_HELP, RUNTIME_HELP, console, fail, warn)
+from twotower.cli.helpers import check_outputs
 from twotower.errors import TwoTowerError
 
-app = typer.Typer(help="Train, index, evaluate and serve dual-encoder retrievers.", no_args_is_help=True)
-data_app = typer.Typer(help="Find or download BEIR data sets.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_cmd)
+    app.command("table")(table_cmd)
 
 
 def metrics_table(rows: list[dict], title: str = "") -> Table:
@@ -42,17 +36,6 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
     return table
 
 
-@app.callback()
-def main(ctx: typer.Context,
-         verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
-    from twotower.checks import reset_names, use_cli_names
-
-    token = use_cli_names()  # the library's messages name options as flags (--epochs, not epochs=)
-    ctx.call_on_close(lambda: reset_names(token))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-
-
-@app.command("eval")
 def eval_cmd(
     data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
@@ -103,9 +86,9 @@ def eval_cmd(
 ) -> None:
     """Evaluate a retriever on a BEIR split and print its metrics."""
     if rerank_depth is not None and rerank is None:
-        _fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
+        fail(TwoTowerError("--rerank-depth sets how many documents --rerank re-ranks: pass --rerank DIR or drop it"))
     try:
-        tt.check_outputs(("--out", out), ("--run", run_file), data=data)  # before any loading: fail now, not later
+        check_outputs(("--out", out), ("--run", run_file), data=data)  # before any loading: fail now, not later
         chosen = tt.Index.open(index, model=model, device=device, precision=precision) if index else None
         result = tt.evaluate(
             chosen, data, split=split, mode=retriever, model=None if index else model,
@@ -116,18 +99,17 @@ def eval_cmd(
             compile=compile_, language=language, norm=fusion_norm, rerank_weight=rerank_weight,
             prf_depth=prf_depth, prf_weight=prf_weight, runtime=runtime)
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     for message in result.warnings:
         warn(message)
     try:
         result.save(out, run_file=run_file)  # a full disk: "no space left on <path>", nothing half-written
     except TwoTowerError as exc:
-        _fail(exc)
+        fail(exc)
     payload = result.to_json()
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
 
 
-@app.command("table")
 def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files written by 'twotower eval --out'.")) -> None:
     """Print several evaluation results side by side."""
     rows = []
@@ -135,54 +117,5 @@ def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files 
         try:
             rows.append(tt.read_result(path))
         except TwoTowerError as exc:
-            _fail(exc)
+            fail(exc)
     console.print(metrics_table(rows))
-
-
-@data_app.command("fetch")
-def data_fetch(
-    name: str = typer.Argument("scifact", help="BEIR data set name."),
-    cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
-) -> None:
-    """Download a BEIR data set (checksum verified) and print its directory."""
-    try:
-        console.print(str(tt.fetch_beir(name, cache)), highlight=False, soft_wrap=True)
-    except TwoTowerError as exc:
-        _fail(exc)
-
-
-@data_app.command("locate")
-def data_locate(
-    path: Path = typer.Argument(..., help="A BEIR directory; if missing, the data set named by its last part is fetched."),
-    cache: Path = typer.Option(Path(".cache/data"), help="Folder to download into."),
-) -> None:
-    """Print a usable data directory: PATH itself, or the cached/downloaded copy of its data set."""
-    try:
-        console.print(str(tt.locate_beir(path, cache)), highlight=False, soft_wrap=True)
-    except TwoTowerError as exc:
-        _fail(exc)
-
-
-# Each module below defines ``register(app)`` adding its commands; heavy imports stay inside commands.
-COMMAND_MODULES: tuple[str, ...] = (
-    "twotower.encoders.commands",
-    "twotower.training.commands",
-    "twotower.training.pretrain_commands",
-    "twotower.training.fit_commands",
-    "twotower.retrieval.commands",
-    "twotower.analysis.commands",
-    "twotower.serve.commands",
-)
-
-
-def _register_commands() -> None:
-    import importlib
-
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register_commands()
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

@@ -1,4 +1,4 @@
-"""CLI command ``twotower fit``: the best retriever for one data set (twotower.training.fit)."""
+"""``twotower fit``: the best retriever for one data set (``tt.fit``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Optional
 
 import typer
 
-from twotower.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP
-from twotower import FitRecipe
+import twotower as tt
+from twotower.cli.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console, fail, warn
+from twotower.errors import TwoTowerError
 
-_D = FitRecipe()  # the recipe's defaults are the options' defaults
+_D = tt.FitRecipe()  # the recipe's defaults are the options' defaults
 
 
 def register(app: typer.Typer) -> None:
@@ -58,15 +59,10 @@ def fit_cmd(
     The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it. Without train
     labels: BM25, dense or hybrid from the data's and the encoder's languages (a multilingual encoder across
     languages also gets its language directions removed)."""
-    import twotower as tt
-    from twotower.console import console, warn
-    from twotower.console import fail as _fail
-    from twotower.errors import TwoTowerError
-
     try:
         grid = tuple(float(x) for x in margins.split(",") if x.strip()) if margins else None
     except ValueError:
-        _fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
+        fail(TwoTowerError(f"--margins {margins!r}: comma-separated numbers such as 0,0.05,0.1"))
     mrl = {}
     for key, text, kind, example in (("matryoshka", matryoshka, int, "384,192,96,48"),
                                      ("matryoshka_weights", matryoshka_weights, float, "1,1,2,2")):
@@ -74,7 +70,7 @@ def fit_cmd(
             try:
                 mrl[key] = tuple(kind(x) for x in text.split(","))
             except ValueError:
-                _fail(TwoTowerError(f"--{key.replace('_', '-')} {text!r}: comma-separated {kind.__name__} numbers "
+                fail(TwoTowerError(f"--{key.replace('_', '-')} {text!r}: comma-separated {kind.__name__} numbers "
                                     f"such as {example}"))
     try:
         if out.exists() and not out.is_dir():
@@ -85,7 +81,7 @@ def fit_cmd(
                         rerank_depth=rerank_depth, precision=precision, device=device, runtime=runtime,
                         cache_chunk=cache_chunk, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     if result.message:
         warn(result.message)
     c = result.choices

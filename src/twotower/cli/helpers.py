@@ -1,0 +1,63 @@
+"""What the commands need from the library beyond the public API: the checks a command runs before any loading
+(output paths, the service's options and port), so that a bad option fails at once and is named as a flag, and
+finding a data set's folder (``twotower data locate``).
+
+This is the CLI's one module that imports library modules other than ``twotower`` itself (tests/test_cli_thin.py
+lists the ones it may import); the command modules import these helpers, never the library's internals. The
+imports stay inside the functions: ``twotower --help`` loads none of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """``option`` (e.g. ``"--out"``) can be written as a file at ``path``: nothing there, or a regular writable
+    file (a directory, link, FIFO, device or socket is refused, never replaced). None: no check."""
+    from twotower.io import check_output_file as check
+
+    check(path, option)
+
+
+def check_outputs(*outputs: tuple[str, Path | None], data: Path | None = None) -> None:
+    """:func:`check_output_file` for each ``(option, path)`` pair, refusing two options that name one file and
+    (given ``data``, a BEIR folder) an output that is one of the data set's own files."""
+    from twotower.io import check_not_inputs, check_output_files
+
+    check_output_files(*outputs)
+    if data is not None:
+        from twotower.data.beir import beir_files
+
+        check_not_inputs(outputs, beir_files(data))
+
+
+def check_output_dir(path: Path | None, option: str, *, replaced: bool = False) -> None:
+    """``option`` can name an output folder at ``path``: nothing there (its parent can be created) or a directory
+    that takes new files; ``replaced=True`` for a folder written whole (a link there is refused)."""
+    from twotower.io import check_output_dir as check
+
+    check(path, option, replaced=replaced)
+
+
+def check_serve_options(*, precision: str, query_runtime: str) -> None:
+    """``twotower serve``'s option values, before the port, the index or the model is touched (``tt.create_app``
+    checks them too, but only after the port)."""
+    from twotower.serve.app import check_options
+
+    check_options(precision=precision, query_runtime=query_runtime)
+
+
+def check_port(host: str, port: int) -> None:
+    """A server can listen on ``host:port`` (``--host``, ``--port``), checked before anything is loaded or announced."""
+    from twotower.serve.port import check_port as check
+
+    check(host, port, "--port")
+
+
+def locate_beir(path: Path, cache: Path) -> Path:
+    """A usable BEIR folder: ``path`` itself when it is one, else the cached (or downloaded) copy of the data set
+    its last part names."""
+    from twotower.data.fetch import resolve_data
+
+    return resolve_data(path, cache)

@@ -1,0 +1,160 @@
+"""``twotower index build|add|remove|attach|info``: persistent index directories (``tt.Index``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+import twotower as tt
+from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console,
+                                  fail)
+from twotower.cli.helpers import check_output_dir
+from twotower.errors import TwoTowerError
+
+LOCK_HELP = ("Seconds to wait while another writer holds the index's lock, then give up with nothing changed "
+             "(0: at once).")
+index_app = typer.Typer(help="Build and grow a persistent index directory.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+def index_build(
+    data: Path = typer.Option(..., "--data", help="BEIR directory (its corpus.jsonl) or a corpus .jsonl file; "
+                              "fields other than _id/id, title and text are kept as metadata."),
+    out: Path = typer.Option(..., "--out", help="Index directory (created; an existing index gets a new version)."),
+    model: Optional[str] = typer.Option(None, help="Encoder directory (default: all-MiniLM-L6-v2)."),
+    kind: str = typer.Option("flat", help="flat | hnsw | ivf | ivfpq | any FAISS factory string"),
+    hnsw_m: int = typer.Option(32, "--hnsw-m", min=2, help="HNSW graph degree M."),
+    ef_construction: int = typer.Option(200, "--ef-construction", min=1),
+    nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF lists (default ≈ 4·√n)."),
+    pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="IVF-PQ sub-quantizers (default dim/8)."),
+    bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid; "
+                              "on by itself for a model fitted to hybrid or RRF retrieval by 'twotower fit')."),
+    bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
+    language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Implies --bm25."),
+    multivector: Optional[int] = typer.Option(None, "--multivector", min=1,
+                                              help="ME-BERT: keep the first M token vectors per document (default: the M the model was trained with, if any)."),
+    project: Optional[int] = typer.Option(None, "--project", min=1,
+                                          help="Multi-vector: random projection of token vectors to this many dims."),
+    vectors: str = typer.Option("fp32", "--vectors", help="How vectors are stored: fp32 | fp16 | int8 (per-dimension "
+                                "ranges from the corpus) | binary (sign bits searched by Hamming distance, "
+                                "then rescored)."),
+    dim: Optional[int] = typer.Option(None, "--dim", help="Keep the first D dimensions of every vector, "
+                                      "re-normalised (Matryoshka-trained models); queries are cut the same way."),
+    rescore: Optional[str] = typer.Option(None, "--rescore", help="--vectors binary: rescore the Hamming "
+                                          "candidates against int8 (default) or fp32 vectors memory-mapped from "
+                                          "disk, or none."),
+    rescore_factor: int = typer.Option(4, "--rescore-factor", help="--vectors binary: rescore k × this many "
+                                       "Hamming candidates."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
+    precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    use_ray: bool = typer.Option(False, "--ray", help="Encode on Ray: an actor pool holding the model."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="auto | local | ray://host:port"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Ray actors (default: one per CPU/GPU)."),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0, help="Ray: GPUs per actor."),
+    backend: str = typer.Option("faiss", "--backend", help="faiss (vectors, documents and BM25 in --out) | milvus "
+                                "(in a Milvus collection; --out keeps the manifest)."),
+    uri: Optional[str] = typer.Option(None, "--uri", help="--backend milvus: a Milvus Lite file (path ending in "
+                                      ".db) or a server http(s)://host:19530 (token: $TWOTOWER_MILVUS_TOKEN)."),
+    collection: Optional[str] = typer.Option(None, "--collection", help="--backend milvus: the collection "
+                                             "(default: twotower_<name of --out>)."),
+    runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
+) -> None:
+    """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
+    try:
+        check_output_dir(out, "--out")  # before any loading or encoding
+        index = tt.Index.build(
+            out, data, encoder=model, kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
+            pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
+            batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
+            ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+            vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor, runtime=runtime,
+            **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
+               else {}))
+    except (TwoTowerError, ValueError) as exc:
+        fail(exc)
+    m = index.info()
+    v = m.get("vectors") or {}  # index build --vectors / --dim (retrieval.index.codecs)
+    stored = "" if v.get("type", "fp32") == "fp32" else f" {v['type']}"
+    if v.get("type") == "binary":
+        stored += (", no rescoring" if v.get("rescore") == "none"
+                   else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
+    cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
+    console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
+                  f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
+
+
+@index_app.command("add")
+def index_add(
+    index: Path = typer.Option(..., "--index", help="Index directory."),
+    docs: Path = typer.Option(..., "--docs", help="New documents, BEIR corpus lines (_id, title, text; any "
+                              "other field is kept as metadata)."),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite documents whose ids are already indexed."),
+    model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the manifest)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
+    precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
+    lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
+) -> None:
+    """Encode only the new documents and add them as a new index version."""
+    try:
+        opened = tt.Index.open(index, model=model, device=device, precision=precision)
+        opened.add(docs, replace=replace, batch_size=batch_size, compile=compile_, show_progress=progress,
+                   runtime=runtime, lock_timeout=lock_timeout)
+    except (TwoTowerError, ValueError) as exc:
+        fail(exc)
+    console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
+
+
+@index_app.command("remove")
+def index_remove(
+    index: Path = typer.Option(..., "--index", help="Index directory."),
+    ids: list[str] = typer.Argument(..., help="Document ids to remove."),
+    lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
+) -> None:
+    """Remove documents (a new index version without them)."""
+    try:
+        opened = tt.Index.open(index).remove(ids, lock_timeout=lock_timeout)
+    except (TwoTowerError, ValueError) as exc:
+        fail(exc)
+    console.print(f"{index}: version {opened.info()['live_version']}, {len(opened)} documents")
+
+
+@index_app.command("attach")
+def index_attach(
+    out: Path = typer.Option(..., "--out", help="Index directory to create (a new or empty folder)."),
+    uri: str = typer.Option(..., "--uri", help="The Milvus server (http://host:19530) or Milvus Lite .db."),
+    collection: str = typer.Option(..., "--collection", help="The collection a --backend milvus build made."),
+) -> None:
+    """An index folder for a Milvus index, from the URI and collection alone (e.g. for a serve replica)."""
+    try:
+        attached = tt.Index.attach(out, uri=uri, collection=collection)
+    except (TwoTowerError, ValueError) as exc:
+        fail(exc)
+    console.print(f"{out}: version {attached.info()['live_version']}, {len(attached)} documents (Milvus collection "
+                  f"{collection})")
+
+
+@index_app.command("info")
+def index_info(
+    index: Path = typer.Option(..., "--index", help="Index directory."),
+    verify: bool = typer.Option(False, help="Check every file's sha256."),
+) -> None:
+    """Print the live version's manifest."""
+    try:
+        manifest = tt.Index.open(index, verify=verify).store.manifest
+    except TwoTowerError as exc:
+        fail(exc)
+    print(json.dumps(manifest, indent=2))
