@@ -286,9 +286,9 @@ def create_app(
         """The hits; with ``query``, each with its ``highlight`` (left out otherwise: the routes skip unset fields)."""
         if query is None:
             return [Hit(id=d, score=s, title=t, metadata=m) for d, s, t, m, _ in rows]
-        from twotower.serve.highlight import Highlighter
+        from twotower.serve.highlight import highlighter_for
 
-        marker = Highlighter(store.manifest.get("bm25"))  # one per request: a Snowball stemmer is not thread-safe
+        marker = highlighter_for(store.manifest.get("bm25"))
         terms = marker.terms(query)
 
         def pieces(segments) -> list[Segment]:

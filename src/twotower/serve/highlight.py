@@ -10,7 +10,10 @@ is produced, so nothing needs escaping, and a client builds its display from tex
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import threading
 from dataclasses import dataclass
 
 import regex
@@ -22,6 +25,7 @@ from twotower.retrieval.analyzers import (
 WINDOW_CHARS = 280  # the text shown for a hit: about three lines of the page
 CONTEXT_CHARS = 60  # at most this much text before the window's first match
 SCAN_CHARS = 50_000  # the part of a long text searched for matches (the window comes from it)
+MEMORY = 200_000  # words whose terms a highlighter remembers
 
 _EN_WORD = re.compile(EN_PATTERN)
 _SPACE = regex.compile(r"\s")
@@ -37,8 +41,20 @@ class Highlighted:
     cut_after: bool = False
 
 
+@functools.lru_cache(maxsize=8)
+def _highlighter(bm25: str) -> "Highlighter":
+    return Highlighter(json.loads(bm25))
+
+
+def highlighter_for(bm25: dict | None) -> "Highlighter":
+    """The (shared) :class:`Highlighter` of an index manifest's ``"bm25"`` entry: its memory of the terms words give
+    serves every request."""
+    return _highlighter(json.dumps(bm25, sort_keys=True))
+
+
 class Highlighter:
-    """Marks the terms of queries in texts, analysed as an index's BM25 part analyses them."""
+    """Marks the terms of queries in texts, analysed as an index's BM25 part analyses them; safe to share between
+    threads (the Snowball stemmer, which is not, runs under a lock)."""
 
     def __init__(self, bm25: dict | None = None) -> None:
         """``bm25``: the index manifest's ``"bm25"`` entry (its :class:`~twotower.retrieval.bm25.BM25Params`), or
@@ -57,7 +73,8 @@ class Highlighter:
         else:
             self._stem = str
         self._stopwords = frozenset(self.analyzer.stopwords)
-        self._terms: dict[str, str | None] = {}
+        self._terms: dict[str, str | None] = {}  # word -> term, up to MEMORY words
+        self._lock = threading.Lock()
 
     # ---- words and their terms ---------------------------------------------------------
 
@@ -66,8 +83,10 @@ class Highlighter:
         term = self._terms.get(word)
         if term is None and word not in self._terms:
             folded = word.lower() if self.analyzer.split == "en" else normalize(word)
-            term = None if folded in self._stopwords else self._stem(folded)
-            if len(self._terms) < 100_000:
+            if folded not in self._stopwords:
+                with self._lock:
+                    term = self._stem(folded)
+            if len(self._terms) < MEMORY:
                 self._terms[word] = term
         return term
 
@@ -106,6 +125,18 @@ class Highlighter:
     def matches(self, text: str, terms: frozenset[str]) -> list[tuple[int, int, str]]:
         """``(start, end, term)`` of the units of ``text`` that give one of ``terms``, in order; overlapping and
         touching ones (characters of a CJK word, grapheme pairs) merged into one."""
+        split = self.analyzer.split
+        if split in ("en", "words"):  # the words that match, then their places, in C-speed passes
+            words = _EN_WORD if split == "en" else WORD
+            found = [w for w in set(words.findall(text)) if self._term(w) in terms]
+            if not found:
+                return []
+            alternatives = "|".join(map(re.escape, sorted(found, key=len, reverse=True)))
+            if split == "en":  # a \b-delimited run of \w is a whole word of EN_PATTERN's, as WORD's below
+                where = re.compile(rf"\b(?:{alternatives})\b")
+            else:
+                where = regex.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+            return [(m.start(), m.end(), self._term(m.group())) for m in where.finditer(text)]
         spans: list[tuple[int, int, str]] = []
         for start, end, term in self._units(text):
             if term in terms:

@@ -17,6 +17,12 @@ function el(tag, className, text) {
 
 const GET = {headers: {accept: "application/json"}};
 
+// An endpoint's address beside the page's, without the user name and password an address may carry
+// (http://user:key@host/: fetch refuses such addresses; the browser sends the key it was given anyway).
+function api(name) {
+  return new URL(name, location.protocol + "//" + location.host + location.pathname).href;
+}
+
 function post(body) {
   return {method: "POST", headers: {"content-type": "application/json", accept: "application/json"},
           body: JSON.stringify(body)};
@@ -58,9 +64,10 @@ function showError(node, text) {
 async function loadInfo() {
   let result;
   try {
-    result = await answer(await fetch("info", GET));
+    result = await answer(await fetch(api("info"), GET));
   } catch (e) {
-    $("index-info").textContent = "cannot reach the service";
+    $("index-info").textContent = "";
+    showError($("error"), "cannot reach the service: " + e.message);
     return;
   }
   if (!result.ok) {
@@ -83,6 +90,7 @@ async function loadInfo() {
   if (fields === null || fields.length) {  // null: not known (Milvus, a large index), so offered all the same
     $("filter-row").hidden = false;
     $("filter-fields").textContent = fields ? "fields: " + fields.join(", ") : "";
+    if (fields && fields.length) $("filter").placeholder = `{"${fields[0]}": {"$exists": true}}`;
   }
 }
 
@@ -132,7 +140,7 @@ async function search() {
   const started = performance.now();
   let result;
   try {
-    result = await answer(await fetch("search", post(body)));
+    result = await answer(await fetch(api("search"), post(body)));
   } catch (e) {
     $("status").textContent = "";
     showError($("error"), "cannot reach the service: " + e.message);
