@@ -4,8 +4,9 @@ hits (or an error), at real speed: the latencies in the picture are the ones mea
     python tools/page_screenshot.py 'http://127.0.0.1:8000/?q=vitamin+D&mode=hybrid&k=5' docs/assets/search-page.png \
         --width 1280 --height 900 [--key-file api.key] [--full-page]
 
-With ``--key-file`` (a service run with ``--keyed-reads``) the browser answers the page's Basic challenge with the
-key as the password, as a person would. Needs ``chromium`` on PATH (Debian: ``apt-get install chromium``) and the
+With ``--key-file`` (a service run with ``--keyed-reads``) the address carries the key as its password
+(``http://page:KEY@host/``), which the browser answers the page's Basic challenge with, as a person would. The page
+is loaded twice and the second load is taken (a warm service, as its users see it). Needs ``chromium`` on PATH (Debian: ``apt-get install chromium``) and the
 ``websockets`` package (Chromium is driven through its DevTools protocol).
 """
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -75,35 +77,28 @@ async def drive(ws, url, out, width, height, key, full_page, timeout) -> None:
             raise RuntimeError(f"{method}: {msg['error']}")
         return msg.get("result", {})
 
-    async def auth():  # the Basic challenge answered with the key, any user name
-        while True:
-            msg = await events.get()
-            if msg.get("method") == "Fetch.authRequired":
-                await send("Fetch.continueWithAuth", requestId=msg["params"]["requestId"],
-                           authChallengeResponse={"response": "ProvideCredentials", "username": "page",
-                                                  "password": key})
-            elif msg.get("method") == "Fetch.requestPaused":
-                await send("Fetch.continueRequest", requestId=msg["params"]["requestId"])
-
-    tasks = [asyncio.create_task(reader()), asyncio.create_task(auth())]
+    tasks = [asyncio.create_task(reader())]
+    if key:
+        scheme, rest = url.split("://", 1)
+        url = f"{scheme}://page:{urllib.parse.quote(key, safe='')}@{rest}"
+    check = ("(() => { const s = document.getElementById('status'), e = document.getElementById('error'), "
+             "f = document.getElementById('filter-error'); const busy = !s || s.textContent.includes('…'); "
+             "return !busy && ((s && / hits? /.test(s.textContent)) || (e && !e.hidden) || (f && !f.hidden)); })()")
     try:
         await send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                    mobile=width < 600)
-        if key:
-            await send("Fetch.enable", handleAuthRequests=True, patterns=[{"urlPattern": "*"}])
         await send("Page.enable")
-        await send("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout
-        check = ("(() => { const s = document.getElementById('status'), e = document.getElementById('error'), "
-                 "f = document.getElementById('filter-error'); const busy = !s || s.textContent.includes('…'); "
-                 "return !busy && ((s && / hits? /.test(s.textContent)) || (e && !e.hidden) || (f && !f.hidden)); })()")
-        while True:
-            done = await send("Runtime.evaluate", expression=check, returnByValue=True)
-            if done.get("result", {}).get("value"):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the page showed no hits within {timeout} s")
+        for _ in range(2):
+            await send("Page.navigate", url=url)
             await asyncio.sleep(0.2)
+            deadline = time.monotonic() + timeout
+            while True:
+                done = await send("Runtime.evaluate", expression=check, returnByValue=True)
+                if done.get("result", {}).get("value"):
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the page showed no hits within {timeout} s")
+                await asyncio.sleep(0.2)
         await asyncio.sleep(0.3)  # the last layout and paint
         params = {"format": "png"}
         if full_page:
