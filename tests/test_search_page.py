@@ -11,6 +11,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from html.parser import HTMLParser
@@ -35,28 +36,10 @@ MARKUP = {"_id": "<b>id</b>", "title": "<img src=x onerror=alert(1)> Purrs & <b>
           "metadata": {"year": 2021, "cohort": {"size": 3270}, "tags": ["<b>x</b>"]}}
 
 
-@pytest.fixture(scope="module")
-def built_index(tmp_path_factory, tiny_bert_dir) -> Path:
-    from conftest import flat_index
+def make_client(index: Path, api_key: str | None = KEY, **kwargs):
+    from conftest import serve_client
 
-    root = tmp_path_factory.mktemp("page")
-    return flat_index(write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS), tiny_bert_dir, root / "index")
-
-
-@pytest.fixture()
-def index(built_index, tmp_path) -> Path:
-    target = tmp_path / "index"
-    shutil.copytree(built_index, target)
-    return target
-
-
-def make_client(index: Path, **kwargs):
-    from fastapi.testclient import TestClient
-
-    from twotower.serve.app import create_app
-
-    kwargs.setdefault("api_key", KEY)
-    return TestClient(create_app(index, precision="fp32", **kwargs))
+    return serve_client(index, api_key, **kwargs)
 
 
 def basic(password: str, user: str = "anyone") -> dict:
@@ -84,8 +67,8 @@ class Elements(HTMLParser):
 # the page and its files
 
 
-def test_the_page_holds_its_form_and_loads_only_its_own_files(index):
-    c = make_client(index)
+def test_the_page_holds_its_form_and_loads_only_its_own_files(served_index):
+    c = make_client(served_index)
     page = c.get("/")
     assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
     csp = page.headers["content-security-policy"]
@@ -135,8 +118,8 @@ def fields_read(name: str) -> set[str]:
     return set(re.findall(rf"\b{re.escape(name)}\.([a-z_]+)\b", SCRIPT)) - {"length", "includes", "join", "map"}
 
 
-def test_the_script_calls_endpoints_that_answer_with_the_fields_it_reads(index):
-    c = make_client(index)
+def test_the_script_calls_endpoints_that_answer_with_the_fields_it_reads(served_index):
+    c = make_client(served_index)
     assert fetched() == {"info": "GET", "search": "POST"}
     info = c.get(urljoin("/", "info"))
     assert info.status_code == 200, info.text
@@ -166,8 +149,8 @@ def test_the_script_calls_endpoints_that_answer_with_the_fields_it_reads(index):
 # /info: what the page offers
 
 
-def test_info_names_the_modes_and_the_metadata_fields(index, tmp_path, tiny_bert_dir):
-    c = make_client(index)
+def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, tiny_bert_dir):
+    c = make_client(served_index)
     info = c.get("/info").json()
     assert info == {"version": "v000001", "documents": 6, "model": str(tiny_bert_dir), "modes": ["dense", "bm25",
                     "hybrid", "rrf"], "default_mode": "dense", "metadata_fields": [], "max_k": 1000,
@@ -191,8 +174,8 @@ def test_info_names_the_modes_and_the_metadata_fields(index, tmp_path, tiny_bert
 PAGE = ["/", "/static/search.js", "/static/search.css"]
 
 
-def test_keyed_reads_refuse_the_page_and_the_api_alike_without_the_key(index):
-    c = make_client(index, open_reads=False)
+def test_keyed_reads_refuse_the_page_and_the_api_alike_without_the_key(served_index):
+    c = make_client(served_index, open_reads=False)
     search = {"query": "purr", "mode": "bm25"}
 
     def calls(headers):
@@ -226,10 +209,10 @@ def test_keyed_reads_refuse_the_page_and_the_api_alike_without_the_key(index):
     assert c.get("/healthz").status_code == 200  # liveness stays open
 
 
-def test_a_browsers_credentials_never_write(index):
+def test_a_browsers_credentials_never_write(served_index):
     """The Basic password counts for reads only: credentials a browser adds by itself cannot change the index."""
     for open_reads in (True, False):
-        c = make_client(index, open_reads=open_reads)
+        c = make_client(served_index, open_reads=open_reads)
         r = c.post("/documents", json={"documents": [{"_id": "x1", "text": "t"}]}, headers=basic(KEY))
         assert r.status_code == 401 and r.headers["www-authenticate"] == "ApiKey", r.text
         assert c.delete("/documents/d1", headers=basic(KEY)).status_code == 401
@@ -237,9 +220,9 @@ def test_a_browsers_credentials_never_write(index):
         assert c.get("/documents/d1", headers=HEADERS).status_code == 200
 
 
-def test_open_reads_serve_the_page_to_anyone(index):
+def test_open_reads_serve_the_page_to_anyone(served_index):
     for api_key in (KEY, None):
-        c = make_client(index, api_key=api_key)
+        c = make_client(served_index, api_key=api_key)
         for path in PAGE + ["/info"]:
             assert c.get(path).status_code == 200, (api_key, path)
         assert c.post("/documents", json={"documents": ["t"]}).status_code == (401 if api_key else 403)
@@ -270,8 +253,8 @@ def marks(pieces) -> list[str]:
     return [p["text"] for p in pieces if p["match"]]
 
 
-def test_search_marks_the_query_terms_as_plain_text_pieces(index):
-    c = make_client(index)
+def test_search_marks_the_query_terms_as_plain_text_pieces(served_index):
+    c = make_client(served_index)
     assert c.post("/documents", json={"documents": [MARKUP]}, headers=HEADERS).status_code == 200
     r = c.post("/search", json={"query": "the cat purrs", "k": 10, "mode": "bm25", "highlight": True})
     assert r.status_code == 200, r.text
@@ -300,8 +283,8 @@ def test_search_marks_the_query_terms_as_plain_text_pieces(index):
         assert c.post("/search", json={"query": "tea", "highlight": bad}).status_code == 422, bad
 
 
-def test_a_long_text_shows_a_window_around_its_matches(index):
-    c = make_client(index)
+def test_a_long_text_shows_a_window_around_its_matches(served_index):
+    c = make_client(served_index)
     filler = "Lorem ipsum dolor sit amet consectetur. " * 60
     text = filler + "Volcanoes erupt and lava flows down the volcano slopes. " + filler
     doc = {"_id": "long", "title": "Geology", "text": text}
@@ -362,14 +345,14 @@ def _free_port() -> int:
 
 
 @pytest.fixture()
-def live_server(index):
+def live_server(served_index):
     """The keyed-reads service on loopback (uvicorn in a thread), with the markup document added."""
     import httpx
     import uvicorn
 
     from twotower.serve.app import create_app
 
-    app = create_app(index, api_key=KEY, open_reads=False, precision="fp32")
+    app = create_app(served_index, api_key=KEY, open_reads=False, precision="fp32")
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -393,9 +376,11 @@ def live_server(index):
 def rendered(port: int, query: str, password: str = KEY) -> str:
     """The page's DOM once its scripts ran (``--dump-dom``), opened with the key as the Basic password."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    result = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000",
-                             "--dump-dom", f"http://page:{quote(password, safe='')}@127.0.0.1:{port}/?{query}"],
-                            capture_output=True, text=True, timeout=120)
+    with tempfile.TemporaryDirectory() as profile:  # a profile of its own: no lock shared with another Chromium
+        result = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                 f"--user-data-dir={profile}", "--virtual-time-budget=15000", "--dump-dom",
+                                 f"http://page:{quote(password, safe='')}@127.0.0.1:{port}/?{query}"],
+                                capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

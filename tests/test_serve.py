@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,29 +26,17 @@ HEADERS = {"X-API-Key": KEY}
 BASE_IDS = {d["_id"] for d in TINY_CORPUS}
 
 
-@pytest.fixture(scope="module")
-def built_index(tmp_path_factory, tiny_bert_dir) -> Path:
-    from conftest import flat_index
-
-    root = tmp_path_factory.mktemp("serve")
-    return flat_index(write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS), tiny_bert_dir, root / "index")
-
-
 @pytest.fixture()
-def index(built_index, tmp_path) -> Path:
-    """A private copy of the built index (tests write to it)."""
-    target = tmp_path / "index"
-    shutil.copytree(built_index, target)
-    return target
+def index(served_index) -> Path:
+    """A private copy of the tiny index (conftest; tests write to it)."""
+    return served_index
 
 
 def make_client(index: Path, **kwargs):
-    from fastapi.testclient import TestClient
-
-    from twotower.serve.app import create_app
+    from conftest import serve_client
 
     kwargs.setdefault("api_key", KEY)
-    return TestClient(create_app(index, precision="fp32", **kwargs))
+    return serve_client(index, **kwargs)
 
 
 @pytest.fixture()

@@ -34,8 +34,9 @@ async def capture(url: str, out: Path, width: int, height: int, key: str | None,
     if browser is None:
         sys.exit("no chromium on PATH (apt-get install chromium)")
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                 "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+        proc = subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                 "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+                                 "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
