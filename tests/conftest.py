@@ -96,6 +96,32 @@ def flat_index(data: Path, model: Path, out: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def served_index_built(tmp_path_factory, tiny_bert_dir) -> Path:
+    """The tiny corpus indexed by :func:`flat_index`, once a module: what the service's tests serve."""
+    root = tmp_path_factory.mktemp("serve")
+    return flat_index(write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS), tiny_bert_dir, root / "index")
+
+
+@pytest.fixture()
+def served_index(served_index_built, tmp_path) -> Path:
+    """A private copy of :func:`served_index_built` (tests write to it)."""
+    import shutil
+
+    target = tmp_path / "index"
+    shutil.copytree(served_index_built, target)
+    return target
+
+
+def serve_client(index: Path, api_key: str | None, **kwargs):
+    """FastAPI's TestClient over the search service on ``index`` (fp32)."""
+    from fastapi.testclient import TestClient
+
+    from twotower.serve.app import create_app
+
+    return TestClient(create_app(index, api_key=api_key, precision="fp32", **kwargs))
+
+
 TINY_CORPUS = [
     {"_id": "d1", "title": "Cats", "text": "Cats are small domesticated felines that purr."},
     {"_id": "d2", "title": "Dogs", "text": "Dogs are loyal animals that bark at strangers."},

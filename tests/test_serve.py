@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,29 +26,17 @@ HEADERS = {"X-API-Key": KEY}
 BASE_IDS = {d["_id"] for d in TINY_CORPUS}
 
 
-@pytest.fixture(scope="module")
-def built_index(tmp_path_factory, tiny_bert_dir) -> Path:
-    from conftest import flat_index
-
-    root = tmp_path_factory.mktemp("serve")
-    return flat_index(write_beir(root / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS), tiny_bert_dir, root / "index")
-
-
 @pytest.fixture()
-def index(built_index, tmp_path) -> Path:
-    """A private copy of the built index (tests write to it)."""
-    target = tmp_path / "index"
-    shutil.copytree(built_index, target)
-    return target
+def index(served_index) -> Path:
+    """A private copy of the tiny index (conftest; tests write to it)."""
+    return served_index
 
 
 def make_client(index: Path, **kwargs):
-    from fastapi.testclient import TestClient
-
-    from twotower.serve.app import create_app
+    from conftest import serve_client
 
     kwargs.setdefault("api_key", KEY)
-    return TestClient(create_app(index, precision="fp32", **kwargs))
+    return serve_client(index, **kwargs)
 
 
 @pytest.fixture()
@@ -407,6 +394,9 @@ def test_real_server_process(index, tmp_path):
             time.sleep(0.25)
         with httpx.Client(base_url=base, timeout=30) as c:
             assert c.get("/healthz").json()["documents"] == 6
+            page = c.get("/")  # the search page (tests/test_search_page.py)
+            assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+            assert 'id="search-form"' in page.text and c.get("/static/search.js").status_code == 200
             hits = c.post("/search", json={"query": "purr", "k": 2, "mode": "bm25"}).json()["hits"]
             assert hits[0]["id"] == "d1"
             assert c.post("/documents", json={"documents": [{"_id": "r1", "text": "t"}]}).status_code == 401
@@ -525,8 +515,9 @@ def test_fuzz_openapi_no_server_errors(index):
         try:
             check()
         except Unsatisfiable:  # negative cases of an operation without parameters or body: none exist
-            assert mode == schemathesis.GenerationMode.NEGATIVE and label in ("GET /healthz", "GET /metrics"), label
+            assert mode == schemathesis.GenerationMode.NEGATIVE and label in ("GET /healthz", "GET /metrics",
+                                                                               "GET /info"), label
     assert set(calls) >= {"POST /search", "POST /search/batch", "GET /documents/{doc_id}", "POST /documents",
-                          "DELETE /documents/{doc_id}", "GET /healthz", "GET /metrics"}
+                          "DELETE /documents/{doc_id}", "GET /healthz", "GET /metrics", "GET /info"}
     assert sum(len(v) for v in calls.values()) >= 150
     assert 200 in calls["POST /search"] and 422 in calls["POST /search"] and 200 in calls["POST /documents"]

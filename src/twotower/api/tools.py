@@ -82,8 +82,9 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
                max_body_bytes: int = 4 * 1024 * 1024):
     """The search service over an index as a FastAPI app (run it with any ASGI server): ``POST /search`` and
     ``/search/batch``, ``GET /documents/{id}``, ``POST /documents`` and ``DELETE /documents/{id}`` (with
-    ``api_key`` in ``X-API-Key``; or ``api_key_file``, whose first line is the key), ``/healthz``, ``/metrics``.
-    ``keyed_reads`` requires the key for reads too.
+    ``api_key`` in ``X-API-Key``; or ``api_key_file``, whose first line is the key), ``/healthz``, ``/metrics``,
+    ``/info``, and a search page for browsers at ``/``. ``keyed_reads`` requires the key for reads too (the page's
+    browser sends it as the password of HTTP Basic authentication).
     Needs the ``serve`` extra (``pip install 'twotower[serve]'``).
 
     Example::

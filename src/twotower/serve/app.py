@@ -4,19 +4,22 @@ Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
 
     POST   /search            {"query", "k", "mode", "filter"}  → ranked {id, score, title, metadata}
     POST   /search/batch      {"queries": [...], "k", "mode"}   → one ranked list per query
-    (both also take "lambda", "filter" (a metadata filter, retrieval.filters), and "prf_depth" / "prf_weight":
-    dense pseudo-relevance feedback, retrieval.prf)
+    (both also take "lambda", "filter" (a metadata filter, retrieval.filters), "prf_depth" / "prf_weight":
+    dense pseudo-relevance feedback, retrieval.prf, and "highlight": each hit's matches marked, serve.highlight)
     GET    /documents/{id}                                      → {id, title, text, metadata, version}
     POST   /documents         {"documents": [...], "replace"}   → the new version and the "ids" written   (API key)
                               (each document {"_id", "title", "text", "metadata"} or a plain string)
     DELETE /documents/{id}                                      → the new version   (API key)
     GET    /healthz                                             → status, version, documents
     GET    /metrics                                             → Prometheus text
+    GET    /info                                                → modes, metadata fields, limits (for clients)
+    GET    /                                                    → the search page (HTML; serve/static)
 
 ``{id}`` is the document id percent-encoded (``urllib.parse.quote(id, safe="")``; ``.`` and ``..``
 as ``%2E`` and ``%2E%2E``, which clients would otherwise resolve away); a ``/`` may also be sent
 as is. With ``open_reads=False`` (``--keyed-reads``) every path but ``/healthz`` needs the key,
-``/metrics`` and ``/openapi.json`` included, and ``/docs`` and ``/redoc`` are off.
+``/metrics`` and ``/openapi.json`` included, and ``/docs`` and ``/redoc`` are off; reads (the search page too) then
+also take the key as the password of HTTP Basic authentication, which a browser can send (serve.auth).
 
 Consistency: every request works on one immutable index version (a snapshot taken when it
 starts), so a search that runs while a write is in progress sees the old or the new version,
@@ -37,18 +40,32 @@ with an unknown operator: the message names it), 400 for metadata the metadata r
 import hmac
 import logging
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
 
 from twotower.errors import TwoTowerError
 from twotower.retrieval.milvus.client import MilvusError
-from twotower.serve.auth import API_KEY_HEADER, check_api_key, read_api_key  # noqa: F401  (read_api_key: re-exported)
+from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
+    API_KEY_HEADER, BASIC_CHALLENGE, basic_password, check_api_key, read_api_key,
+)
 from twotower.serve.body_limit import BodySizeLimit
 from twotower.serve.models import build_models
 from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
 
 log = logging.getLogger(__name__)
+
+# the search page: these files of serve/static, and nothing else, at "/" and "/static/NAME"
+PAGE_FILES = {"index.html": "text/html; charset=utf-8", "search.js": "text/javascript; charset=utf-8",
+              "search.css": "text/css; charset=utf-8"}
+PAGE_HEADERS = {  # its scripts, styles and requests come from the service alone; no frames, no inline code
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache",
+}
+METADATA_FIELDS_READ_UP_TO = 100_000  # documents; /info lists a larger index's metadata fields once a filter read them
+MAX_METADATA_FIELDS = 200
 
 
 # ------------------------------------------------------------------------------------------
@@ -84,8 +101,8 @@ def create_app(
     """
     from fastapi import Depends, FastAPI, Path as PathParam, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, PlainTextResponse
-    from fastapi.security import APIKeyHeader
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    from fastapi.security import APIKeyHeader, HTTPBasic
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.routing import Match
@@ -105,6 +122,8 @@ def create_app(
         m.SearchRequest, m.BatchSearchRequest, m.SearchResponse, m.BatchSearchResponse)
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
+    Highlight, Segment, Info = m.Highlight, m.Segment, m.Info
+    page_files = {name: (resources.files("twotower.serve") / "static" / name).read_bytes() for name in PAGE_FILES}
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -197,6 +216,14 @@ def create_app(
     # ---- auth ---------------------------------------------------------------------------
     key_header = APIKeyHeader(name=API_KEY_HEADER, auto_error=False, description="the server's API key")
 
+    class BasicKey(HTTPBasic):  # the scheme in the schema; the password (or None), never an error of its own
+        async def __call__(self, request: Request) -> str | None:
+            return basic_password(request.headers.get("authorization"))
+
+    basic_key = BasicKey(auto_error=False, description="reads only: the API key as the password, any user name (how "
+                                                        "a browser sends it to the search page)")
+    page_paths = {"/", *(f"/static/{name}" for name in PAGE_FILES if name != "index.html")}
+
     def check_key(sent: str | None) -> None:
         from fastapi import HTTPException
 
@@ -217,9 +244,17 @@ def create_app(
         path, method = request.url.path, request.method
         is_write = method not in ("GET", "HEAD", "OPTIONS") and (path == "/documents" or path.startswith("/documents/"))
         if is_write or (not open_reads and path != "/healthz"):  # keyed reads: /metrics, /openapi.json too
+            sent = request.headers.get(API_KEY_HEADER)
+            if not sent and not is_write:  # a read may carry the key as a Basic password (a browser's way)
+                sent = basic_password(request.headers.get("authorization"))
             try:
-                check_key(request.headers.get(API_KEY_HEADER))
+                check_key(sent)
             except HTTPException as exc:
+                if path in page_paths and request.headers.get(API_KEY_HEADER) is None:
+                    # the page, opened by a browser: a Basic challenge makes it ask for the key (again, if wrong)
+                    exc = HTTPException(401, f"{'wrong' if sent else 'missing'} API key: give it as the password "
+                                             f"(any user name), or send it in the {API_KEY_HEADER} header",
+                                        headers={"WWW-Authenticate": BASIC_CHALLENGE})
                 return await on_http(request, exc)
         return await call_next(request)
 
@@ -228,9 +263,9 @@ def create_app(
     def writer(sent: str | None = Depends(key_header)) -> None:
         check_key(sent)
 
-    def reader(sent: str | None = Depends(key_header)) -> None:
+    def reader(sent: str | None = Depends(key_header), password: str | None = Depends(basic_key)) -> None:
         if not open_reads:
-            check_key(sent)
+            check_key(sent or password)
 
     # ---- endpoints ----------------------------------------------------------------------
     IdInPath = Annotated[str, PathParam(min_length=1, max_length=limits.max_id_chars,
@@ -247,25 +282,45 @@ def create_app(
         at = text.find("/documents/")
         return unquote(text[at + len("/documents/"):]) if at >= 0 else decoded
 
-    def hits_of(rows) -> list[Hit]:
-        return [Hit(id=d, score=s, title=t, metadata=m) for d, s, t, m in rows]
+    def hits_of(store, rows, query: str | None = None) -> list[Hit]:
+        """The hits; with ``query``, each with its ``highlight`` (left out otherwise: the routes skip unset fields)."""
+        if query is None:
+            return [Hit(id=d, score=s, title=t, metadata=m) for d, s, t, m, _ in rows]
+        from twotower.serve.highlight import highlighter_for
 
-    @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)])
+        marker = highlighter_for(store.manifest.get("bm25"))
+        terms = marker.terms(query)
+
+        def pieces(segments) -> list[Segment]:
+            return [Segment(text=text, match=match) for text, match in segments]
+
+        hits = []
+        for d, s, t, m, text in rows:
+            window = marker.window(text, terms)
+            hits.append(Hit(id=d, score=s, title=t, metadata=m, highlight=Highlight(
+                title=pieces(marker.title(t, terms).segments), text=pieces(window.segments),
+                cut_before=window.cut_before, cut_after=window.cut_after)))
+        return hits
+
+    @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)],
+              response_model_exclude_unset=True)
     def search(req: SearchRequest) -> SearchResponse:
         """The top ``k`` documents for one query."""
         t0 = time.perf_counter()
         store, results = state.search([req.query], req.k, req.mode, req.lam, req.prf_depth, req.prf_weight,
                                       req.filter)
-        return SearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, hits=hits_of(results[0]))
+        hits = hits_of(store, results[0], req.query if req.highlight else None)
+        return SearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, hits=hits)
 
-    @app.post("/search/batch", response_model=BatchSearchResponse, responses=errors, dependencies=[Depends(reader)])
+    @app.post("/search/batch", response_model=BatchSearchResponse, responses=errors, dependencies=[Depends(reader)],
+              response_model_exclude_unset=True)
     def search_batch(req: BatchSearchRequest) -> BatchSearchResponse:
         """The top ``k`` documents for each of several queries (all against one index version)."""
         t0 = time.perf_counter()
         store, results = state.search(req.queries, req.k, req.mode, req.lam, req.prf_depth, req.prf_weight,
                                       req.filter)
-        return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000,
-                                   results=[hits_of(r) for r in results])
+        ranked = [hits_of(store, r, q if req.highlight else None) for q, r in zip(req.queries, results)]
+        return BatchSearchResponse(version=store.version, took_ms=(time.perf_counter() - t0) * 1000, results=ranked)
 
     @app.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=errors, dependencies=[Depends(reader)])
     def get_document(doc_id: IdInPath, request: Request) -> DocumentOut:
@@ -308,6 +363,45 @@ def create_app(
         store = state.snapshot()
         return Health(status="ok", version=store.version, documents=len(store), dim=store.dim,
                       model=store.manifest["model"].get("name"))
+
+    @app.get("/info", response_model=Info, responses=errors, dependencies=[Depends(reader)])
+    def info() -> Info:
+        """The index as a client needs it: the search modes it supports and the one used by default, its documents'
+        metadata fields (the search page offers a filter when there are some), the request limits."""
+        store = state.snapshot()
+        modes = ["dense", "bm25", "hybrid", "rrf"] if store.manifest.get("bm25") else ["dense"]
+        return Info(version=store.version, documents=len(store), model=store.manifest["model"].get("name"),
+                    modes=modes, default_mode=state.searcher.resolve(None, None)[0],
+                    metadata_fields=metadata_fields(store), max_k=limits.max_k,
+                    max_query_chars=limits.max_query_chars)
+
+    def metadata_fields(store) -> list[str] | None:
+        """The dotted metadata paths of ``store``'s documents; None when not known without reading every document
+        of a large index (or at all: Milvus)."""
+        from twotower.retrieval.filter_columns import columns_of
+
+        if hasattr(store, "filter_expression"):  # Milvus keeps the metadata
+            return None
+        if getattr(store, "_metadata_columns", None) is None and len(store) > METADATA_FIELDS_READ_UP_TO:
+            return None
+        return columns_of(store).paths()[:MAX_METADATA_FIELDS]
+
+    # ---- the search page (serve/static: HTML, JS and CSS, no build step, nothing from elsewhere) -------------------
+    def page_file(name: str) -> Response:
+        return Response(page_files[name], media_type=PAGE_FILES[name], headers=PAGE_HEADERS)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        """The search page (behind the same key as searches: the gate above)."""
+        return page_file("index.html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def page_asset(name: str) -> Response:
+        from fastapi import HTTPException
+
+        if name not in PAGE_FILES or name == "index.html":
+            raise HTTPException(404, f"no file /static/{name}")
+        return page_file(name)
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(reader)])
     def metrics() -> PlainTextResponse:

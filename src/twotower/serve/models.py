@@ -45,8 +45,8 @@ def _valid_filter(value):
 
 
 def build_models(limits) -> SimpleNamespace:
-    """The models as attributes: SearchRequest, BatchSearchRequest, Hit, SearchResponse, BatchSearchResponse,
-    DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody."""
+    """The models as attributes: SearchRequest, BatchSearchRequest, Segment, Highlight, Hit, SearchResponse,
+    BatchSearchResponse, DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, Info, ErrorBody."""
     from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
     Text = BeforeValidator(_valid_text)
@@ -62,6 +62,8 @@ def build_models(limits) -> SimpleNamespace:
     Filter = Annotated[Metadata | None, AfterValidator(_valid_filter), Field(
         default=None, description='a metadata filter: {"field": value}, $eq $ne $gt $gte $lt $lte $in $nin $exists, '
         '$and / $or lists, dotted paths into nested objects (docs: Your documents: metadata and filters)')]
+    Highlighting = Annotated[bool, Field(default=False, description='each hit with its "highlight": the '
+                                        "query's terms marked in its title and in a window of its text")]
 
     class Strict(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
@@ -74,6 +76,7 @@ def build_models(limits) -> SimpleNamespace:
         prf_depth: PrfDepth = None
         prf_weight: PrfWeight = None
         filter: Filter = None
+        highlight: Highlighting = False
 
     class BatchSearchRequest(Strict):
         queries: Annotated[list[Query], Field(min_length=1, max_length=limits.max_batch_queries)]
@@ -83,12 +86,27 @@ def build_models(limits) -> SimpleNamespace:
         prf_depth: PrfDepth = None
         prf_weight: PrfWeight = None
         filter: Filter = None
+        highlight: Highlighting = False
+
+    class Segment(BaseModel):
+        text: str
+        match: bool = Field(description="whether this piece is one of the query's terms")
+
+    class Highlight(BaseModel):
+        """The query's terms marked (serve.highlight): plain-text pieces that, joined, give the title, or the window
+        of the text shown; ``cut_before`` / ``cut_after``: the text goes on before / after the window."""
+
+        title: list[Segment]
+        text: list[Segment]
+        cut_before: bool
+        cut_after: bool
 
     class Hit(BaseModel):
         id: str
         score: float
         title: str
         metadata: Metadata = Field(default_factory=dict, description="the document's metadata")
+        highlight: Highlight | None = Field(default=None, description='only when the request sent "highlight": true')
 
     class SearchResponse(BaseModel):
         version: str
@@ -135,6 +153,20 @@ def build_models(limits) -> SimpleNamespace:
         documents: int
         dim: int
         model: str | None
+
+    class Info(BaseModel):
+        """What a client (the search page) needs to know about the index it searches."""
+
+        version: str
+        documents: int
+        model: str | None
+        modes: list[Mode] = Field(description="the search modes this index supports")
+        default_mode: Mode = Field(description="the mode a search without one uses")
+        metadata_fields: list[str] | None = Field(
+            description="the dotted paths of the documents' metadata (empty: none has metadata; null: not known, "
+                        "as on a Milvus index)")
+        max_k: int
+        max_query_chars: int
 
     class ErrorBody(BaseModel):
         error: str

@@ -72,8 +72,8 @@ class ServiceState:
 
     def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
                prf_weight: float | None = None, filter: dict | None = None) -> tuple[object, list[list]]:
-        """``(store, [[(id, score, title, metadata), ...] per query])`` from one index version; ``filter``: only
-        the documents it lets through (:mod:`twotower.retrieval.filters`)."""
+        """``(store, [[(id, score, title, metadata, text), ...] per query])`` from one index version; ``filter``:
+        only the documents it lets through (:mod:`twotower.retrieval.filters`)."""
         store = self.snapshot()
         check_feedback(store, mode, prf_depth, prf_weight)
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
@@ -91,7 +91,7 @@ class ServiceState:
         for i in range(len(queries)):
             ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
             docs = [(d, s, store.document(store.row_of[d])) for d, s in ranked]
-            results.append([(d, s, doc["title"], doc.get("metadata") or {}) for d, s, doc in docs])
+            results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"]) for d, s, doc in docs])
         return store, results
 
     # ---- writes -------------------------------------------------------------------------
