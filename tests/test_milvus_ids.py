@@ -70,9 +70,9 @@ def test_any_accepted_id_through_every_operation(index, doc_id):
 
 def test_a_replace_of_an_id_shaped_like_two_counts_one(index):
     """``q','d1`` does not exist: a replace of it adds one document; d1 and a document 'q' are left as they were."""
-    from twotower.retrieval.store import IndexStore
+    from twotower.retrieval.backends import open_store
 
-    store = IndexStore.open(index.path)
+    store = open_store(index.path)
     assert "q','d1" not in store.row_of and "d1" in store.row_of
 
 

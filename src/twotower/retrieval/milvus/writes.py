@@ -28,7 +28,7 @@ from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import describe
 from twotower.retrieval.index.versions import collect_garbage, new_temp_dir, publish
-from twotower.retrieval.index.writer import NewDocs
+from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
