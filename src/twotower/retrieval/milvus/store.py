@@ -349,7 +349,7 @@ class MilvusStore:
         if self._lexicon is None:
             if not self.manifest.get("bm25"):
                 raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
-            self._lexicon = self.state.load_lexicon(int(self.head["blobs_seq"]), self.head["blobs"])
+            self._lexicon = self.state.load_lexicon(self.head)
         return self._lexicon
 
     @property
