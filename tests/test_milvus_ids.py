@@ -71,9 +71,12 @@ def test_any_accepted_id_through_every_operation(index, doc_id):
 def test_a_replace_of_an_id_shaped_like_two_counts_one(index):
     """``q','d1`` does not exist: a replace of it adds one document; d1 and a document 'q' are left as they were."""
     from twotower.retrieval.backends import open_store
+    from twotower.retrieval.store import IndexStore, IndexStoreError
 
     store = open_store(index.path)
     assert "q','d1" not in store.row_of and "d1" in store.row_of
+    with pytest.raises(IndexStoreError, match="a milvus index, not a local one: open it with .*open_store"):
+        IndexStore.open(index.path)  # the local backend does not open a Milvus folder (nor import Milvus' store)
 
 
 def test_no_traceback_on_a_file_uri_nor_on_a_successful_build(tiny_bert_dir, tmp_path):

@@ -17,8 +17,9 @@ from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, UnknownIdEr
 
 MODEL = {"name": "test", "path": "/nonexistent"}
 DIM = 8
-ODD = ["d0", "é", "日本語の文書", "🙂x", "a" * MAX_ID_BYTES, "ä" * (MAX_ID_BYTES // 2), "q','d1", 'q"\\', "Ω≈ç√",
-       "x" * 3 + "\u0301"]  # combining mark, 1,024 bytes of ASCII, 1,024 bytes of two-byte letters
+# 1,024 bytes of ASCII, 1,024 bytes of two-byte letters, quotes and backslashes, a combining mark
+ODD = ["d0", "é", "日本語の文書", "🙂x", "a" * MAX_ID_BYTES, "ä" * (MAX_ID_BYTES // 2), "q','d1", 'q"\\',
+       "Ω≈ç√", "x" * 3 + "\u0301"]
 
 
 def _docs(ids, seed=0):

@@ -74,8 +74,9 @@ __all__ = [
 class IndexStore:
     """One immutable version of an index directory, opened for reading.
 
-    Open with :meth:`open` (or any backend's with :func:`twotower.retrieval.backends.open_store`); write with :meth:`build` (new or replacing content), :meth:`add` and
-    :meth:`remove`, which return the new version's store and leave this one usable.
+    Open with :meth:`open` (an index of either backend: :func:`twotower.retrieval.backends.open_store`); write with
+    :meth:`build` (new or replacing content), :meth:`add` and :meth:`remove`, which return the new version's store and
+    leave this one usable.
     """
 
     def __init__(self, root: Path, version_dir: Path, manifest: dict, *, verify: bool = False) -> None:

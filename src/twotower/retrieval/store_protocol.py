@@ -3,9 +3,9 @@
 Two backends implement it side by side: :class:`twotower.retrieval.store.IndexStore` (vectors, documents, FAISS and
 BM25 in the index folder) and :class:`twotower.retrieval.milvus.store.MilvusStore` (all of it in a Milvus
 collection; the folder names it). Neither imports the other: they share the batch of new documents
-(:class:`~twotower.retrieval.index.newdocs.NewDocs`) and the folder's versions (:mod:`twotower.retrieval.index.versions`),
-and :mod:`twotower.retrieval.backends` picks one by the manifest. The Searcher, the API and the service are written
-against this protocol.
+(:class:`~twotower.retrieval.index.newdocs.NewDocs`) and the folder's versions
+(:mod:`twotower.retrieval.index.versions`), and :mod:`twotower.retrieval.backends` picks one by the manifest. The
+Searcher, the API and the service are written against this protocol.
 
 A store is one immutable version: reads see that version; ``add`` / ``remove`` return the new version's store and
 leave this one usable; ``refresh`` moves to the live version. Rows are the numbers searches speak in: ``doc_ids[row]``

@@ -29,7 +29,8 @@ import numpy as np
 from twotower.io import load_npy
 from twotower.retrieval.index.files import save_npy
 
-IDS_FILE, OFFSETS_FILE, LOOKUP_FILE, JSON_FILE = "doc_ids.bin", "doc_ids.offsets.npy", "doc_ids.lookup.npy", "doc_ids.json"
+IDS_FILE, OFFSETS_FILE, LOOKUP_FILE = "doc_ids.bin", "doc_ids.offsets.npy", "doc_ids.lookup.npy"
+JSON_FILE = "doc_ids.json"
 _CHUNK = 65_536  # ids per step when a write copies or lists them
 
 
