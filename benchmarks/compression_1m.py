@@ -214,23 +214,40 @@ def measure_size(args, qrels, qids, qv, ids: list[str], vecs: np.ndarray, scifac
 
 NOTES = __doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0] + """
 
-Reading the table (1,000,000 distractors, ``python benchmarks/compression_1m.py``; the cached SciFact vectors were
-encoded in bf16, as their ``meta.json`` says; the distractors and every index are fp32 or the stored type):
+Reading the table (``nice python benchmarks/compression_1m.py``, 200,000 and 1,000,000 documents; the cached SciFact
+vectors were encoded in bf16, as their ``meta.json`` says; the distractors and every index are fp32 or the stored
+type). The machine's 2 cores were shared with other jobs: the 1-minute load average was 3.4-7.4 while rows were
+measured (``load_avg``), so the latencies are higher than the run before this one measured (its load was not
+recorded: fp32 p50 278 ms, int8 69 ms, binary ~4 ms over 1,005,183 documents); the memory columns do not depend on
+load.
 
+- Memory per document, measured (``ram_bytes_per_doc``): fp32 1,536, fp16 768, int8 384 and binary (with or without
+  rescoring) 48.1 bytes at 1,000,000 documents: the FAISS index's own bytes and nothing more. Between 200,000 and
+  1,000,000 documents a binary index's process grows by 36.6 MiB for 800,000 documents, 48.0 bytes each: the rest
+  of the 48.7 bytes per document at 200,000 is a fixed ~150 KB. Before the ids were held compactly
+  (``retrieval/index/ids.py``), an opened index kept them as a Python list of ``str`` and an ``{id: row}`` dict:
+  ~144 MB for 1,005,183 ids, so binary + int8 rescoring measured 190 MB, 198 bytes per document. Now the ids
+  (``doc_ids.bin`` with offsets and a sorted hash table, ~31 bytes per document on disk for ids like ``x123456``)
+  are memory-mapped like the documents' offsets: a hit's id is read from the page cache, and about 16 bytes per
+  document of those files were mapped in after the searches (``mapped_bytes_per_doc`` of the rows without
+  rescoring vectors).
+- So binary + int8 rescoring holds 48.1 bytes per document of process memory, within issue #44's 64. Its int8
+  rescoring vectors (384 bytes per document) are not in that figure: they stay in ``vectors.npy``, memory-mapped,
+  and each query reads its k × 4 (or × 10) candidates' rows. After 310 batch-1 queries ~400 bytes per document of
+  file pages were mapped in (the kernel reads around every fault, so nearly the whole file): page cache, shared and
+  dropped under memory pressure, which the process does not hold. A machine that wants no disk read on the query
+  path keeps 48 + 384 = 432 bytes per document resident; ``peak_rss_mb`` (~496 MB at 1,000,000, against 132 MB
+  without rescoring) counts those pages.
 - The distractors share the corpus vectors' distribution, so even the exact fp32 top 10 holds fewer relevant
-  documents than on SciFact alone (NDCG@10 0.610 against 0.645, ``compression_scifact.md``).
+  documents than on SciFact alone (NDCG@10 0.609 at 1,000,000 and 0.629 at 200,000, against 0.645,
+  ``compression_scifact.md``).
 - fp16 ranks exactly as fp32 (top-10 overlap 1.0) in half the memory; int8 keeps 1.001 of fp32's NDCG@10 (top-10
-  overlap 0.988) in a quarter. Exact search over a million vectors on one thread is slow whatever the type (p50
-  69-278 ms here): at this size an exact float index is a quality reference, not a serving setup.
-- Binary keeps 48 bytes per document in RAM (1/32 of fp32: 46 MB for the million) and answers in ~4 ms. Rescoring
-  the Hamming top k × 4 against the int8 vectors keeps 0.979 of fp32's NDCG@10 at this scale (0.9987 on SciFact
-  alone): among a million vectors the exact top 10 falls outside the Hamming top 40 more often (top-10 overlap
-  0.75); × 10 keeps 0.984 (overlap 0.85) at the same latency. Without rescoring: 0.805.
-- ``rss_anon_mb`` is the index plus ~144 MB that opening any index costs at this size (the 1,005,183 document ids
-  and the documents' offsets): 190 MB for binary against 1,616 MB for fp32. The rescoring rows' ``rss_file_mb``
-  (~370 MB, the whole int8 file) are page-cache pages of the memory-mapped vectors that 310 batch-1 searches mapped
-  in (each fault maps its neighbours too): shared and dropped by the kernel under memory pressure, they are what the
-  OS caches, not what the process needs; the file is read a few rows per query.
+  overlap 0.988-0.990) in a quarter. Exact search over a million vectors on one thread is slow whatever the type: at
+  this size an exact float index is a quality reference, not a serving setup.
+- Binary answers in a few ms (1.3 ms at 200,000). Rescoring the Hamming top k × 4 against the int8 vectors keeps
+  0.987 of fp32's NDCG@10 at 1,000,000 (0.992 at 200,000; 0.9987 on SciFact alone): among a million look-alikes the
+  exact top 10 falls outside the Hamming top 40 more often (top-10 overlap 0.75); × 10 keeps 0.996 (overlap 0.85).
+  Without rescoring: 0.810.
 """
 
 if __name__ == "__main__":
