@@ -31,7 +31,8 @@ def main() -> None:
     from twotower.evaluation.metrics import evaluate
     from twotower.retrieval.bm25 import BM25, BM25Params
     from twotower.retrieval.dense import exact_search, to_run
-    from twotower.retrieval.hybrid import dev_split, interpolate, rrf, tune_lambda
+    from twotower.evaluation.tuning import tune_lambda
+    from twotower.retrieval.hybrid import dev_split, interpolate, rrf
     from twotower.retrieval.searcher import HYBRID_N_BEST
 
     root = DATA / "scifact"

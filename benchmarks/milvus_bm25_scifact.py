@@ -5,8 +5,8 @@ parts, queries sent as ``count × idf`` with the idf computed from document freq
 state. Rows:
 
 - ``local bm25s``: :class:`twotower.retrieval.bm25.BM25` over the corpus (the local store's BM25);
-- ``milvus build``: the same corpus built into Milvus Lite (``build_store``; the dense side is 8 random dimensions,
-  not searched), BM25 searched in Milvus;
+- ``milvus build``: the same corpus built into Milvus Lite (``MilvusStore.build``; the dense side is 8 random
+  dimensions, not searched), BM25 searched in Milvus;
 - ``milvus after writes``: then 1,000 documents removed and added back (two writes: the df and the document count
   go down and up again, the corpus ends as it started), searched again.
 
@@ -36,9 +36,8 @@ def main() -> None:
     from twotower.evaluation.metrics import evaluate
     from twotower.retrieval.bm25 import BM25, BM25Params, matching_run
     from twotower.retrieval.index.kinds import IndexSpec
-    from twotower.retrieval.index.writer import NewDocs
-    from twotower.retrieval.milvus import client as mc
-    from twotower.retrieval.milvus.build import build_store
+    from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus.store import MilvusStore, forget_client
 
     ds = tt.load_beir(_common.DATA / "scifact")
     ids = list(ds.corpus)
@@ -57,12 +56,9 @@ def main() -> None:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     with tempfile.TemporaryDirectory(prefix="milvus-bm25-") as work:
         uri = str(Path(work) / "bm25.db")
-        client = mc.client_for(uri, "--uri")
-        spec = IndexSpec(bm25=True)
-        index = mc.index_settings("flat", hnsw_m=16, ef_construction=64, nlist=None, num_docs=len(ids))
-        store = build_store(Path(work) / "idx", NewDocs(ids, titles, bodies, vectors), model={"name": "random-8d"},
-                            spec=spec, uri=uri, collection="bm25_scifact", index=index, client=client,
-                            show_progress=False)
+        store = MilvusStore.build(Path(work) / "idx", NewDocs(ids, titles, bodies, vectors),
+                                  model={"name": "random-8d"}, spec=IndexSpec(bm25=True), uri=uri,
+                                  collection="bm25_scifact", show_progress=False)
 
         def milvus_run(s) -> dict:
             scores, found = s.bm25.search(queries, K)
@@ -80,7 +76,7 @@ def main() -> None:
         got = milvus_run(store)
         rows.append({"system": "milvus after writes (1,000 removed, added back)",
                      **_metrics(evaluate(ds.qrels, got, ["ndcg@10", "recall@100"])), **_agreement(got, want)})
-        mc.forget_client(uri)
+        forget_client(uri)
     _common.write_results("milvus_bm25_scifact", rows, notes=NOTES)
     for r in rows:
         print(r)

@@ -105,17 +105,13 @@ def build_local(root: Path, new, kind: str, bm25: bool = True, m: int = 32, ef_c
 
 def build_milvus(root: Path, new, kind: str, uri: str, bm25: bool = True, m: int = 32, ef_construction: int = 200):
     from twotower.retrieval.bm25 import BM25Params
-    from twotower.retrieval.milvus import client as mc
-    from twotower.retrieval.milvus.build import build_store
-    from twotower.retrieval.milvus.store import client_for
+    from twotower.retrieval.milvus.store import MilvusStore
     from twotower.retrieval.store import IndexSpec
 
     spec = IndexSpec(kind=kind, bm25=bm25, bm25_params=BM25Params(), hnsw_m=m, ef_construction=ef_construction)
-    index = mc.index_settings(kind, hnsw_m=m, ef_construction=ef_construction, nlist=None, num_docs=len(new.ids))
     t0 = time.perf_counter()
-    store = build_store(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, uri=uri,
-                        collection=f"scifact_{kind}", index=index, client=client_for(uri, "--uri"),
-                        show_progress=False)
+    store = MilvusStore.build(root, new, model={"name": "all-MiniLM-L6-v2"}, spec=spec, uri=uri,
+                              collection=f"scifact_{kind}", show_progress=False)
     return store, time.perf_counter() - t0
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from twotower.retrieval.index.binary import DEFAULT_EF_SEARCH
 from twotower.retrieval.index.kinds import IndexSpec
-from twotower.retrieval.index.writer import NewDocs
+from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.store import IndexStore
 
 

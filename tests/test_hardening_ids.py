@@ -167,7 +167,7 @@ def test_index_writer_refuses_a_bad_id():
     import numpy as np
 
     from twotower.errors import TwoTowerError
-    from twotower.retrieval.index.writer import NewDocs
+    from twotower.retrieval.index.newdocs import NewDocs
 
     with pytest.raises(TwoTowerError, match=r"'a\\nb'"):
         NewDocs(ids=["ok", "a\nb"], titles=["", ""], texts=["x", "y"], vectors=np.zeros((2, 4), np.float32))

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from twotower.retrieval.bm25 import BM25, BM25Params
-from twotower.retrieval.hybrid import dev_split, interpolate, minmax, rrf, truncate, tune_lambda
+from twotower.evaluation.tuning import tune_lambda
+from twotower.retrieval.hybrid import dev_split, interpolate, minmax, rrf, truncate
 
 DENSE = {"q1": {"a": 0.9, "b": 0.5, "c": 0.1}, "q2": {"x": 2.0, "y": 2.0}}
 SPARSE = {"q1": {"c": 12.0, "d": 8.0, "a": 4.0}, "q3": {"z": 1.0}}

@@ -70,10 +70,13 @@ def test_any_accepted_id_through_every_operation(index, doc_id):
 
 def test_a_replace_of_an_id_shaped_like_two_counts_one(index):
     """``q','d1`` does not exist: a replace of it adds one document; d1 and a document 'q' are left as they were."""
-    from twotower.retrieval.store import IndexStore
+    from twotower.retrieval.backends import open_store
+    from twotower.retrieval.store import IndexStore, IndexStoreError
 
-    store = IndexStore.open(index.path)
+    store = open_store(index.path)
     assert "q','d1" not in store.row_of and "d1" in store.row_of
+    with pytest.raises(IndexStoreError, match="a milvus index, not a local one: open it with .*open_store"):
+        IndexStore.open(index.path)  # the local backend does not open a Milvus folder (nor import Milvus' store)
 
 
 def test_no_traceback_on_a_file_uri_nor_on_a_successful_build(tiny_bert_dir, tmp_path):
@@ -116,3 +119,19 @@ def test_no_traceback_on_a_file_uri_nor_on_a_successful_build(tiny_bert_dir, tmp
                             text=True, env=subprocess_env(), timeout=300)
     assert opened.returncode != 0 and "is a file, not a Milvus Lite database" in opened.stderr, opened.stderr
     assert "Traceback" not in opened.stdout + opened.stderr
+
+
+def test_an_idle_milvus_lite_connection_is_not_pinged(tmp_path, monkeypatch):
+    """pymilvus pings every 10 s even without calls; Milvus Lite's in-process grpc server allows one ping per 5 minutes
+    and, after ~30 s idle, answered GOAWAY "too_many_pings", which grpc printed on stderr after successful operations.
+    A Lite connection is opened with keepalive off; a server's keeps pymilvus' defaults."""
+    import pymilvus
+
+    from twotower.retrieval.milvus import client as mc
+
+    made = []
+    monkeypatch.setattr(pymilvus, "MilvusClient", lambda **kwargs: made.append(kwargs) or object())
+    mc.connect(str(tmp_path / "idle.db"))
+    mc.connect("http://localhost:19530")
+    assert made[0]["grpc_options"] == {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+    assert "grpc_options" not in made[1]

@@ -29,8 +29,9 @@ def built(tiny_bert_dir, tmp_path_factory):
 
 
 def test_attach_and_replicas_read_one_state(built):
-    from twotower.retrieval.milvus.build import attach
+    from twotower.retrieval.milvus.store import MilvusStore
 
+    attach = MilvusStore.attach
     root, index, uri = built
     attached = attach(root / "attached", uri, "state")
     shutil.copytree(index.path, root / "copied")
@@ -58,13 +59,13 @@ def test_bm25_idf_after_writes_is_counted_over_the_documents_left(built):
     """Lucene idf = ln(1 + (N − df + 0.5) / (df + 0.5)), N and df counted here over the index's documents after an
     add, a replace and a remove: the query weights Milvus gets are exactly those (the build's were frozen before)."""
     from twotower.retrieval.bm25 import BM25
-    from twotower.retrieval.store import IndexStore
+    from twotower.retrieval.backends import open_store
 
     _, index, _ = built
     index.add([{"_id": "t1", "title": "", "text": "tea tea ceremony"}, {"_id": "t2", "title": "", "text": "tea kettle"}])
     index.add([{"_id": "t2", "title": "", "text": "kettle whistles"}], replace=True)
     index.remove(["d1"])
-    store = IndexStore.open(index.path)
+    store = open_store(index.path)
     docs = {d["_id"]: f"{d['title']} {d['text']}".strip() for d in index.documents([*store.row_of])}
     lexicon = store.lexicon
     analyse = BM25(lexicon.params)

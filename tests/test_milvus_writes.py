@@ -187,3 +187,58 @@ def test_two_serves_and_two_writers_on_one_milvus_server_agree(tiny_bert_dir, tm
         assert r["queries_identical"] == 1.0 and r["added_words_found"] == 1.0 and r["removed_words_gone"] == 1.0, r
         assert r["count_a"] == r["count_b"] == r["count_expected"] > len(TINY_CORPUS), r
         assert r["write_errors"] == 0 and r["reads_ok"] == 1.0 and r["writes"] == 30, r
+
+
+def test_a_write_stores_only_what_it_changed_in_the_lexicon(tmp_path):
+    """A write keeps its lexicon change (new terms, the df of the terms it touched, the count) as delta rows, not the
+    whole vocabulary again; every MAX_DELTAS-th write (or sooner, when the deltas outweigh it) stores it whole. The
+    lexicon a reader loads (the whole one plus its deltas) counts exactly the documents the index holds; a reader of
+    the write before still loads its own."""
+    import numpy as np
+
+    from twotower.retrieval.index.kinds import IndexSpec
+    from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus import client as mc
+    from twotower.retrieval.milvus.state import MAX_DELTAS
+    from twotower.retrieval.milvus.store import MilvusStore
+    from twotower.retrieval.milvus.writes import query_all
+
+    rng = np.random.default_rng(0)
+
+    def docs(ids, texts):
+        v = rng.standard_normal((len(ids), 8)).astype(np.float32)
+        return NewDocs(list(ids), [""] * len(ids), list(texts), v / np.linalg.norm(v, axis=1, keepdims=True))
+
+    words = [f"word{i}" for i in range(400)]  # a vocabulary big enough that a one-document delta is the smaller
+    uri = str(tmp_path / "lex.db")
+    store = MilvusStore.build(tmp_path / "idx", docs([f"d{i}" for i in range(400)],
+                                                     [f"{w} tea {words[(i * 7) % 400]}" for i, w in enumerate(words)]),
+                              model={"name": "random"}, spec=IndexSpec(bm25=True), uri=uri, collection="lex",
+                              show_progress=False)
+    try:
+        whole = []  # the writes that stored the whole lexicon
+        for w in range(MAX_DELTAS + 2):
+            before = store
+            store = store.add(docs([f"n{w}"], [f"fresh{w} tea word3"]), show_progress=False)
+            assert before.state.load_lexicon(before.head).n_docs == len(before)  # a reader of the write before
+            if w % 3 == 0:
+                store = store.remove([f"d{w}"], show_progress=False)
+            head = store.head
+            assert len(head["deltas"]) < MAX_DELTAS
+            keys = [e["key"] for e in store.client.query("lex__state", filter='key like "blob:%"',
+                                                         output_fields=["key"])]
+            if head["deltas"]:
+                assert not any(k.startswith(f"blob:{head['seq']}:") for k in keys)  # a delta, no whole lexicon
+            else:
+                whole.append(head["seq"])
+            lexicon = MilvusStore.open(tmp_path / "idx").lexicon  # the whole one + its deltas, read back
+            rows = query_all(store.client, "lex", store._visible(), [mc.SPARSE])
+            df = np.zeros_like(lexicon.df)
+            for r in rows:
+                df[[int(j) for j in r[mc.SPARSE] if int(j) < len(df)]] += 1
+            assert lexicon.n_docs == len(rows) == len(store) and np.array_equal(lexicon.df, df)
+            _, found = store.bm25.search([f"fresh{w}"], 1)
+            assert store.doc_ids[found[0, 0]] == f"n{w}"
+        assert whole and len(whole) < MAX_DELTAS  # stored whole now and then, most writes as deltas
+    finally:
+        forget_client(uri)

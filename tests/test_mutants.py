@@ -221,7 +221,7 @@ def test_unnormalised_fusion_gives_a_missing_document_the_systems_minimum():
 def test_tune_lambda_ties_go_to_the_lambda_closest_to_one_half():
     """tune-lambda-ties: when every λ scores the same (identical runs), the one nearest 0.5 wins, wherever it
     stands in the grid."""
-    from twotower.retrieval.hybrid import tune_lambda
+    from twotower.evaluation.tuning import tune_lambda
 
     run = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}}
     best, table = tune_lambda(run, run, {"q1": {"b": 1}}, grid=[0.0, 0.2, 0.6, 0.9, 1.0])

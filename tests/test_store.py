@@ -372,3 +372,18 @@ def test_searcher_encodes_queries_at_its_precision(tiny_beir, tiny_bert_dir, tmp
     run_eval(EvalConfig(data=tiny_beir, split="test", retriever="dense", index=out, precision="bf16",
                         show_progress=False))
     assert made == ["bf16"]
+
+
+def test_both_backends_implement_the_store_protocol(store):
+    """The local and the Milvus store offer every method of ``store_protocol.Store``; the local one's attributes too."""
+    from twotower.retrieval.milvus.store import MilvusStore
+    from twotower.retrieval.store_protocol import Store
+
+    methods = [name for name, value in vars(Store).items()
+               if name == "__len__" or (not name.startswith("_") and callable(getattr(value, "__func__", value))
+                                        or isinstance(value, property))]
+    assert {"build", "open", "add", "remove", "search", "documents", "info", "version"} <= set(methods)
+    for cls in (IndexStore, MilvusStore):
+        assert [m for m in methods if not hasattr(cls, m)] == [], cls
+    assert all(hasattr(store, name) for name in Store.__annotations__)
+    assert store.info()["backend"] == "faiss" and store.info()["live_version"] == store.version

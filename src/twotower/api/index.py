@@ -86,8 +86,8 @@ class Index:
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
                  query_runtime: str = "torch", verify: bool = False) -> None:
         """Open the index at ``path`` (see :meth:`open`)."""
+        from twotower.retrieval.backends import open_store
         from twotower.retrieval.searcher import Searcher
-        from twotower.retrieval.store import IndexStore
 
         import threading
 
@@ -97,7 +97,7 @@ class Index:
         self._lock = threading.RLock()
         self._rerankers: dict[str, object] = {}  # cross-encoders loaded from a directory, by path
         self.added_ids: list[str] = []  # the ids the last build / add through this object wrote, in order
-        self._searcher = Searcher(IndexStore.open(self.path, verify=verify), model=model, query_runtime=query_runtime,
+        self._searcher = Searcher(open_store(self.path, verify=verify), model=model, query_runtime=query_runtime,
                                   precision=precision, device=device)
 
     @classmethod
@@ -181,7 +181,8 @@ class Index:
         if backend == "milvus":
             if ray:
                 raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
-            from twotower.retrieval.milvus.build import build_milvus_from, check_options
+            from twotower.retrieval.milvus.build import check_options
+            from twotower.retrieval.searcher import build_milvus_from
 
             check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
             model, source = _encoder_parts(encoder, device)
@@ -236,15 +237,16 @@ class Index:
             replica = tt.Index.attach("replica-index", uri="http://milvus.internal:19530", collection="scifact")
             print(len(replica), replica.info()["backend"])
         """
-        from twotower.retrieval.milvus.build import attach
+        from twotower.retrieval.milvus.store import MilvusStore
 
-        attach(path, uri, collection)
+        MilvusStore.attach(path, uri, collection).close()
         return cls(path, device=device, precision=precision)
 
     # ------------------------------------------------------------------ facts
     @property
     def store(self):
-        """The live version's store (``twotower.retrieval.store.IndexStore``: internal, for the curious)."""
+        """The live version's store (``twotower.retrieval.store.IndexStore`` or ``…milvus.store.MilvusStore``, the
+        ``store_protocol.Store`` protocol: internal, for the curious)."""
         return self._searcher.store
 
     def __len__(self) -> int:
@@ -263,8 +265,7 @@ class Index:
             print(info["live_version"], info["num_docs"], info["model"]["name"])
         """
         self._searcher.refresh()
-        store = self._searcher.store
-        return {**store.manifest, "path": str(self.path), "live_version": store.version}
+        return {**self._searcher.store.info(), "path": str(self.path)}
 
     @property
     def encoder(self):

@@ -6,7 +6,7 @@ ranks Greek sentences above the right answer in Hindi (XQuAD-R ``pool``: most of
 are in the question's own language). LIR takes the mean vector of each language, finds the directions those
 means span (SVD of the languages × dimensions matrix) and projects them out of every vector:
 ``v ↦ normalise(v − Bᵀ(Bv))``. The languages are needed only to find the directions: they are detected per
-document here (``retrieval.analyzers.detect_language``, one text at a time), and the removal itself is a fixed
+document here (``data.language.detect_language``, one text at a time), and the removal itself is a fixed
 linear map, stored as the towers' projection (a sentence-transformers ``Dense`` module, composed with any
 projection the model already has), so every path that encodes — eval, index, search, serve, train — applies it,
 to queries and documents alike, without knowing any text's language.
@@ -46,7 +46,7 @@ class LanguageDirections:
 def sample_by_language(texts: Sequence[str], *, per_language: int, seed: int = 0) -> dict[str, list[int]]:
     """Indices of ``texts`` by detected language (languages with at least ``MIN_DOCS`` texts and ``MIN_SHARE`` of
     them; ``multi`` — undetermined — left out), at most ``per_language`` of each, seeded."""
-    from twotower.retrieval.analyzers import detect_language
+    from twotower.data.language import detect_language
 
     groups: dict[str, list[int]] = {}
     for i, text in enumerate(texts):

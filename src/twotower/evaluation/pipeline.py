@@ -331,10 +331,10 @@ def _index_model(index: Path | None) -> str | None:
     """The model directory a stored index was built with (for its fitted retrieval choices)."""
     if index is None:
         return None
-    from twotower.retrieval.store import IndexStore
+    from twotower.retrieval.backends import open_store
 
     try:
-        return IndexStore.open(index).manifest.get("model", {}).get("path")
+        return open_store(index).manifest.get("model", {}).get("path")
     except (TwoTowerError, OSError, ValueError):
         return None  # check_index_for_eval reports what is wrong with the index
 

@@ -18,7 +18,8 @@ and Python's ``\\w`` leaves out combining marks, which cut Hindi and Thai words 
 grapheme bigrams for Thai-like scripts, no stopwords, and a stemmer chosen by each word's script (Cyrillic:
 Russian, Greek, Arabic, Devanagari: Hindi, Latin: English; :class:`ScriptStemmer`).
 
-``auto`` (see :func:`detect_language`) picks a code from the documents' scripts.
+``auto`` (see :func:`twotower.data.language.detect_language`, importable from here) picks a code from the
+documents' scripts.
 
 Each choice was measured on XQuAD-R (question → answer sentence, 1190 questions per language, NDCG@10;
 ``benchmarks/experiments/bm25_analyzer_choices.py``): for zh, character uni+bi-grams 0.817 against unigrams 0.815,
@@ -31,9 +32,7 @@ On the 11-language pool ``multi`` reached 0.189 with its script stemmers, 0.182 
 
 from __future__ import annotations
 
-import unicodedata
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import bm25s.stopwords as bm25s_stopwords
@@ -41,6 +40,7 @@ import regex
 import Stemmer
 from bm25s.tokenization import Tokenizer
 
+from twotower.data.language import WORD, detect_language, normalize
 from twotower.errors import TwoTowerError
 
 # bm25s' default pattern, kept for ``en``: runs of two or more \w characters (Python's re: no combining marks)
@@ -48,7 +48,6 @@ EN_PATTERN = r"(?u)\b\w\w+\b"
 
 _SPACELESS_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30FC"  # ー: kana's long-vowel mark
 _SPACELESS_SEA = r"\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
-WORD = regex.compile(r"\w+")  # the regex module's \w: letters, combining marks, digits, connectors
 # one match per run of: CJK characters | Thai-like characters | any other word characters
 _RUNS = regex.compile(
     rf"(?P<cjk>[{_SPACELESS_CJK}]+)|(?P<sea>[{_SPACELESS_SEA}]+)|(?P<word>[\w--[{_SPACELESS_CJK}{_SPACELESS_SEA}]]+)",
@@ -125,10 +124,6 @@ def check_language(code: str) -> str:
 
 
 # ----------------------------------------------------------------------------- splitting
-
-
-def normalize(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
 
 
 def _grams(chars: list[str], unigrams: bool) -> list[str]:
@@ -228,59 +223,3 @@ def analyzer_for(language: str, *, stopwords: str | None = None, stemmer: str | 
         raise TwoTowerError(f"no Snowball stemmer '{algorithm}': use one of {', '.join(Stemmer.algorithms())}, "
                             f"{BY_SCRIPT}, or '' for none")
     return Analyzer(lang.code, lang.split, algorithm or None, STOPWORDS[stop_key] if stop_key else ())
-
-
-# ----------------------------------------------------------------------------- detection
-
-# script (Unicode name as the regex module spells it) -> language code, for scripts one language dominates
-_SCRIPT_LANGUAGE = {
-    "Han": "zh", "Hangul": "ko", "Thai": "th", "Lao": "lo", "Khmer": "km", "Myanmar": "my", "Greek": "el",
-    "Cyrillic": "ru", "Arabic": "ar", "Devanagari": "hi", "Tamil": "ta", "Armenian": "hy",
-}
-_SCRIPTS = {name: regex.compile(rf"\p{{{name}}}") for name in (*_SCRIPT_LANGUAGE, "Latin", "Hiragana", "Katakana")}
-# letters only Vietnamese uses among Latin-script languages (not ă, â, ê, ô: Romanian, French, Portuguese)
-_VIETNAMESE = regex.compile(r"[đơưạảấầẩẫậắằẳẵặẹẻẽếềểễệỉịọỏốồổỗộớờởỡợụủứừửữựỳỵỷỹ]")
-# the commonest function words of Latin-script languages that have a stemmer, for a vote
-_FUNCTION_WORDS = {
-    "en": "the of and to in is was that for with as by on are from",
-    "de": "der die und das ist nicht mit von den zu im ein eine des sich",
-    "es": "el la de que y los las en del por una con para es se",
-    "fr": "le la les et des est une du en que dans pour qui sur au",
-    "it": "il di che la le per gli del della una non con sono è nel",
-    "pt": "o a de que e do da em um uma os para com não no",
-    "nl": "de het een van en in is dat op te zijn met voor niet die",
-    "tr": "ve bir bu da de için ile olarak olan daha çok gibi en ise",
-    "sv": "och att det som en på är av för med till den har inte om",
-    "id": "yang dan di dari ini itu dengan untuk tidak dalam akan pada",
-}
-_FUNCTION_SETS = {code: frozenset(words.split()) for code, words in _FUNCTION_WORDS.items()}
-
-
-def detect_language(texts: Sequence[str], *, sample: int = 2000) -> str:
-    """A language code from the scripts of ``texts`` (``sample`` of them, evenly spread): the language of
-    the script that holds ≥ 80% of the letters; among Latin-script languages, Vietnamese by its letters, else
-    a vote of function words; ``multi`` when no script dominates or nothing matches."""
-    letters: Counter[str] = Counter()
-    words: list[str] = []
-    for text in texts[:: max(1, len(texts) // sample)]:
-        text = normalize(text)
-        for name, pattern in _SCRIPTS.items():
-            letters[name] += len(pattern.findall(text))
-        words.extend(WORD.findall(text))
-    total = sum(letters.values())
-    if not total:
-        return "multi"
-    kana = letters["Hiragana"] + letters["Katakana"]
-    if (kana + letters["Han"]) / total >= 0.8 and kana >= 0.1 * (kana + letters["Han"]):
-        return "ja"
-    script, count = max(((s, c) for s, c in letters.items() if s not in ("Hiragana", "Katakana")),
-                        key=lambda sc: sc[1])
-    if count / total < 0.8:
-        return "multi"
-    if script != "Latin":
-        return _SCRIPT_LANGUAGE[script]
-    if words and sum(1 for w in words if _VIETNAMESE.search(w)) / len(words) >= 0.1:
-        return "vi"
-    votes = {code: sum(1 for w in words if w in s) for code, s in _FUNCTION_SETS.items()}
-    best = max(votes, key=votes.__getitem__)
-    return best if words and votes[best] / len(words) >= 0.05 else "multi"

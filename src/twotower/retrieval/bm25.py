@@ -67,7 +67,7 @@ class BM25:
         if self.params.ngram not in (1, 2):
             raise ValueError(f"BM25 ngram must be 1 or 2, got {self.params.ngram}")
         self.index_ = bm25s.BM25(k1=self.params.k1, b=self.params.b, method=self.params.method)
-        self.doc_ids: list[str] = []
+        self.doc_ids: Sequence[str] = []
         self._set_language(self.params.language)
 
     def _set_language(self, language: str) -> None:
@@ -171,7 +171,7 @@ class BM25:
         if params.ngram == 1:
             bm.tokenizer.load_vocab(directory)
             bm.tokenizer.load_stopwords(directory)
-        bm.doc_ids = list(doc_ids)
+        bm.doc_ids = doc_ids  # as given: an opened index passes its compact ids (index.ids), not a list
         return bm
 
     @staticmethod

@@ -7,8 +7,9 @@
 - :func:`rrf`: reciprocal rank fusion, Σ 1 / (k + rank), rank from 1 (Cormack et al.; k = 60).
 - ``top_k`` on both cuts the fused ranking; to get ``top_k`` documents, fuse runs retrieved (and pass
   ``n_best``) at least that deep: :func:`fusion_depth`.
-- :func:`tune_lambda`: pick λ on a dev split by a metric; :func:`dev_split` holds out part of a
-  *train* split's queries for that, so the test split is never looked at.
+- :func:`dev_split` holds out part of a *train* split's queries to tune λ on, so the test split is never looked
+  at; the tuning scores runs with the evaluation's metrics, so it lives there:
+  :func:`twotower.evaluation.tuning.tune_lambda`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 
 Run = dict[str, dict[str, float]]
-Qrels = dict[str, dict[str, int]]
 
 
 def truncate(run: Run, n: int | None) -> Run:
@@ -115,29 +115,3 @@ def dev_split(query_ids: Iterable[str], fraction: float = 0.5, seed: int = 0) ->
     random.Random(seed).shuffle(ids)
     cut = max(1, round(len(ids) * fraction))
     return sorted(ids[:cut]), sorted(ids[cut:])
-
-
-def tune_lambda(
-    dense: Run,
-    sparse: Run,
-    qrels: Qrels,
-    *,
-    grid: Sequence[float] = tuple(i / 20 for i in range(21)),
-    metric: str = "ndcg@10",
-    n_best: int | None = 100,
-) -> tuple[float, dict[float, float]]:
-    """The λ in ``grid`` with the best ``metric`` on ``qrels`` (ties: the λ closest to 0.5).
-
-    Only queries in ``qrels`` count, so pass dev qrels (never test ones). Returns
-    ``(best λ, {λ: metric})``.
-    """
-    from twotower.evaluation.metrics import evaluate
-
-    qids = set(qrels)
-    d = {q: v for q, v in dense.items() if q in qids}
-    s = {q: v for q, v in sparse.items() if q in qids}
-    if not d and not s:
-        raise ValueError("no query of the runs is judged in the given qrels")
-    table = {lam: evaluate(qrels, interpolate(d, s, lam, n_best=n_best), (metric,))[metric] for lam in grid}
-    best = max(table, key=lambda lam: (round(table[lam], 10), -abs(lam - 0.5)))
-    return best, table

@@ -2,7 +2,8 @@
 
 The encoder that built an index is recorded in its manifest (``model``: name, path, pooling,
 normalisation, lengths) and re-loaded here for queries and for documents added later, so the
-vectors stay comparable. :class:`Searcher` holds one immutable :class:`IndexStore` version;
+vectors stay comparable. :class:`Searcher` holds one immutable version of a store (local or Milvus: the
+:class:`~twotower.retrieval.store_protocol.Store` protocol, opened by :func:`~twotower.retrieval.backends.open_store`);
 :meth:`Searcher.refresh` swaps in the live version after a writer switched it (one attribute
 assignment, so concurrent readers see the old or the new version, never a mix).
 """
@@ -19,8 +20,10 @@ from twotower.data.beir import Document, load_corpus
 from twotower.errors import TwoTowerError
 from twotower.retrieval.hybrid import NORMS, fusion_depth, interpolate, rrf
 from twotower.retrieval.prf import DEFAULT_WEIGHT, check_prf
+from twotower.retrieval.backends import open_store
 from twotower.retrieval.index.files import REBUILT
 from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
+from twotower.retrieval.store_protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -200,23 +203,43 @@ def build_index_from(
                             projection=projection, show_progress=cfg.show_progress)
 
 
+def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
+                      collection: str | None) -> Store:
+    """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``
+    (:meth:`~twotower.retrieval.milvus.store.MilvusStore.build`, which checks the options and the documents' sizes
+    again before it writes; ``tt.Index.build`` checks the options before it loads the model)."""
+    from twotower.encoders.inference import check_precision
+    from twotower.retrieval.milvus.store import MilvusStore
+
+    out = Path(out)
+    check_precision(cfg.precision, "unknown --precision")
+    if not docs:
+        raise TwoTowerError("the corpus holds no documents to index")
+    if encoder.multivector:
+        raise TwoTowerError("this model was trained with --multivector; a Milvus index holds one vector per document "
+                            "(use --backend faiss)")
+    new = encode_new_docs(encoder, docs, cfg)
+    return MilvusStore.build(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
+                             show_progress=cfg.show_progress)
+
+
 def add_documents(
     index: str | Path, docs_path: str | Path, *, replace: bool = False, model: str | None = None,
     cfg: EncodeConfig | None = None,
-) -> IndexStore:
+) -> Store:
     """Encode only the documents in ``docs_path`` (BEIR corpus lines) and add them to ``index``."""
     docs = load_corpus(docs_path)
     return add_documents_from(index, list(docs.values()), replace=replace, model=model, cfg=cfg, source=str(docs_path))
 
 
 def add_documents_from(
-    index: str | Path | IndexStore, docs: list[Document], *, replace: bool = False, model: str | None = None,
+    index: str | Path | Store, docs: list[Document], *, replace: bool = False, model: str | None = None,
     cfg: EncodeConfig | None = None, source: str = "documents", encoder=None,
-) -> IndexStore:
+) -> Store:
     """Encode ``docs`` (with ``encoder``, a loaded DualEncoder, or the index's own model) and add them to ``index``
     as a new version; ``source`` names them in errors."""
     cfg = cfg or EncodeConfig()
-    store = IndexStore.open(index) if isinstance(index, (str, Path)) else index  # an IndexStore or a MilvusStore
+    store = open_store(index) if isinstance(index, (str, Path)) else index
     index = store.root
     dup = [d.id for d in docs if d.id in store.row_of]
     rerun = getattr(store, "wrote", None)  # a Milvus index: this very write committed before a crash (issue #44)
@@ -282,14 +305,14 @@ class Searcher:
     """Queries against a stored index; safe to share between threads that only search."""
 
     def __init__(
-        self, index: str | Path | IndexStore, *, model: str | None = None, query_runtime: str = "torch",
+        self, index: str | Path | Store, *, model: str | None = None, query_runtime: str = "torch",
         precision: str = "auto", device: str = "auto",
     ) -> None:
         """``query_runtime``: ``torch``, ``onnx`` or ``auto`` (see :mod:`twotower.encoders.onnx_runtime`);
         ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster (in fp32).
         ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's; ``device`` its device (auto:
         the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU)."""
-        self.store = IndexStore.open(index) if isinstance(index, (str, Path)) else index  # IndexStore | MilvusStore
+        self.store = open_store(index) if isinstance(index, (str, Path)) else index
         if model:  # another encoder's queries against these vectors rank noise: refused before any loading
             from twotower.retrieval.index.encoder_check import check_index_encoder
 
@@ -352,7 +375,7 @@ class Searcher:
     def run(
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
-        store: IndexStore | None = None, norm: str | None = None, prf_depth: int | None = None,
+        store: Store | None = None, norm: str | None = None, prf_depth: int | None = None,
         prf_weight: float | None = None, filter=None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
@@ -398,7 +421,7 @@ class Searcher:
         return rrf([runs["dense"], runs["bm25"]], n_best=depth, top_k=k)
 
     @staticmethod
-    def _feedback(store: IndexStore, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe,
+    def _feedback(store: Store, q_vecs: np.ndarray, depth: int, weight: float, ef_search, nprobe,
                   only: dict | None = None) -> np.ndarray:
         """Query vectors moved toward their ``depth`` best documents' stored vectors (retrieval.prf.rocchio)."""
         from twotower.retrieval.prf import feedback_rows, rocchio

@@ -13,7 +13,10 @@ Layout of an index directory ``INDEX``::
         offsets.npy                int64 (num_docs + 1): document i owns vectors[offsets[i]:offsets[i+1]]
                                    (multi-vector indexes only; single-vector: row i is document i)
         projection.npy             optional (hidden, dim) projection applied to queries (multi-vector)
-        doc_ids.json               document ids in row order
+        doc_ids.json               document ids in row order (a JSON list: the format's, read by older versions)
+        doc_ids.bin, doc_ids.offsets.npy, doc_ids.lookup.npy
+                                   the same ids compactly: UTF-8 bytes, where each starts, sorted hashes ->
+                                   rows; memory-mapped by readers (``index.ids``: no Python object per document)
         docs.jsonl, docs.offsets.npy  {"_id", "title", "text"[, "metadata"]} per row (metadata only when the
                                    document has some), and each line's byte offset
         faiss.index                the ANN / exact index over the vectors (ids = vector rows)
@@ -35,7 +38,9 @@ Integrity: opening checks every file's size; the first read of ``vectors.npy`` o
 through an opened version checks that file's sha256; a write re-checks every file it copies and
 refuses to write from corrupt data (:mod:`twotower.retrieval.index.files`).
 
-The parts live in :mod:`twotower.retrieval.index`; their public names are importable from here.
+The parts live in :mod:`twotower.retrieval.index`; their public names are importable from here. This is the local
+backend of the :class:`~twotower.retrieval.store_protocol.Store` protocol; :mod:`twotower.retrieval.backends` opens an
+index folder with the backend its manifest names (this one, or Milvus).
 """
 
 from __future__ import annotations
@@ -52,10 +57,13 @@ from twotower.retrieval.bm25 import BM25, BM25Params
 from twotower.retrieval.index import codecs, writer
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import VersionFiles, corrupt
+from twotower.retrieval.index.ids import DocIds
 from twotower.retrieval.index.kinds import KINDS, IndexSpec, check_spec, search_params, tune_faiss
 from twotower.retrieval.index.lock import writer_lock
-from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, read_manifest
-from twotower.retrieval.index.writer import NewDocs, check_target
+from twotower.retrieval.index.newdocs import NewDocs
+from twotower.retrieval.index.versions import (
+    FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, open_live,
+)
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "KINDS", "DimensionError", "IndexSpec", "IndexStore", "IndexStoreError", "NewDocs",
@@ -66,8 +74,9 @@ __all__ = [
 class IndexStore:
     """One immutable version of an index directory, opened for reading.
 
-    Open with :meth:`open`; write with :meth:`build` (new or replacing content), :meth:`add` and
-    :meth:`remove`, which return the new version's store and leave this one usable.
+    Open with :meth:`open` (an index of either backend: :func:`twotower.retrieval.backends.open_store`); write with
+    :meth:`build` (new or replacing content), :meth:`add` and :meth:`remove`, which return the new version's store and
+    leave this one usable.
     """
 
     def __init__(self, root: Path, version_dir: Path, manifest: dict, *, verify: bool = False) -> None:
@@ -89,11 +98,13 @@ class IndexStore:
                 version_dir, f"vectors.npy holds {self._vectors.dtype} {self._vectors.shape}, the manifest says "
                 f"{np.dtype(self.codec.dtype).name} {wanted}", "num_vectors"
             )
-        self.doc_ids: list[str] = json.loads((version_dir / "doc_ids.json").read_text())
-        if len(self.doc_ids) != manifest["num_docs"]:
-            raise corrupt(version_dir, f"doc_ids.json holds {len(self.doc_ids)} ids, the manifest says "
-                                       f"{manifest['num_docs']}", "num_docs")
-        self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids)}
+        self.doc_ids = DocIds.load(version_dir)  # a sequence of str over memory-mapped bytes (index.ids)
+        problem = self.doc_ids.problem()
+        if problem or len(self.doc_ids) != manifest["num_docs"]:
+            self.doc_ids.close()
+            raise corrupt(version_dir, problem or f"the document id files hold {len(self.doc_ids)} ids, the manifest "
+                                                  f"says {manifest['num_docs']}", "num_docs")
+        self.row_of = self.doc_ids.row_of  # a read-only {id: row}
         self.offsets: np.ndarray | None = (
             load_npy(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
         )
@@ -113,24 +124,15 @@ class IndexStore:
         """Open the live version of ``root``. ``verify=True`` checks every file's sha256 now (otherwise
         the vectors and the FAISS index are checked on their first read)."""
         root = Path(root)
-        for attempt in range(3):
-            version = current_version(root)
-            version_dir = root / "versions" / version
-            try:
-                manifest = read_manifest(version_dir / "manifest.json")
-                if manifest.get("backend") == "milvus":  # vectors and documents in Milvus (issue #32)
-                    from twotower.retrieval.milvus.store import MilvusStore
 
-                    return MilvusStore(root, version_dir, manifest)
-                return cls(root, version_dir, manifest, verify=verify)
-            except FileNotFoundError:
-                if attempt == 2 or current_version(root) == version:
-                    raise IndexStoreError(
-                        f"{version_dir}: the version named by {root / 'CURRENT'} is missing files "
-                        f"(restore the directory or rebuild with 'twotower index build')"
-                    ) from None
-                # a writer switched versions and cleaned up between our reads: try the new one
-        raise AssertionError("unreachable")
+        def opened(version_dir: Path, manifest: dict) -> "IndexStore":
+            if manifest.get("backend", "faiss") != "faiss":
+                raise IndexStoreError(
+                    f"{root}: a {manifest['backend']} index, not a local one: open it with "
+                    "twotower.retrieval.backends.open_store (tt.Index.open does)")
+            return cls(root, version_dir, manifest, verify=verify)
+
+        return open_live(root, opened)
 
     def refresh(self) -> "IndexStore":
         """This store if it is still the live version, else the live version newly opened."""
@@ -142,6 +144,7 @@ class IndexStore:
         if self._docs_map is not None:
             self._docs_map.close()
         self._docs_file.close()
+        self.doc_ids.close()
         self.files.close()
 
     # ---- reading ------------------------------------------------------------------------
@@ -175,15 +178,20 @@ class IndexStore:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def info(self) -> dict:
+        """The manifest, with ``backend`` and ``live_version`` (this version's name)."""
+        return {**self.manifest, "backend": "faiss", "live_version": self.version}
+
     def rows(self, ids: Sequence[str]) -> list[int]:
         """Row numbers of ``ids``; unknown ids are an :class:`UnknownIdError` naming them."""
-        missing = [d for d in ids if d not in self.row_of]
+        rows = self.doc_ids.rows(ids)
+        missing = [d for d, r in zip(ids, rows) if r is None]
         if missing:
             shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
             raise UnknownIdError(
                 f"{self.root}: {len(missing)} document id(s) not in the index (version {self.version}): {shown}"
             )
-        return [self.row_of[d] for d in ids]
+        return rows
 
     def document_bytes(self, row: int) -> bytes:
         """The line of docs.jsonl that holds the document in ``row`` (newline included)."""
@@ -339,7 +347,7 @@ class IndexStore:
                 )
         except BaseException:
             if first:
-                writer.discard_unfinished(root, created=created)
+                discard_unfinished(root, created=created)
             raise
         return cls._written(root, final, manifest)
 
@@ -363,7 +371,8 @@ class IndexStore:
                     f"{live.root}: the index is {'multi' if live.offsets is not None else 'single'}-vector and "
                     f"the new documents are not; encode them the same way"
                 )
-            dup = [d for d in docs.ids if d in live.row_of]
+            held = live.doc_ids.rows(docs.ids)
+            dup = [d for d, r in zip(docs.ids, held) if r is not None]
             if dup and not replace:
                 shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
                 raise IndexStoreError(
@@ -372,7 +381,7 @@ class IndexStore:
                 )
             keep_mask = np.ones(len(live), dtype=bool)
             if dup:
-                keep_mask[[live.row_of[d] for d in dup]] = False
+                keep_mask[[r for r in held if r is not None]] = False
             return live._write(keep_mask, docs, keep, show_progress)
 
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "IndexStore":
@@ -385,12 +394,13 @@ class IndexStore:
 
     def _write(self, keep_mask: np.ndarray, docs: NewDocs | None, keep: int, show_progress: bool) -> "IndexStore":
         final, manifest = writer.write_version(
-            self.root, previous=self, keep_mask=keep_mask, new=docs, model=self.manifest["model"], spec=self._spec(),
+            self.root, previous=self, keep_mask=keep_mask, new=docs, model=self.manifest["model"], spec=self.spec(),
             multivector=self.multivector, projection=self.projection, keep=keep, show_progress=show_progress,
         )
         return IndexStore._written(self.root, final, manifest)
 
-    def _spec(self) -> IndexSpec:
+    def spec(self) -> IndexSpec:
+        """The settings this version was written with (what the next write keeps)."""
         saved = self.manifest.get("spec") or {}
         bm25 = self.manifest.get("bm25")
         return IndexSpec(

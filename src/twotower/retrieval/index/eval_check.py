@@ -50,9 +50,9 @@ def check_index_for_eval(
     if index is None:
         return IndexForEval(model=None)
     from twotower.retrieval.index.kinds import is_exact
-    from twotower.retrieval.store import IndexStore
+    from twotower.retrieval.backends import open_store
 
-    store = IndexStore.open(index)
+    store = open_store(index)
     try:
         corpus = dataset.corpus
         if len(store) != len(corpus) or _stored_fingerprint(store) != fingerprint.of_corpus(corpus):

@@ -6,16 +6,20 @@ by ``CURRENT`` (temp file + ``os.replace``), so ``CURRENT`` always names a compl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from twotower.errors import DataError
 from twotower.io import atomic_write_json, atomic_write_text
 from twotower.retrieval.index.errors import IndexStoreError
 from twotower.retrieval.index.files import fsync_dir
+from twotower.retrieval.index.lock import LOCK_NAME
 
 FORMAT = "twotower-index"
 FORMAT_VERSION = 1
@@ -26,6 +30,7 @@ REQUIRED = {
     "num_docs": int, "num_vectors": int, "model": dict, "files": dict,
 }
 _HINT = "restore the file or rebuild the index"
+T = TypeVar("T")
 
 
 def is_index_dir(root: Path) -> bool:
@@ -49,8 +54,27 @@ def current_version(root: Path) -> str:
     return name
 
 
+def open_live(root: Path, open_version: Callable[[Path, dict], T]) -> T:
+    """``open_version(version_dir, manifest)`` of the live version of ``root`` (every backend opens through here).
+    A version whose files vanish while it is opened (a writer switched versions and collected the old one between
+    our reads) is tried again at the new ``CURRENT``; missing files of the version ``CURRENT`` still names are an
+    error."""
+    for attempt in range(3):
+        version = current_version(root)
+        version_dir = root / "versions" / version
+        try:
+            return open_version(version_dir, read_manifest(version_dir / "manifest.json"))
+        except FileNotFoundError:
+            if attempt == 2 or current_version(root) == version:
+                raise IndexStoreError(
+                    f"{version_dir}: the version named by {root / 'CURRENT'} is missing files "
+                    f"(restore the directory or rebuild with 'twotower index build')"
+                ) from None
+    raise AssertionError("unreachable")
+
+
 def read_manifest(path: Path) -> dict:
-    """A version's manifest, checked field by field (``FileNotFoundError`` propagates: see ``IndexStore.open``)."""
+    """A version's manifest, checked field by field (``FileNotFoundError`` propagates: see :func:`open_live`)."""
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         manifest = json.loads(text)
@@ -119,3 +143,30 @@ def collect_garbage(versions: Path, current: str, keep: int) -> None:
     for n in older:
         if n not in keep_set:
             shutil.rmtree(versions / f"v{n:06d}", ignore_errors=True)
+
+
+def check_target(root: Path) -> None:
+    """``root`` can take a new index version: missing, empty, or an index directory already."""
+    if root.exists() and not root.is_dir():
+        raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new --out")
+    if root.is_dir() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
+        what = next((f" (it holds {name}: {kind})" for name, kind in (
+            ("fit.json", "a fit folder; index its model with --model " + str(root / "model")),
+            ("twotower.json", "a model"), ("train_log.json", "a training run"), ("corpus.jsonl", "a data set"))
+            if (root / name).exists()), "")
+        raise IndexStoreError(f"{root}: exists and is not an index directory{what}; choose an empty or new --out")
+
+
+def discard_unfinished(root: Path, *, created: bool) -> None:
+    """After a first build failed: remove what it left (lock file, empty ``versions/``, ``root`` itself if
+    the build created it), so that no directory without ``CURRENT`` stays behind."""
+    if (root / "CURRENT").exists():
+        return  # another writer finished a version meanwhile
+    with contextlib.suppress(OSError):
+        (root / "versions").rmdir()  # only if empty: another writer's temp dir stays
+    if (root / "versions").exists():
+        return
+    (root / LOCK_NAME).unlink(missing_ok=True)
+    if created:
+        with contextlib.suppress(OSError):
+            root.rmdir()

@@ -4,101 +4,53 @@ the FAISS index, BM25, and the manifest."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from twotower.data.ids import first_bad_id
 from twotower.io import load_npy, preallocate
 from twotower.retrieval.bm25 import BM25
 from twotower.retrieval.index import codecs, fingerprint, kinds
-from twotower.retrieval.index.errors import DimensionError, IndexStoreError
-from twotower.retrieval.index.files import REBUILT, describe, save_npy
-from twotower.retrieval.index.lock import LOCK_NAME
+from twotower.retrieval.index.errors import IndexStoreError
+from twotower.retrieval.index.files import REBUILT, VersionFiles, describe, save_npy
+from twotower.retrieval.index.ids import DocIds, write_ids
+from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, collect_garbage, new_temp_dir, publish
-
-if TYPE_CHECKING:
-    from twotower.retrieval.store import IndexStore
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class NewDocs:
-    """Documents to put into an index, with their vectors.
+class PreviousVersion(Protocol):
+    """What a write reads of the version it starts from (an opened :class:`twotower.retrieval.store.IndexStore`)."""
 
-    Single-vector: ``vectors`` is (n, dim). Multi-vector: ``offsets`` (n + 1) says which rows of
-    ``vectors`` belong to each document.
-    """
+    dir: Path
+    manifest: dict
+    files: VersionFiles
+    codec: codecs.Codec
+    offsets: np.ndarray | None
+    doc_ids: DocIds
 
-    ids: list[str]
-    titles: list[str]
-    texts: list[str]
-    vectors: np.ndarray
-    offsets: np.ndarray | None = None
-    metadata: list[dict] | None = None  # one JSON dict per document (checked: data.metadata); None: all empty
+    @property
+    def vectors(self) -> np.ndarray: ...
 
-    def __post_init__(self) -> None:
-        if not (len(self.ids) == len(self.titles) == len(self.texts)):
-            raise ValueError(f"{len(self.ids)} ids, {len(self.titles)} titles, {len(self.texts)} texts")
-        if self.metadata is not None and len(self.metadata) != len(self.ids):
-            raise ValueError(f"{len(self.ids)} ids, {len(self.metadata)} metadata dicts")
-        if self.vectors.ndim != 2:
-            raise DimensionError(f"vectors must be a 2-d array (rows, dim), got shape {self.vectors.shape}")
-        expected = len(self.ids) if self.offsets is None else int(self.offsets[-1])
-        if self.offsets is not None and len(self.offsets) != len(self.ids) + 1:
-            raise ValueError(f"offsets must have {len(self.ids) + 1} entries, got {len(self.offsets)}")
-        if len(self.vectors) != expected:
-            raise ValueError(f"{len(self.ids)} documents need {expected} vectors, got {len(self.vectors)}")
-        bad = first_bad_id(self.ids)
-        if bad:  # the rule every loader and the service apply (data.ids)
-            raise IndexStoreError(f"document id {bad[0]!r} {bad[1]}")
-        seen: set[str] = set()
-        for doc_id in self.ids:
-            if doc_id in seen:
-                raise IndexStoreError(f"duplicate document id '{doc_id}' among the new documents")
-            seen.add(doc_id)
+    def document_bytes(self, row: int) -> bytes: ...
 
+    def document_fields(self, row: int) -> tuple[str, str, str]: ...
 
-def check_target(root: Path) -> None:
-    """``root`` can take a new index version: missing, empty, or an index directory already."""
-    if root.exists() and not root.is_dir():
-        raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new --out")
-    if root.is_dir() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
-        what = next((f" (it holds {name}: {kind})" for name, kind in (
-            ("fit.json", "a fit folder; index its model with --model " + str(root / "model")),
-            ("twotower.json", "a model"), ("train_log.json", "a training run"), ("corpus.jsonl", "a data set"))
-            if (root / name).exists()), "")
-        raise IndexStoreError(f"{root}: exists and is not an index directory{what}; choose an empty or new --out")
-
-
-def discard_unfinished(root: Path, *, created: bool) -> None:
-    """After a first build failed: remove what it left (lock file, empty ``versions/``, ``root`` itself if
-    the build created it), so that no directory without ``CURRENT`` stays behind."""
-    if (root / "CURRENT").exists():
-        return  # another writer finished a version meanwhile
-    with contextlib.suppress(OSError):
-        (root / "versions").rmdir()  # only if empty: another writer's temp dir stays
-    if (root / "versions").exists():
-        return
-    (root / LOCK_NAME).unlink(missing_ok=True)
-    if created:
-        with contextlib.suppress(OSError):
-            root.rmdir()
+    def spec(self) -> kinds.IndexSpec: ...
 
 
 def write_version(
     root: Path,
     *,
-    previous: IndexStore | None,
+    previous: PreviousVersion | None,
     keep_mask: np.ndarray | None,
     new: NewDocs | None,
     model: dict,
@@ -130,7 +82,7 @@ def write_version(
 
 def fill_version(
     out: Path,
-    previous: IndexStore | None,
+    previous: PreviousVersion | None,
     keep_mask: np.ndarray | None,
     new: NewDocs | None,
     model: dict,
@@ -167,7 +119,7 @@ def fill_version(
 
     new_stored = codec.encode(new_f) if new is not None else None
     vectors = _write_vectors(out / "vectors.npy", previous, keep_mask, old_rows, new_stored, num_vectors, codec)
-    ids = _write_documents(out, previous, old_rows, new)
+    _write_documents(out, previous, old_rows, new)
     if multivector is not None:
         save_npy(out / "offsets.npy", offsets)
     if projection is not None:
@@ -201,10 +153,11 @@ def fill_version(
     # BM25 over title + text of every document (bm25s indexes are rebuilt, not appended to)
     bm25_manifest = None
     if spec.bm25:
-        texts = []
+        ids, texts = [], []
         with (out / "docs.jsonl").open("rb") as handle:
             for line in handle:
                 d = json.loads(line)
+                ids.append(d["_id"])
                 texts.append(f"{d['title']} {d['text']}".strip() if d["title"] else d["text"])
         bm25 = BM25(spec.bm25_params).index(ids, texts, show_progress=show_progress)
         bm25.save(out / "bm25")
@@ -270,7 +223,7 @@ def _binary_index(previous, keep_mask, old_rows, new_f, spec: kinds.IndexSpec, d
             kinds.add_binary(index, new_bits)
         return index, previous.manifest["factory"]
     if previous is not None:
-        spec = previous._spec()
+        spec = previous.spec()
     index, factory = kinds.new_faiss_index(spec, np.empty((0, dim), dtype=np.float32), show_progress=False)
     if previous is not None and len(old_rows):
         old = _readable(previous)
@@ -310,10 +263,9 @@ def _write_vectors(path: Path, previous, keep_mask, old_rows, new_stored, num_ve
     return load_npy(path, mmap_mode="r")
 
 
-def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
+def _write_documents(out: Path, previous, old_rows, new) -> None:
     """docs.jsonl (kept lines copied as bytes, new ones appended; ``{"_id", "title", "text"}`` and, when the
-    document has any, ``"metadata"``), its line offsets, doc_ids.json."""
-    ids: list[str] = []
+    document has any, ``"metadata"``), its line offsets, the ids' files (:mod:`.ids`)."""
     line_offsets = [0]
     with (out / "docs.jsonl").open("wb") as handle:
         if previous is not None:
@@ -321,7 +273,6 @@ def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
                 line = previous.document_bytes(int(r))
                 handle.write(line)
                 line_offsets.append(line_offsets[-1] + len(line))
-                ids.append(previous.doc_ids[r])
         if new is not None:
             metadata = new.metadata or [None] * len(new.ids)
             for doc_id, title, text, meta in zip(new.ids, new.titles, new.texts, metadata):
@@ -331,12 +282,10 @@ def _write_documents(out: Path, previous, old_rows, new) -> list[str]:
                 line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
                 handle.write(line)
                 line_offsets.append(line_offsets[-1] + len(line))
-                ids.append(doc_id)
         handle.flush()
         os.fsync(handle.fileno())
     save_npy(out / "docs.offsets.npy", np.asarray(line_offsets, dtype=np.int64))
-    (out / "doc_ids.json").write_text(json.dumps(ids, ensure_ascii=False))
-    return ids
+    write_ids(out, previous.doc_ids if previous is not None else None, old_rows, new.ids if new is not None else [])
 
 
 def _corpus_entry(previous, keep_mask, old_rows, new) -> dict:
@@ -353,7 +302,7 @@ def _corpus_entry(previous, keep_mask, old_rows, new) -> dict:
     return fingerprint.entry(before, fingerprint.combine(added), -fingerprint.combine(dropped))
 
 
-def _readable(store: IndexStore):
+def _readable(store: PreviousVersion):
     """The previous FAISS index loaded fully in memory (a memory-mapped one cannot be cloned and grown)."""
     import faiss
 

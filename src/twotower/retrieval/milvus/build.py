@@ -1,4 +1,6 @@
-"""``index build --backend milvus``: check everything, encode the corpus, fill a collection, write the manifest.
+"""``index build --backend milvus``: check everything, fill a collection, write the manifest
+(:meth:`.store.MilvusStore.build` and ``attach`` call these; encoding is the Searcher's:
+``searcher.build_milvus_from``).
 
 Everything that can fail without encoding is checked first: the URI (a server must answer, a Lite file's folder
 must exist), the collection name and that no other index (or anything not made by twotower) owns that collection,
@@ -18,12 +20,14 @@ from pathlib import Path
 from twotower.errors import TwoTowerError
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.lock import writer_lock
-from twotower.retrieval.index.versions import FORMAT, FORMAT_VERSION, current_version, is_index_dir, read_manifest
-from twotower.retrieval.index.writer import check_target, discard_unfinished
+from twotower.retrieval.index.newdocs import NewDocs
+from twotower.retrieval.index.versions import (
+    FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, is_index_dir, read_manifest,
+)
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.store import MilvusStore, client_for
 from twotower.retrieval.milvus.state import State, create_state, state_name
 from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
@@ -67,30 +71,12 @@ def _ours(root: Path, uri: str, collection: str, props: dict) -> bool:
     return m.get("uri") == uri and m.get("collection") == collection and m.get("index_id") == props.get("index_id")
 
 
-def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
-                      collection: str | None) -> MilvusStore:
-    """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``."""
-    from twotower.encoders.inference import check_precision
-    from twotower.retrieval.searcher import encode_new_docs, model_info
-
-    out = Path(out)
-    check_precision(cfg.precision, "unknown --precision")
-    if not docs:
-        raise TwoTowerError("the corpus holds no documents to index")
-    if encoder.multivector:
-        raise TwoTowerError("this model was trained with --multivector; a Milvus index holds one vector per document "
-                            "(use --backend faiss)")
-    uri, collection, index, client = check_options(out, spec, uri=uri, collection=collection, num_docs=len(docs))
-    new = encode_new_docs(encoder, docs, cfg)
-    check_sizes(new)
-    return build_store(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
-                       index=index, client=client, show_progress=cfg.show_progress)
-
-
-def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str, index: dict, client,
-                show_progress: bool = True) -> MilvusStore:
-    """Fill ``collection`` with the encoded documents ``new`` (a ``NewDocs``) and publish the manifest at ``root``."""
+def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, collection: str, index: dict, client,
+                  keep: int = 2, show_progress: bool = True) -> tuple[Path, dict]:
+    """Fill ``collection`` with the encoded documents ``new`` and publish the manifest at ``root``: the version's
+    folder and manifest (``uri``, ``collection``, ``index``, ``client``: what :func:`check_options` returned)."""
     root = Path(root)
+    check_sizes(new)
     created = not root.exists()
     first = created or not (root / "CURRENT").exists()
     dim = int(new.vectors.shape[1])
@@ -138,7 +124,7 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
             blobs = state.save_lexicon(1, lexicon) if lexicon is not None else {}
             state.commit({"seq": 1, "manifest": dict(manifest, version=1), "blobs": blobs, "blobs_seq": 1,
                           "write": None})
-            final = write_version(root, manifest, None)  # the folder names the collection; the rest is in Milvus
+            final = write_version(root, manifest, None, keep=keep)  # the folder names the collection; the rest: Milvus
     except BaseException:
         if made:
             with contextlib.suppress(Exception):
@@ -148,13 +134,13 @@ def build_store(root: Path, new, *, model: dict, spec, uri: str, collection: str
         if first:
             discard_unfinished(root, created=created)
         raise
-    return MilvusStore(root, final, manifest, check=False)
+    return final, manifest
 
 
-def attach(out: str | Path, uri: str, collection: str) -> MilvusStore:
-    """An index folder at ``out`` for the Milvus index in ``collection`` at ``uri``, from what Milvus holds (the
-    manifest in the collection's state): how a replica on another machine gets its folder, with the URI it reaches
-    the server by. The folder is a cache: deleting it loses nothing."""
+def attach_version(out: str | Path, uri: str, collection: str) -> tuple[Path, dict]:
+    """A version of the index folder ``out`` for the Milvus index in ``collection`` at ``uri``, from what Milvus
+    holds (the manifest in the collection's state), and its manifest: how a replica on another machine gets its
+    folder, with the URI it reaches the server by. The folder is a cache: deleting it loses nothing."""
     out = Path(out)
     uri = mc.check_uri(uri)
     collection = mc.check_collection_name(collection)
@@ -176,7 +162,7 @@ def attach(out: str | Path, uri: str, collection: str) -> MilvusStore:
     except BaseException:
         discard_unfinished(out, created=created)
         raise
-    return MilvusStore(out, final, manifest)
+    return final, manifest
 
 
-__all__ = ["LEXICAL", "attach", "build_milvus_from", "build_store", "check_options"]
+__all__ = ["LEXICAL", "attach_version", "build_version", "check_options"]

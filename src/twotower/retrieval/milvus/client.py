@@ -46,6 +46,12 @@ class _UnimplementedRpc(logging.Filter):
 
 logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 
+# Milvus Lite's server runs in this process (a Python grpc server with grpc's defaults: a client may ping an idle
+# connection at most every 5 minutes). pymilvus pings every 10 s even without calls, so after ~30 s idle the server
+# answers GOAWAY "too_many_pings" and grpc prints two log lines to stderr after operations that succeeded. A
+# connection to the same process needs no keepalive: off (INT_MAX ms), and no pings without calls.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
@@ -142,7 +148,7 @@ def connect(uri: str, option: str = "--uri"):
     try:
         if is_server(uri):
             return MilvusClient(uri=uri, token=token, timeout=timeout)
-        return MilvusClient(uri=uri)
+        return MilvusClient(uri=uri, grpc_options=LITE_GRPC_OPTIONS)
     except Exception as exc:  # pymilvus raises MilvusException and its subclasses, grpc errors, OSError
         msg = _message(exc)
         if is_server(uri):

@@ -10,7 +10,8 @@ The idf lives on the query side, so it is always exact: the lexicon keeps each t
 number of documents, updated by every add, replace and remove in the same write (:mod:`.writes`), and a query's idf
 is computed from them. Only ``avgdl`` stays as the build measured it (the documents' vectors hold it); rebuilding the
 index refreshes it. The vocabulary and these statistics are stored in the collection's state (:mod:`.state`); term
-ids are assigned there, by the one writer holding the write lease.
+ids are assigned there, by the one writer holding the write lease. A write stores what it changed (:meth:`delta`:
+the terms new to the vocabulary, the df of the terms its documents hold, the document count), not the whole lexicon.
 
 Why not Milvus' built-in BM25 function: its analyzers are not twotower's (Milvus Lite knows only the ``standard``
 and ``jieba`` tokenizers, applies no stemmer, and scores with Robertson's idf, which is negative for terms in over
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from itertools import islice
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -110,6 +112,40 @@ class SparseBM25:
             keys = [int(j) for j in vector if int(j) < len(self.df)]
             self.df[keys] -= 1
         self.n_docs -= len(vectors)
+
+    # ---- what a write changed ---------------------------------------------------------
+
+    def _vocabularies(self) -> dict[str, dict]:
+        """The dicts that map terms to ids. They only grow, and keep their order (a new term comes last)."""
+        if self.params.ngram == 2:
+            return {"vocab": self.vocab}
+        t = self.bm.tokenizer
+        return {"word_to_stem": t.word_to_stem, "stem_to_sid": t.stem_to_sid, "word_to_id": t.word_to_id}
+
+    def mark(self) -> None:
+        """Remember the lexicon as it is now: :meth:`delta` says what changed since."""
+        self._marked = (self.df.copy(), {name: len(d) for name, d in self._vocabularies().items()})
+
+    def delta(self) -> dict:
+        """What changed since :meth:`mark` (JSON): the document count, the df of every term whose df changed or that
+        is new, and each vocabulary's new entries in order."""
+        df0, sizes = self._marked
+        ids = np.concatenate([np.flatnonzero(self.df[: len(df0)] != df0), np.arange(len(df0), len(self.df))])
+        return {"n_docs": self.n_docs, "df_ids": ids.tolist(), "df": self.df[ids].tolist(),
+                "vocab": {name: list(islice(d.items(), sizes[name], None))
+                          for name, d in self._vocabularies().items()}}
+
+    def apply(self, delta: dict) -> None:
+        """Bring the lexicon a :meth:`delta` was taken from (as it was at :meth:`mark`) to where the delta ends."""
+        ids = np.asarray(delta["df_ids"], dtype=np.int64)
+        size = int(ids.max()) + 1 if len(ids) else 0
+        if size > len(self.df):
+            self.df = np.concatenate([self.df, np.zeros(size - len(self.df), dtype=np.int64)])
+        self.df[ids] = np.asarray(delta["df"], dtype=np.int64)
+        self.n_docs = int(delta["n_docs"])
+        vocabularies = self._vocabularies()
+        for name, items in delta["vocab"].items():
+            vocabularies[name].update((k, v) for k, v in items)
 
     # ---- searching --------------------------------------------------------------------
 

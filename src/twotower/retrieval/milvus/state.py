@@ -2,14 +2,18 @@
 
 Rows (``key`` -> ``value``, a string; a 2-d placeholder vector because a Milvus collection needs one):
 
-- ``head``: the commit point, JSON ``{"seq", "manifest", "blobs", "write"}``. ``seq`` is the last committed write
-  (the build is 1); a document row is visible to a reader of ``seq`` C when ``added <= C`` and it was not removed at
-  or before C (:func:`visible`). ``manifest`` is the index's manifest (document count, BM25 settings, corpus
-  fingerprint); ``blobs`` names the write whose BM25 vocabulary and statistics rows hold the lexicon; ``write`` is the
-  digest of the last committed write, so that rerunning it is a no-op. One upsert of this row publishes a write:
-  a reader sees all of it or none of it.
-- ``blob:<seq>:<file>:<n>``: the lexicon's files (vocabulary, idf, average length), base64 in chunks; term ids are
-  assigned here, by the one writer holding the lock, never by a local folder.
+- ``head``: the commit point, JSON ``{"seq", "manifest", "blobs", "blobs_seq", "deltas", "write"}``. ``seq`` is the
+  last committed write (the build is 1); a document row is visible to a reader of ``seq`` C when ``added <= C`` and it
+  was not removed at or before C (:func:`visible`). ``manifest`` is the index's manifest (document count, BM25
+  settings, corpus fingerprint); ``blobs_seq`` names the write whose blob rows hold the whole BM25 lexicon
+  (``blobs``: their chunks per file) and ``deltas`` the writes after it whose delta rows, applied in order, bring it
+  to C (:func:`lexicon_chain`); ``write`` is the digest of the last committed write, so that rerunning it is a
+  no-op. One upsert of this row publishes a write: a reader sees all of it or none of it.
+- ``blob:<seq>:<file>:<n>``: the lexicon's files (vocabulary, document frequencies, average length), base64 in
+  chunks; term ids are assigned here, by the one writer holding the lock, never by a local folder.
+- ``delta:<seq>:<n>``: what write ``seq`` changed in the lexicon (:meth:`.lexical.SparseBM25.delta`: new terms, the
+  df of the terms it touched, the document count), JSON in chunks. A write stores only that; every
+  :data:`MAX_DELTAS`-th write, or one whose deltas would outweigh the whole lexicon, stores the whole lexicon again.
 - ``lock``: the writers' lease, JSON ``{"owner", "until"}`` (see :class:`EngineLock`).
 
 The crash hook: ``TWOTOWER_MILVUS_CRASH_AT=<point>`` kills the process (SIGKILL) when a write reaches ``<point>``
@@ -39,7 +43,8 @@ log = logging.getLogger(__name__)
 CRASH_ENV = "TWOTOWER_MILVUS_CRASH_AT"
 SETTLE_ENV = "TWOTOWER_MILVUS_LOCK_SETTLE"  # seconds a writer waits before checking that the lease is still its own
 LEASE_S = 60.0  # a writer's lease; renewed on every batch, so only a dead writer's lease runs out
-CHUNK = 60_000  # characters of base64 per blob row (Milvus' VARCHAR holds 65,535 bytes)
+CHUNK = 60_000  # characters of base64 (or ASCII JSON) per blob or delta row (Milvus' VARCHAR holds 65,535 bytes)
+MAX_DELTAS = 16  # deltas a reader applies at most before the whole lexicon is stored again
 HEAD, LOCK = "head", "lock"
 
 
@@ -52,6 +57,11 @@ def crash_point(name: str) -> None:
 def visible(seq: int) -> str:
     """The filter of the document rows a reader of committed write ``seq`` sees."""
     return f"added <= {int(seq)} and (removed == 0 or removed > {int(seq)})"
+
+
+def lexicon_chain(head: dict) -> list[int]:
+    """The writes whose rows make up the lexicon of ``head``: the whole one's, then each delta's."""
+    return [int(head["blobs_seq"]), *(int(seq) for seq, _ in head.get("deltas", []))]
 
 
 def state_name(collection: str) -> str:
@@ -133,25 +143,46 @@ class State:
             self._put({k: rows[k] for k in keys[i:i + 16]})
         return chunks
 
-    def load_lexicon(self, seq: int, blobs: dict[str, int]) -> SparseBM25:
-        keys = [f"blob:{seq}:{name}:{i}" for name, n in blobs.items() for i in range(n)]
+    def save_delta(self, seq: int, data: str) -> int:
+        """Write a lexicon's delta (:meth:`.lexical.SparseBM25.delta` as ASCII JSON) as the rows of write ``seq``; their
+        number."""
+        parts = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
+        rows = {f"delta:{seq}:{i}": part for i, part in enumerate(parts)}
+        keys = list(rows)
+        for i in range(0, len(keys), 16):
+            self._put({k: rows[k] for k in keys[i:i + 16]})
+        return len(parts)
+
+    def _rows(self, keys: list[str], seq: int) -> dict[str, str]:
         found: dict[str, str] = {}
         for i in range(0, len(keys), 16):
             found.update(self._get(keys[i:i + 16]))
         if len(found) != len(keys):
             raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: the BM25 vocabulary of write "
                                   f"{seq} is gone (a later write replaced it meanwhile); open the index again")
+        return found
+
+    def load_lexicon(self, head: dict) -> SparseBM25:
+        """The lexicon of committed write ``head``: the whole one it names, with its deltas applied in order."""
+        seq, blobs = int(head["blobs_seq"]), head["blobs"]
+        found = self._rows([f"blob:{seq}:{name}:{i}" for name, n in blobs.items() for i in range(n)], seq)
         with tempfile.TemporaryDirectory(prefix="twotower-lexicon-") as tmp:
             for name, n in blobs.items():
                 data = "".join(found[f"blob:{seq}:{name}:{i}"] for i in range(n))
                 (Path(tmp) / name).write_bytes(base64.b64decode(data))
-            return SparseBM25.load(Path(tmp))
+            lexicon = SparseBM25.load(Path(tmp))
+        for delta_seq, n in head.get("deltas", []):
+            keys = [f"delta:{delta_seq}:{i}" for i in range(n)]
+            found = self._rows(keys, int(delta_seq))
+            lexicon.apply(json.loads("".join(found[k] for k in keys)))
+        return lexicon
 
     def drop_blobs_except(self, keep: set[int]) -> None:
-        """Delete the lexicon rows of every write not in ``keep`` (older ones, and those of a write that never
-        committed)."""
+        """Delete the lexicon rows (whole and delta) of every write not in ``keep`` (older ones, and those of a write
+        that never committed)."""
         with self._errors("cleaning the index state"):
-            keys = [e["key"] for e in self.client.query(self.name, filter='key like "blob:%"', output_fields=["key"])]
+            keys = [e["key"] for e in self.client.query(self.name, filter='key like "blob:%" or key like "delta:%"',
+                                                        output_fields=["key"])]
             stale = [k for k in keys if int(k.split(":", 2)[1]) not in keep]
             for i in range(0, len(stale), 256):
                 self.client.delete(self.name, filter=mc.ids_filter(stale[i:i + 256], "key"))

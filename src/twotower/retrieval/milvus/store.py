@@ -1,9 +1,10 @@
 """An index whose vectors, documents and BM25 sparse vectors live in a Milvus collection.
 
-:class:`MilvusStore` has the methods of :class:`twotower.retrieval.store.IndexStore` that the Searcher, the API
-(``tt.Index``) and the service use — ``search``, ``bm25.search``, ``document``, ``row_of``, ``doc_ids``,
-``float_vectors`` (PRF), ``add``, ``remove``, ``refresh``, ``manifest``, ``version`` — so they work over it unchanged;
-``IndexStore.open`` returns one when the manifest says ``"backend": "milvus"``.
+:class:`MilvusStore` implements the :class:`~twotower.retrieval.store_protocol.Store` protocol beside the local
+:class:`twotower.retrieval.store.IndexStore` — ``build``, ``open``, ``search``, ``bm25.search``, ``document``,
+``documents``, ``row_of``, ``doc_ids``, ``float_vectors`` (PRF), ``add``, ``remove``, ``refresh``, ``info``,
+``manifest``, ``version`` — so the Searcher, the API (``tt.Index``) and the service work over it unchanged;
+:func:`twotower.retrieval.backends.open_store` opens one when the manifest says ``"backend": "milvus"``.
 
 Rows: Milvus keys documents by id, the Searcher speaks in rows. A store numbers the ids its searches return as it
 meets them (``doc_ids`` grows, ``row_of`` maps back and asks Milvus about ids it has not met), so nothing holds the
@@ -28,10 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
+from twotower.retrieval.index.kinds import IndexSpec
 from twotower.retrieval.index.lock import writer_lock
-from twotower.retrieval.index.versions import current_version, read_manifest
-from twotower.retrieval.index.writer import NewDocs
+from twotower.retrieval.index.newdocs import NewDocs
+from twotower.retrieval.index.versions import open_live
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.state import State, visible
@@ -141,8 +144,30 @@ class MilvusStore:
     @classmethod
     def open(cls, root: str | Path) -> "MilvusStore":
         root = Path(root)
-        version_dir = root / "versions" / current_version(root)
-        return cls(root, version_dir, read_manifest(version_dir / "manifest.json"))
+        return open_live(root, lambda version_dir, manifest: cls(root, version_dir, manifest))
+
+    @classmethod
+    def build(cls, root: str | Path, docs: NewDocs, *, model: dict, spec=None, uri: str | None = None,
+              collection: str | None = None, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
+        """Fill a collection (``collection`` at ``uri``; defaults: :mod:`.client`) with ``docs`` and publish the
+        index folder ``root`` naming it; a rebuild of ``root`` into its own collection drops and re-fills it.
+        ``spec``: an :class:`~twotower.retrieval.index.kinds.IndexSpec` (kind flat / hnsw / ivf, BM25)."""
+        root, spec = Path(root), spec or IndexSpec()
+        if docs.offsets is not None:
+            raise IndexStoreError(f"{root}: a Milvus index holds one vector per document; these documents are "
+                                  "multi-vector (use --backend faiss)")
+        uri, collection, index, client = check_options(root, spec, uri=uri, collection=collection,
+                                                       num_docs=len(docs.ids))
+        final, manifest = build_version(root, docs, model=model, spec=spec, uri=uri, collection=collection,
+                                        index=index, client=client, keep=keep, show_progress=show_progress)
+        return cls(root, final, manifest, check=False)
+
+    @classmethod
+    def attach(cls, root: str | Path, uri: str, collection: str) -> "MilvusStore":
+        """An index folder at ``root`` (new or empty) for the Milvus index in ``collection`` at ``uri``, made from what
+        Milvus holds alone (:func:`.build.attach_version`), opened."""
+        final, manifest = attach_version(root, uri, collection)
+        return cls(Path(root), final, manifest)
 
     def refresh(self) -> "MilvusStore":
         """The store of the latest committed write (``self`` when there was none since)."""
@@ -170,6 +195,10 @@ class MilvusStore:
 
     def __len__(self) -> int:
         return int(self.manifest["num_docs"])
+
+    def info(self) -> dict:
+        """The manifest (the engine's), with ``backend`` and ``live_version``."""
+        return {**self.manifest, "backend": "milvus", "live_version": self.version}
 
     def count(self, expr: str = "") -> int:
         """The number of documents Milvus holds now (those ``expr``, a Milvus expression, selects)."""
@@ -320,7 +349,7 @@ class MilvusStore:
         if self._lexicon is None:
             if not self.manifest.get("bm25"):
                 raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
-            self._lexicon = self.state.load_lexicon(int(self.head["blobs_seq"]), self.head["blobs"])
+            self._lexicon = self.state.load_lexicon(self.head)
         return self._lexicon
 
     @property

@@ -9,8 +9,9 @@ folder's writer lock, as write number N = the committed ``seq`` C + 1:
    after the commit point).
 3. New rows go in with ``added = N`` under keys ``N:<id>`` (so a replaced document's old row stays beside its new
    one), rows replaced or removed are marked ``removed = N``; then flush. Readers of C see none of this.
-4. The lexicon (with the new terms' ids) is written as rows of write N, then the head row names N: the commit point.
-   Readers that look at the head after it see the whole write.
+4. What the write changed in the lexicon (the new terms' ids, the df of the terms it touched, the document count) is
+   written as delta rows of write N (every so often the whole lexicon instead: :mod:`.state`), then the head row
+   names N: the commit point. Readers that look at the head after it see the whole write.
 
 A kill anywhere before 4 leaves C's answers; the rerun recovers and does the write; a kill after 4 leaves N's
 answers, and the rerun finds its digest in the head.
@@ -28,11 +29,11 @@ from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import describe
 from twotower.retrieval.index.versions import collect_garbage, new_temp_dir, publish
-from twotower.retrieval.index.writer import NewDocs
+from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.state import EngineLock, State, crash_point, visible
+from twotower.retrieval.milvus.state import CHUNK, MAX_DELTAS, EngineLock, State, crash_point, lexicon_chain, visible
 
 METADATA_KINDS = "metadata_kinds"  # the manifest's key: {dotted path: kinds of value held there}
 BATCH = 256  # rows per upsert / ids per query
@@ -106,8 +107,9 @@ def recover(client, uri: str, collection: str, state: State, head: dict, lexical
             client.upsert(collection, [dict(r, removed=0) for r in marked[i:i + BATCH]])
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
         client.flush(collection)
-    # the lexicon of the committed write and of the one before: a reader that opened that one may still load it
-    state.drop_blobs_except({int(head.get("blobs_seq", seq)), int(head.get("prev_blobs_seq", seq))})
+    # the lexicon rows of the committed write and of the one before: a reader that opened that one may still load it
+    before = head.get("prev_chain", [head.get("prev_blobs_seq", seq)])
+    state.drop_blobs_except({*lexicon_chain(head), *(int(s) for s in before)})
 
 
 def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=None) -> str:
@@ -152,18 +154,19 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
             missing = [d for d in ids if d not in old]
             raise UnknownIdError(f"{root}: {len(missing)} document id(s) not in the index (Milvus collection "
                                  f"'{coll}'): {_shown(missing)}")
-        lexicon = state.load_lexicon(int(head["blobs_seq"]), head["blobs"]) if lexical else None
+        lexicon = state.load_lexicon(head) if lexical else None
         rows = []
         if lexicon is not None:  # the leaving documents' terms no longer count (df, number of documents)
+            lexicon.mark()
             lexicon.forget([o[mc.SPARSE] for o in old.values()])
         if docs is not None:
             texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
             rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, new)
         rows += [dict(r, removed=new) for r in old.values()]  # replaced or removed: invisible from write N on
         put_rows(client, uri, coll, rows, show_progress=show_progress, lock=lock)
-        blobs, blobs_seq = head["blobs"], head["blobs_seq"]
+        blobs, blobs_seq, deltas = head["blobs"], head["blobs_seq"], list(head.get("deltas", []))
         if lexicon is not None:  # new terms' ids, df and the count: the lexicon of write N
-            blobs, blobs_seq = state.save_lexicon(new, lexicon), new
+            blobs, blobs_seq, deltas = save_lexicon(state, new, lexicon, blobs, blobs_seq, deltas)
         crash_point("blobs")
         dropped = fingerprint.combine((d, o["title"], o["text"]) for d, o in old.items())
         added = fingerprint.combine(zip(docs.ids, docs.titles, docs.texts)) if docs is not None else 0
@@ -173,11 +176,23 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=new)
         if docs is not None:  # the kinds of metadata the documents have held, per path (filtering.py)
             manifest[METADATA_KINDS] = metadata_kinds(docs.metadata or [], head["manifest"].get(METADATA_KINDS))
-        head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "write": key,
-                "prev_blobs_seq": head["blobs_seq"]}
+        head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "deltas": deltas,
+                "write": key, "prev_chain": lexicon_chain(head)}
         lock.renew()
         state.commit(head)
         return head
+
+
+def save_lexicon(state: State, seq: int, lexicon: SparseBM25, blobs: dict[str, int], blobs_seq: int,
+                 deltas: list) -> tuple[dict[str, int], int, list]:
+    """Store the lexicon of write ``seq`` (:meth:`SparseBM25.mark` taken at its start) as a delta on the chain
+    ``blobs_seq`` + ``deltas``, or whole when the chain would hold :data:`.state.MAX_DELTAS` deltas or more rows of
+    deltas than the whole lexicon has: ``(blobs, blobs_seq, deltas)`` for the head."""
+    delta = json.dumps(lexicon.delta(), ensure_ascii=True, separators=(",", ":"))
+    rows = max(1, -(-len(delta) // CHUNK))
+    if len(deltas) + 1 >= MAX_DELTAS or sum(n for _, n in deltas) + rows > sum(blobs.values()):
+        return state.save_lexicon(seq, lexicon), seq, []
+    return blobs, blobs_seq, [*deltas, [seq, state.save_delta(seq, delta)]]
 
 
 def write_version(root: Path, manifest: dict, lexicon: SparseBM25 | None, *, keep: int = 2) -> Path:

@@ -22,7 +22,7 @@ MULTILINGUAL_LAMBDA = 0.6
 def label_free_retriever(doc_language: str, query_language: str, encoder_languages: Sequence[str] | None,
                          lam: float) -> tuple[str, float | None, str]:
     """(mode, λ, why) for data with no training labels, from what is known without them: the languages of the
-    documents and of the queries (``analyzers.detect_language``; ``multi``: mixed or undetermined) and the ones
+    documents and of the queries (``data.language.detect_language``; ``multi``: mixed or undetermined) and the ones
     the encoder was trained on (``registry.model_languages``; None: unknown, ``multi``: many, in one space).
     An unknown encoder, or languages that could not be told, give the hybrid at the default ``lam`` (no basis for
     anything else).
