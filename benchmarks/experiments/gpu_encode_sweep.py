@@ -5,7 +5,9 @@ the forward pass costs) and the forward pass alone on pre-tokenized batches. Eac
 
     python benchmarks/experiments/gpu_encode_sweep.py [--repeat 4] [--label default]   (on the GPU machine)
 
-Prints one JSON line per row and writes them to ``--out`` (default results/gpu_encode_sweep_<label>.json).
+Prints one JSON line per row; writes results/gpu_encode_sweep_<label>.{json,md} (or ``--out``, JSON only). The committed
+results/gpu_encode_sweep.* join the runs with ``--label default`` and, in a second process, ``RAYON_NUM_THREADS=14
+... --tries 1 --label rayon14`` (the tokenizer's thread pool two short of the cores), made in one call with gpu.json.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from _common import DATA  # noqa: E402
+from _common import DATA, write_results  # noqa: E402
 from encode_pipeline import NoOpTower, tokenizer_alone  # noqa: E402
 from twotower.data.beir import BeirDataset  # noqa: E402
 from twotower.encoders import inference  # noqa: E402
@@ -90,8 +92,10 @@ def main() -> None:
 
     forward()
     timed("forward alone (bf16 weights, b512, pre-tokenized)", forward)
-    out = args.out or Path(__file__).resolve().parents[1] / "results" / f"gpu_encode_sweep_{args.label}.json"
-    out.write_text(json.dumps({"rows": rows, "device": str(device), "cores": os.cpu_count()}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "device": str(device), "cores": os.cpu_count()}, indent=1))
+    else:
+        write_results(f"gpu_encode_sweep_{args.label}", rows, extra={"device": str(device)})
 
 
 if __name__ == "__main__":
