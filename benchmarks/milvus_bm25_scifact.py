@@ -47,6 +47,7 @@ def main() -> None:
     qids = list(ds.queries)
     queries = [ds.queries[q] if isinstance(ds.queries[q], str) else ds.queries[q].text for q in qids]
 
+    load_start = _common.load_average()
     local = BM25(BM25Params()).index(ids, texts, show_progress=False)
     want = local.search_run(qids, queries, K, show_progress=False)
     rows = [{"system": "local bm25s", **_metrics(evaluate(ds.qrels, want, ["ndcg@10", "recall@100"]))}]
@@ -77,7 +78,8 @@ def main() -> None:
         rows.append({"system": "milvus after writes (1,000 removed, added back)",
                      **_metrics(evaluate(ds.qrels, got, ["ndcg@10", "recall@100"])), **_agreement(got, want)})
         forget_client(uri)
-    _common.write_results("milvus_bm25_scifact", rows, notes=NOTES)
+    _common.write_results("milvus_bm25_scifact", rows, notes=NOTES,
+                          extra={"load_average_1m": {"start": load_start, "end": _common.load_average()}})
     for r in rows:
         print(r)
 
