@@ -5,7 +5,8 @@ reference entry.
   mkdocstrings cannot collect: each fails the build).
 - ``test_every_public_name_has_a_reference_entry``: each name of ``twotower.__all__`` has its own page
   (``reference/api/NAME/``) with the anchor ``#twotower.NAME``, a row on the API index with the same anchor, and a
-  docstring of its own; its ``Example::`` blocks show as highlighted Python.
+  docstring of its own; its ``Example::`` blocks show as highlighted Python; a name that takes parameters has a
+  parameter table naming each (tests/test_api_reference_params.py checks the tables' cells).
 - ``test_code_blocks_run[PAGE]``: every ``python`` and ``bash`` block of PAGE runs, in page order, in a fresh folder
   holding a SciFact sample at ``data/scifact`` (and an XQuAD-R sample at ``data/xquad-r/zh``), with the real
   default model; python blocks share one namespace per page, bash blocks see the venv's ``twotower`` on PATH.
@@ -16,6 +17,7 @@ reference entry.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -183,6 +185,20 @@ def test_every_public_name_has_a_reference_entry(site):
              and not highlighted.search(pages[n].read_text(encoding="utf-8"))]
     assert not plain, f"API pages whose examples are not highlighted as Python: {', '.join(plain)}"
     assert not [n for n, page in pages.items() if "Example::" in page.read_text(encoding="utf-8")]
+    # parameter tables (docs/hooks/griffe_params.py): every parameter of the signature has its row
+    untabled = {}
+    for n in names:
+        try:
+            signature = inspect.signature(getattr(twotower, n))
+        except (TypeError, ValueError):  # no signature to list (an exception class's C-level __init__)
+            continue
+        wanted = [p.name for p in signature.parameters.values() if p.name not in ("self", "cls")]
+        table = re.search(r'<div class="doc-param-table">\s*<table>(.*?)</table>',
+                          pages[n].read_text(encoding="utf-8"), re.DOTALL)
+        missing = [p for p in wanted if not table or not re.search(rf"<code>\**{p}</code>", table.group(1))]
+        if missing:
+            untabled[n] = missing
+    assert not untabled, f"API pages whose parameter table lacks parameters: {untabled}"
 
 
 def _hook(name: str):
