@@ -77,6 +77,12 @@ def test_openvino_fp32_and_bf16_match_torch_on_real_text(minilm, docs, reference
     got = fp32.encode(docs)
     assert fp32.precision == "fp32"
     assert _cosines(got, reference).min() >= 0.99999 and np.abs(got - reference).max() <= 1e-4
+    # a corpus of many batches runs on the throughput model's streams, batches in flight out of order: each row's
+    # vector still lands in its own place
+    assert fp32.session._throughput is None and len(docs) >= runtimes.MANY_BATCHES * 3
+    streamed = fp32.encode(docs, batch_size=3)
+    assert fp32.session._throughput is not None
+    assert np.abs(streamed - reference).max() <= 1e-4
     bf16 = runtimes.graph_for(minilm, "openvino", "bf16")
     got16 = bf16.encode(docs)
     cos = _cosines(got16, reference)
