@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +78,12 @@ def switch(name: str, option: str | None = None) -> str:
 def given(name: str, value, option: str | None = None) -> str:
     """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``."""
     where = option_name(name, option)
-    shown = repr(value) if isinstance(value, str) and where.endswith("=") else _show(value)
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and len(value) <= 240:  # a choice or a path, whole: quoted in Python, bare on the CLI
+        shown = repr(value) if where.endswith("=") else value
+    else:
+        shown = _show(value)
     return f"{where}{shown}" if where.endswith("=") and not where.endswith(" =") else f"{where} {shown}"
 
 

