@@ -151,7 +151,7 @@ def test_dim_cuts_documents_and_queries(tmp_path, vectors):
     (["--dim", "64"], "--dim 64 is more than the model's 32 dimensions"),
     (["--vectors", "binary", "--rescore-factor", "0"], "--rescore-factor 0: a whole number at least 1"),
     (["--vectors", "binary", "--dim", "12"], "--vectors binary needs a dimension that is a multiple of 8"),
-    (["--vectors", "int4"], "--vectors 'int4': choose one of fp32, fp16, int8, binary"),
+    (["--vectors", "int4"], "--vectors int4: choose one of fp32, fp16, int8, binary"),
     (["--vectors", "int8", "--rescore", "fp32"], "--rescore applies to --vectors binary"),
     (["--vectors", "int8", "--kind", "ivfpq"], "--vectors int8 applies to --kind flat, hnsw or ivf"),
     (["--vectors", "binary", "--kind", "ivf"], "--vectors binary builds a FAISS binary index of --kind flat or hnsw"),

@@ -225,7 +225,7 @@ def test_a_fitted_zscore_fusion_travels_with_the_model(fitted_to_03, tiny_bert_d
     searcher = Searcher(tmp_path / "index")
     asked = {"q1": "what is dog", "q2": "green tea"}
     assert searcher.run(asked, 5) == searcher.run(asked, 5, norm="zscore") != searcher.run(asked, 5, norm="minmax")
-    with pytest.raises(TwoTowerError, match="--fusion-norm normalises the two sides"):
+    with pytest.raises(TwoTowerError, match="norm normalises the two sides of mode=.hybrid."):
         run_eval(EvalConfig(model=str(model), retriever="dense", fusion_norm="zscore", top_k=10, **base))
 
 

@@ -240,15 +240,15 @@ def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
             build(tmp_path / "bad", data, encoder=str(tiny_bert_dir), show_progress=False, **kwargs)
         assert not (tmp_path / "bad").exists()
 
-    fails("--uri http://127.0.0.1:1: cannot reach a Milvus server", backend="milvus", uri="http://127.0.0.1:1")
+    fails("^uri http://127.0.0.1:1: cannot reach a Milvus server", backend="milvus", uri="http://127.0.0.1:1")
     fails("credentials do not go in the URI", backend="milvus", uri="http://u:p@localhost:19530")
     fails("must end in .db", backend="milvus", uri=str(tmp_path / "m.sqlite"))
     fails("does not exist; create it first", backend="milvus", uri=str(tmp_path / "no" / "m.db"))
-    fails("--collection tiny_flat: .* already holds a collection of that name \\(the index of model", backend="milvus",
+    fails("^collection='tiny_flat': .* already holds a collection of that name \\(the index of model", backend="milvus",
           uri=uri, collection="tiny_flat")
-    fails("--collection '1x'", backend="milvus", uri=uri, collection="1x")
+    fails("^collection '1x'", backend="milvus", uri=uri, collection="1x")
     fails("--kind 'ivfpq': on Milvus choose one of flat, hnsw, ivf", backend="milvus", uri=uri, kind="ivfpq")
-    fails("--vectors int8: a Milvus index stores fp32", backend="milvus", uri=uri, vectors="int8")
+    fails("^vectors='int8': a Milvus index stores fp32", backend="milvus", uri=uri, vectors="int8")
     fails("pass backend='milvus'", uri=uri)
     # eval against another corpus: the differences named (listing the collection's ids), nothing scored
     other_corpus = [d for d in _corpus() if d["_id"] != "g3"] + [{"_id": "z1", "title": "", "text": "Extra."}]

@@ -85,7 +85,7 @@ def test_duplicate_ids_rejected_unless_replace(store):
     with pytest.raises(IndexStoreError) as err:
         store.add(_docs(["d1", "new"]), show_progress=False)
     assert str(err.value) == (
-        f"{store.root}: 1 document id(s) are already in the index: 'd1' (pass replace=True / --replace to overwrite them)"
+        f"{store.root}: 1 document id(s) are already in the index: 'd1' (pass replace=True to overwrite them)"
     )
     replaced = store.add(_docs(["d1"], seed=42), replace=True, show_progress=False)
     assert len(replaced) == 50
@@ -162,7 +162,7 @@ def test_checksum_and_not_an_index(store, tmp_path):
     (tmp_path / "fitted" / "model").mkdir(parents=True)  # a fit folder: said, with the way to index its model
     (tmp_path / "fitted" / "fit.json").write_text("{}")
     with pytest.raises(IndexStoreError, match=r"not an index directory \(it holds fit.json: a fit folder; index its "
-                                              r"model with --model .*fitted/model\)"):
+                                              r"model with encoder='.*fitted/model'\); choose an empty or new path$"):
         IndexStore.build(tmp_path / "fitted", _docs(["a"]), model=MODEL, show_progress=False)
 
 

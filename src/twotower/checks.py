@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,10 +62,28 @@ def option_name(name: str, option: str | None = None) -> str:
     return f"{name} =" if style == "toml" else f"{name}="
 
 
+def flag(name: str, option: str | None = None) -> str:
+    """:func:`option_name` without its ``=``, for lists of names and "drop X": ``out`` in Python, ``--out``."""
+    return option_name(name, option).rstrip(" =")
+
+
+def switch(name: str, option: str | None = None) -> str:
+    """A True/False parameter turned on: ``replace=True`` in Python, ``--replace`` on the command line."""
+    style = _CLI.get()
+    if style == "cli":
+        return option_name(name, option)
+    return f"{name} = true" if style == "toml" else f"{name}=True"
+
+
 def given(name: str, value, option: str | None = None) -> str:
     """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``."""
     where = option_name(name, option)
-    shown = repr(value) if isinstance(value, str) and where.endswith("=") else _show(value)
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and len(value) <= 240:  # a choice or a path, whole: quoted in Python, bare on the CLI
+        shown = repr(value) if where.endswith("=") else value
+    else:
+        shown = _show(value)
     return f"{where}{shown}" if where.endswith("=") and not where.endswith(" =") else f"{where} {shown}"
 
 

@@ -55,9 +55,14 @@ def identify(folder: str | Path) -> tuple[str | None, str]:
     return None, ""
 
 
-def claim_output(folder: str | Path, kind: str, *, option: str = "--out", command: str = "") -> None:
+def claim_output(folder: str | Path, kind: str, *, option: str | None = None, command: str = "") -> None:
     """Refuse ``folder`` when it holds another kind of artifact than ``kind``; otherwise create it if needed and
-    mark it as ``kind`` (a marker already there is kept)."""
+    mark it as ``kind`` (a marker already there is kept). ``option``: how the message names the folder (default
+    ``out`` as the caller knows it: ``out=`` or ``--out``)."""
+    if option is None:
+        from twotower.checks import flag
+
+        option = flag("out")
     if kind not in KINDS:
         raise ValueError(f"unknown output kind {kind!r}: one of {', '.join(KINDS)}")
     folder = Path(folder)

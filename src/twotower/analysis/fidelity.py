@@ -110,7 +110,10 @@ class FidelityConfig:
 
     def validate(self) -> None:
         if self.k_step <= 0 or self.k_max % self.k_step:
-            raise TwoTowerError(f"--k-max ({self.k_max}) must be a positive multiple of --k-step ({self.k_step})")
+            from twotower.checks import flag
+
+            raise TwoTowerError(f"{flag('k_max')} ({self.k_max}) must be a positive multiple of {flag('k_step')} "
+                                f"({self.k_step})")
         if self.k_chunk % self.k_step:
             raise TwoTowerError(f"k_chunk ({self.k_chunk}) must be a multiple of k_step ({self.k_step})")
         bad = [k for k in self.recall_ks if k % self.k_step or k > self.k_max or k <= 0]

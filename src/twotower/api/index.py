@@ -177,7 +177,7 @@ class Index:
         if backend not in ("faiss", "milvus"):
             raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
         if backend == "faiss" and (uri is not None or collection is not None):
-            raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus' (--backend milvus)")
+            raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus'")
         if backend == "milvus":
             if ray:
                 raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")

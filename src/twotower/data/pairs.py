@@ -60,10 +60,12 @@ def pairs_from_beir(ds: BeirDataset) -> list[TrainExample]:
     if not pairs:
         why = (f"every judged document ({len(set(empty))}) is empty" if empty
                else "none of its judgements has a score > 0")
+        from twotower.checks import flag, given
+
         raise DataError(
             qrels_path, f"no training pairs in split '{ds.split}': {why}",
-            hint="train on a split with relevant (score > 0) judgements of documents with text, e.g. --split train, "
-                 "or pass --pairs FILE",
+            hint=f"train on a split with relevant (score > 0) judgements of documents with text, e.g. "
+                 f"{given('split', 'train')}, or pass a pairs file as {flag('pairs')}",
         )
     return pairs
 

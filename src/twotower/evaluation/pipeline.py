@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset
+from twotower.checks import flag, given
 from twotower.encoders.device import describe, resolve_device
 from twotower.errors import TwoTowerError
 from twotower.evaluation.judgements import check_judgements
@@ -16,6 +17,14 @@ from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
 
 log = logging.getLogger(__name__)
+
+
+def _mode(value: str | None = None) -> str:
+    """tt.evaluate's ``mode`` (``--retriever`` on the command line), with ``value`` when given."""
+    return flag("mode", "--retriever") if value is None else given("mode", value, "--retriever")
+
+
+_LAMBDA, _NORM, _INDEX = ("lam", "--lambda"), ("norm", "--fusion-norm"), ("retriever", "--index")  # Python, CLI
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "rrf", "multivector")
 NO_RERANK = "none"  # --rerank none: leave out the re-ranker a fitted model carries
@@ -175,8 +184,9 @@ def resolve_retriever(retriever: str | None, model: str | None) -> str:
         raise ValueError(f"unknown retriever '{retriever}': choose one of {', '.join(RETRIEVERS)}")
     if retriever == "bm25" and model:
         raise TwoTowerError(
-            f"--model {model} is not used by --retriever bm25 (BM25 has no model): leave out --retriever (a --model "
-            f"alone means dense) or pass --retriever dense | hybrid | rrf | multivector, or drop --model"
+            f"{given('model', model)} is not used by {_mode('bm25')} (BM25 has no model): leave out {_mode()} (a "
+            f"{flag('model')} alone means dense) or pass {_mode()} dense | hybrid | rrf | multivector, or drop "
+            f"{flag('model')}"
         )
     return retriever
 
@@ -288,9 +298,10 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
         saved = BM25Params.from_dict(bm25_saved).language
         if cfg.language != saved:
             raise TwoTowerError(f"{cfg.index}: its BM25 was built for language '{saved}', not '{cfg.language}': "
-                                f"drop --language (the index's own is used) or rebuild with --language {cfg.language}")
+                                f"drop {flag('language')} (the index's own is used) or rebuild with "
+                                f"{given('language', cfg.language)}")
     if cfg.retriever == "multivector" and not searcher.store.multivector:
-        raise ValueError(f"{cfg.index}: not a multi-vector index (build it with --multivector M)")
+        raise ValueError(f"{cfg.index}: not a multi-vector index (build it with {flag('multivector')} M)")
     mode = "dense" if cfg.retriever == "multivector" else cfg.retriever
     timings["index_s"] = 0.0
     t0 = time.perf_counter()
@@ -357,35 +368,36 @@ def check_eval_options(cfg: EvalConfig) -> None:
         check_number(getattr(cfg, name), name, minimum=0, optional=True)
     BM25Params(k1=1.5 if cfg.k1 is None else cfg.k1, b=0.75 if cfg.b is None else cfg.b)
     if cfg.hybrid_lambda is not None and cfg.retriever != "hybrid":
-        raise TwoTowerError(f"--lambda weighs dense against BM25 in --retriever hybrid; --retriever {cfg.retriever} "
-                            "does not use it: drop --lambda or pass --retriever hybrid")
+        raise TwoTowerError(f"{flag(*_LAMBDA)} weighs dense against BM25 in {_mode('hybrid')}; "
+                            f"{_mode(cfg.retriever)} does not use it: drop {flag(*_LAMBDA)} or pass {_mode('hybrid')}")
     if cfg.rerank_weight is not None:
         if not 0 <= cfg.rerank_weight <= 1:
-            raise TwoTowerError(f"--rerank-weight {cfg.rerank_weight}: the re-ranker's share, from 0 to 1")
+            raise TwoTowerError(f"{given('rerank_weight', cfg.rerank_weight)}: the re-ranker's share, from 0 to 1")
         if not cfg.rerank:
-            raise TwoTowerError("--rerank-weight blends a re-ranker's scores with the first stage's: pass --rerank DIR "
-                                "(or a model fitted with one) or drop it")
+            raise TwoTowerError(f"{flag('rerank_weight')} blends a re-ranker's scores with the first stage's: pass "
+                                f"{flag('rerank')} DIR (or a model fitted with one) or drop it")
     if cfg.fusion_norm is not None:
         from twotower.retrieval.hybrid import NORMS
 
         if cfg.fusion_norm not in NORMS:
-            raise TwoTowerError(f"--fusion-norm {cfg.fusion_norm}: choose one of {', '.join(NORMS)}")
+            raise TwoTowerError(f"{given(_NORM[0], cfg.fusion_norm, _NORM[1])}: choose one of {', '.join(NORMS)}")
         if cfg.retriever != "hybrid":
-            raise TwoTowerError(f"--fusion-norm normalises the two sides of --retriever hybrid; --retriever "
-                                f"{cfg.retriever} does not use it: drop it or pass --retriever hybrid")
+            raise TwoTowerError(f"{flag(*_NORM)} normalises the two sides of {_mode('hybrid')}; "
+                                f"{_mode(cfg.retriever)} does not use it: drop it or pass {_mode('hybrid')}")
     from twotower.retrieval.prf import check_prf
 
     check_prf(cfg.prf_depth, cfg.prf_weight, mode=cfg.retriever)
-    given = [name for name, value in (("--k1", cfg.k1), ("--b", cfg.b)) if value is not None]
-    if given and cfg.index is not None:
-        raise TwoTowerError(f"{'/'.join(given)}: a stored index (--index) scores with the BM25 parameters it was built "
-                            "with; drop them, or evaluate without --index")
-    if given and cfg.retriever not in ("bm25", "hybrid"):
-        raise TwoTowerError(f"{'/'.join(given)} set BM25, which --retriever {cfg.retriever} does not use: drop them "
-                            "or pass --retriever bm25 | hybrid")
+    set_bm25 = [flag(name) for name, value in (("k1", cfg.k1), ("b", cfg.b)) if value is not None]
+    if set_bm25 and cfg.index is not None:
+        raise TwoTowerError(f"{'/'.join(set_bm25)}: a stored index ({flag(*_INDEX)}) scores with the BM25 parameters "
+                            f"it was built with; drop them, or evaluate without {flag(*_INDEX)}")
+    if set_bm25 and cfg.retriever not in ("bm25", "hybrid"):
+        raise TwoTowerError(f"{'/'.join(set_bm25)} set BM25, which {_mode(cfg.retriever)} does not use: drop them "
+                            f"or pass {_mode()} bm25 | hybrid")
     if cfg.multivector is not None and (cfg.retriever != "multivector" or cfg.index is not None):
-        raise TwoTowerError("--multivector sets ME-BERT's m for --retriever multivector without --index (an index keeps "
-                            "its own m): drop --multivector or pass --retriever multivector")
+        raise TwoTowerError(f"{flag('multivector')} sets ME-BERT's m for {_mode('multivector')} without "
+                            f"{flag(*_INDEX)} (an index keeps its own m): drop {flag('multivector')} or pass "
+                            f"{_mode('multivector')}")
 
 
 def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
@@ -404,8 +416,8 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
     ds = dataset if dataset is not None else BeirDataset.load(cfg.data, cfg.split, strict=cfg.strict)
     name = Path(ds.root).name if ds.root is not None else "in-memory"
     if cfg.prf_depth and cfg.prf_depth > len(ds.corpus):  # before any encoding
-        raise TwoTowerError(f"--prf-depth {cfg.prf_depth}: {ds.root or name} has only {len(ds.corpus)} documents to feed "
-                            "back; lower --prf-depth")
+        raise TwoTowerError(f"{given('prf_depth', cfg.prf_depth)}: {ds.root or name} has only {len(ds.corpus)} "
+                            f"documents to feed back; lower {flag('prf_depth')}")
     qrels_source = Path(ds.root) / "qrels" / f"{ds.split}.tsv" if ds.root is not None else f"qrels of '{ds.split}'"
     judged = check_judgements(ds.qrels, qrels_source)  # nothing relevant, absurd grades: before any encoding
     index_check = check_index_for_eval(cfg.index, ds, retriever=cfg.retriever, model=cfg.model)  # same corpus?

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from twotower.data.beir import Document, load_corpus
+from twotower.checks import flag, given, switch
 from twotower.errors import TwoTowerError
 from twotower.retrieval.hybrid import NORMS, fusion_depth, interpolate, rrf
 from twotower.retrieval.prf import DEFAULT_WEIGHT, check_prf
@@ -125,7 +126,7 @@ def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int
     precision. A failure here costs nothing and writes nothing."""
     from twotower.encoders.inference import check_precision
 
-    check_precision(cfg.precision, "unknown --precision")
+    check_precision(cfg.precision, f"unknown {flag('precision')}")
     check_target(Path(out))
     check_spec(spec, dim, num_docs, num_docs * multivector if multivector else num_docs)
 
@@ -192,7 +193,7 @@ def build_index_from(
     projection = None
     if project_dim:
         if not multivector:
-            raise TwoTowerError("--project applies to multi-vector indexes (--multivector M)")
+            raise TwoTowerError(f"{flag('project')} applies to multi-vector indexes ({flag('multivector')} M)")
         from twotower.retrieval.multivector import random_projection
 
         projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
@@ -212,12 +213,12 @@ def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None
     from twotower.retrieval.milvus.store import MilvusStore
 
     out = Path(out)
-    check_precision(cfg.precision, "unknown --precision")
+    check_precision(cfg.precision, f"unknown {flag('precision')}")
     if not docs:
         raise TwoTowerError("the corpus holds no documents to index")
     if encoder.multivector:
-        raise TwoTowerError("this model was trained with --multivector; a Milvus index holds one vector per document "
-                            "(use --backend faiss)")
+        raise TwoTowerError(f"this model was trained with {flag('multivector')}; a Milvus index holds one vector per "
+                            f"document (use {given('backend', 'faiss')})")
     new = encode_new_docs(encoder, docs, cfg)
     return MilvusStore.build(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
                              show_progress=cfg.show_progress)
@@ -248,7 +249,7 @@ def add_documents_from(
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
-            f"(pass replace=True / --replace to overwrite them)"
+            f"(pass {switch('replace')} to overwrite them)"
         )
     # before spending time encoding: the files a write copies must still match their checksums (the
     # write checks again under the lock)
@@ -427,8 +428,8 @@ class Searcher:
         from twotower.retrieval.prf import feedback_rows, rocchio
 
         if store.multivector:
-            raise TwoTowerError("pseudo-relevance feedback (--prf-depth) needs one vector per document; this index is "
-                                "multi-vector: drop --prf-depth")
+            raise TwoTowerError(f"pseudo-relevance feedback ({flag('prf_depth')}) needs one vector per document; this "
+                                f"index is multi-vector: drop {flag('prf_depth')}")
         q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
         only = only or {}
         if only:  # feedback from the matching documents, as many as there are up to depth

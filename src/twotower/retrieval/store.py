@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import switch
 from twotower.io import load_npy
 from twotower.retrieval.bm25 import BM25, BM25Params
 from twotower.retrieval.index import codecs, writer
@@ -377,7 +378,7 @@ class IndexStore:
                 shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
                 raise IndexStoreError(
                     f"{live.root}: {len(dup)} document id(s) are already in the index: {shown} "
-                    f"(pass replace=True / --replace to overwrite them)"
+                    f"(pass {switch('replace')} to overwrite them)"
                 )
             keep_mask = np.ones(len(live), dtype=bool)
             if dup:

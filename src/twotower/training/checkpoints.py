@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from twotower.checks import flag, switch
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_directory, atomic_write_json
 from twotower.training.config import RESUME_INVARIANTS, RUN_ONLY_STAGE_KEYS, TrainConfig
@@ -82,7 +83,7 @@ def newest_loadable(folder: Path, device: torch.device) -> dict | None:
                         type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
     if found:
         raise TwoTowerError(f"{folder}: none of the {len(found)} checkpoints can be read (see the warnings); "
-                            "start again without --resume in a new --out")
+                            f"start again without {flag('resume')} in a new {flag('out')}")
     return None
 
 
@@ -103,8 +104,9 @@ def check_resumable(saved: dict | None, config: TrainConfig, where: Path) -> Non
         elif key in saved and saved[key] != now[key]:
             diffs.append(f"{key}: {saved[key]!r} -> {now[key]!r}")
     if diffs:
-        raise TwoTowerError(f"{where}: --resume with settings that differ from the checkpoint's ({'; '.join(diffs)}); "
-                            "run with the checkpoint's settings, or start a new run in another --out")
+        raise TwoTowerError(f"{where}: {switch('resume')} with settings that differ from the checkpoint's "
+                            f"({'; '.join(diffs)}); run with the checkpoint's settings, or start a new run in another "
+                            f"{flag('out')}")
 
 
 def check_run_dir(out: Path, *, resume: bool, start: dict | None) -> None:
@@ -119,11 +121,11 @@ def check_run_dir(out: Path, *, resume: bool, start: dict | None) -> None:
         claim_output(out, "train", command="twotower train (or pretrain)")  # raises, naming what the folder holds
     if resume:
         if start is None and (out / "model").exists():
-            raise TwoTowerError(f"{out}: --resume found no checkpoint in {out / 'checkpoints'} but a finished "
-                                f"model in {out / 'model'}: there is nothing to continue, and starting again "
-                                "would replace it; choose another --out")
+            raise TwoTowerError(f"{out}: {switch('resume')} found no checkpoint in {out / 'checkpoints'} but a "
+                                f"finished model in {out / 'model'}: there is nothing to continue, and starting again "
+                                f"would replace it; choose another {flag('out')}")
         return
     held = [name for name in ("model", "checkpoints", "train_log.json") if (out / name).exists()]
     if held:
-        raise TwoTowerError(f"{out} already holds a training run ({', '.join(held)}): pass --resume to continue it, "
-                            "or choose another --out")
+        raise TwoTowerError(f"{out} already holds a training run ({', '.join(held)}): pass {switch('resume')} to "
+                            f"continue it, or choose another {flag('out')}")

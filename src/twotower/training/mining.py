@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import TrainExample
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,9 @@ def add_hard_negatives(
     if not 1 <= a <= b:
         raise ValueError(f"rank range must satisfy 1 <= a <= b, got {a}..{b}")
     if a > len(ds.corpus):
-        raise TwoTowerError(f"--rank-from {a}: the collection has only {len(ds.corpus)} documents, so ranks {a}..{b} "
-                            f"hold none to sample negatives from; give --rank-from at most {len(ds.corpus)}")
+        raise TwoTowerError(f"{given('rank_from', a)}: the collection has only {len(ds.corpus)} documents, so ranks "
+                            f"{a}..{b} hold none to sample negatives from; give {flag('rank_from')} at most "
+                            f"{len(ds.corpus)}")
     rng = random.Random(seed)
     out = []
     short = none = 0
@@ -71,9 +73,9 @@ def add_hard_negatives(
         out.append(replace(ex, negatives=[ds.corpus[d].full_text for d in chosen], negative_ids=chosen))
     if out and none == len(out):
         raise TwoTowerError(f"ranks {a}..{b}: no example got a negative (the rankings hold only judged positives "
-                            f"there, or end before rank {a}: {len(ds.corpus)} documents); lower --rank-from")
+                            f"there, or end before rank {a}: {len(ds.corpus)} documents); lower {flag('rank_from')}")
     if short:
         log.warning("ranks %d..%d: %d of %d examples got fewer than %d negatives (%d got none): the rankings end "
-                    "before rank %d or hold judged positives there (%d documents); widen --rank-from/--rank-to",
-                    a, b, short, len(out), num_negatives, none, b, len(ds.corpus))
+                    "before rank %d or hold judged positives there (%d documents); widen %s/%s",
+                    a, b, short, len(out), num_negatives, none, b, len(ds.corpus), flag("rank_from"), flag("rank_to"))
     return out

@@ -27,6 +27,7 @@ import random
 import torch
 
 from twotower.data.pairs import TrainExample
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 from twotower.retrieval.multivector import document_token_vectors, maxsim
 from twotower.training.losses import InBatchSoftmaxLoss
@@ -58,16 +59,18 @@ class MultiVectorObjective(Objective):
 
     def __init__(self, m: int) -> None:
         if m < 1:
-            raise TwoTowerError(f"--multivector must be at least 1 (the number of document token vectors), got {m}")
+            raise TwoTowerError(f"{given('multivector', m)}: at least 1 is needed (the number of document token "
+                                "vectors)")
         self.m = m
 
     def setup(self, trainer: TrainingLoop) -> None:
         if trainer.world > 1:
-            raise TwoTowerError("--multivector training runs in one process: launch it without torchrun")
+            raise TwoTowerError(f"{flag('multivector')} training runs in one process: launch it without torchrun")
         for stage in trainer.config.stages:
             if stage.cache_chunk:
-                raise TwoTowerError(f"stage '{stage.name}': gradient caching (--cache-chunk / cache_chunk) does not "
-                                    "support --multivector training; drop it and lower --batch-size to fit memory")
+                raise TwoTowerError(f"stage '{stage.name}': gradient caching ({flag('cache_chunk')}) does not "
+                                    f"support {flag('multivector')} training; drop it and lower {flag('batch_size')} "
+                                    "to fit memory")
         trainer.model.multivector = self.m  # saved in twotower.json: eval's default m
 
     def step_loss(self, trainer: TrainingLoop, batch: list[TrainExample], stage: StageConfig,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import pairs_from_beir, save_pairs
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 from twotower.training.mining import add_hard_negatives, retrieve_for_mining
 from twotower.training.trainer import Trainer, TrainConfig
@@ -27,8 +28,8 @@ def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=
 
     check_language(language)
     if retriever == "bm25" and model is not None:
-        raise TwoTowerError(f"--model {model} is not used by --retriever bm25 (BM25 has no model): pass --retriever "
-                            "model to mine with it, or drop --model")
+        raise TwoTowerError(f"{given('model', model)} is not used by {given('retriever', 'bm25')} (BM25 has no "
+                            f"model): pass {given('retriever', 'model')} to mine with it, or drop {flag('model')}")
     target = resolve_device(device)  # a bad --device or --language stops before the data is read
     ds = BeirDataset.load(data, split)
     pairs = pairs_from_beir(ds)  # no pairs is an error: find out before retrieving
@@ -65,11 +66,13 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     cfg.validate()  # before any mining or loading
     out = Path(cfg.out)
     if req.hard_negatives not in HARD_NEGATIVE_SOURCES:
-        raise TwoTowerError(f"unknown --hard-negatives '{req.hard_negatives}': choose one of {', '.join(HARD_NEGATIVE_SOURCES)}")
+        raise TwoTowerError(f"unknown {given('hard_negatives', req.hard_negatives)}: choose one of "
+                            f"{', '.join(HARD_NEGATIVE_SOURCES)}")
     if cfg.multivector is not None and req.hard_negatives == "model":
-        raise TwoTowerError("--hard-negatives model mines with the pooled single-vector retriever, not the max score "
-                            "that --multivector trains; use --hard-negatives bm25 or none with --multivector")
-    from twotower.checks import check_number, given
+        raise TwoTowerError(f"{given('hard_negatives', 'model')} mines with the pooled single-vector retriever, not "
+                            f"the max score that {flag('multivector')} trains; use {flag('hard_negatives')} bm25 or "
+                            f"none with {flag('multivector')}")
+    from twotower.checks import check_number
 
     check_number(req.num_negatives, "num_negatives", integer=True, minimum=1)
     if req.hard_negatives == "none" and req.num_negatives != 1:  # no mined negatives: the count would go unused
@@ -79,7 +82,7 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
         Trainer(cfg).train(resume=resume)
         return out / "model"
     if req.data is None:
-        raise TwoTowerError("--hard-negatives needs --data (the BEIR directory to mine from)")
+        raise TwoTowerError(f"{flag('hard_negatives')} needs {flag('data')} (the BEIR directory to mine from)")
     show = cfg.show_progress
     if req.hard_negatives == "bm25":
         pairs = out / "mined-bm25.jsonl"

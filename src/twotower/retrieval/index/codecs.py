@@ -44,41 +44,45 @@ def check_vectors(*, vectors: str, dim: int | None, rescore: str | None, rescore
                   source_dim: int, multivector: bool = False) -> int:
     """Fail before any encoding when the vector options cannot work; return the stored dimension.
     ``source_dim``: the dimension the encoder (or multi-vector projection) produces."""
-    from twotower.checks import check_number, option_name
+    from twotower.checks import check_number, flag, given
 
     if vectors not in VECTOR_TYPES:
-        raise IndexStoreError(f"--vectors '{vectors}': choose one of {', '.join(VECTOR_TYPES)}")
+        raise IndexStoreError(f"{given('vectors', vectors)}: choose one of {', '.join(VECTOR_TYPES)}")
     if dim is not None:
         check_number(dim, "dim", integer=True, minimum=1)
         if dim > source_dim:
-            raise IndexStoreError(f"--dim {dim} is more than the model's {source_dim} dimensions: give --dim "
-                                  f"{source_dim} or fewer (the stored vectors keep their first --dim dimensions)")
+            raise IndexStoreError(f"{given('dim', dim)} is more than the model's {source_dim} dimensions: give "
+                                  f"{flag('dim')} {source_dim} or fewer (the stored vectors keep their first "
+                                  f"{flag('dim')} dimensions)")
     check_number(rescore_factor, "rescore_factor", integer=True, minimum=1, maximum=1 << 20,
                  hint="the binary search fetches k × factor candidates to rescore")
     if rescore_factor != DEFAULT_RESCORE_FACTOR and vectors != "binary":
-        raise IndexStoreError(f"{option_name('rescore_factor').rstrip('=')} applies to binary vectors, not "
+        raise IndexStoreError(f"{flag('rescore_factor')} applies to binary vectors, not "
                               f"'{vectors}': drop it or store binary vectors")
     if rescore is not None:
         if rescore not in RESCORE_TYPES:
-            raise IndexStoreError(f"--rescore '{rescore}': choose one of {', '.join(RESCORE_TYPES)}")
+            raise IndexStoreError(f"{given('rescore', rescore)}: choose one of {', '.join(RESCORE_TYPES)}")
         if vectors != "binary":
-            raise IndexStoreError(f"--rescore applies to --vectors binary, not '{vectors}': drop it or pass "
-                                  f"--vectors binary")
+            raise IndexStoreError(f"{flag('rescore')} applies to {given('vectors', 'binary')}, not '{vectors}': "
+                                  f"drop it or pass {given('vectors', 'binary')}")
     stored = dim or source_dim
     if multivector and (vectors != "fp32" or dim is not None):
-        raise IndexStoreError("--vectors and --dim apply to single-vector indexes; drop them or --multivector")
+        raise IndexStoreError(f"{flag('vectors')} and {flag('dim')} apply to single-vector indexes; drop them or "
+                              f"{flag('multivector')}")
     k = kind.lower()
     if vectors in _SQ and k not in ("flat", "hnsw", "ivf"):
-        raise IndexStoreError(f"--vectors {vectors} applies to --kind flat, hnsw or ivf, not '{kind}' (ivfpq and "
-                              f"factory strings choose their own codes): use --vectors fp32 with it")
+        raise IndexStoreError(f"{given('vectors', vectors)} applies to {flag('kind')} flat, hnsw or ivf, not "
+                              f"'{kind}' (ivfpq and factory strings choose their own codes): use "
+                              f"{given('vectors', 'fp32')} with it")
     if vectors == "binary":
         if k not in ("flat", "hnsw"):
-            raise IndexStoreError(f"--vectors binary builds a FAISS binary index of --kind flat or hnsw, not "
-                                  f"'{kind}'")
+            raise IndexStoreError(f"{given('vectors', 'binary')} builds a FAISS binary index of {flag('kind')} flat "
+                                  f"or hnsw, not '{kind}'")
         if stored % 8:
-            raise IndexStoreError(f"--vectors binary needs a dimension that is a multiple of 8 (FAISS binary "
-                                  f"indexes hold whole bytes), got {stored}{' (--dim)' if dim else ''}: choose "
-                                  f"--dim {stored - stored % 8 or 8}")
+            cut = f" ({flag('dim')})" if dim else ""
+            raise IndexStoreError(f"{given('vectors', 'binary')} needs a dimension that is a multiple of 8 (FAISS "
+                                  f"binary indexes hold whole bytes), got {stored}{cut}: choose "
+                                  f"{given('dim', stored - stored % 8 or 8)}")
     return stored
 
 

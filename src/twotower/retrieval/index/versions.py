@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from twotower.checks import flag, given
 from twotower.errors import DataError
 from twotower.io import atomic_write_json, atomic_write_text
 from twotower.retrieval.index.errors import IndexStoreError
@@ -148,13 +149,18 @@ def collect_garbage(versions: Path, current: str, keep: int) -> None:
 def check_target(root: Path) -> None:
     """``root`` can take a new index version: missing, empty, or an index directory already."""
     if root.exists() and not root.is_dir():
-        raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new --out")
+        raise IndexStoreError(f"{root}: exists and is not a directory; choose an empty or new {_out()}")
     if root.is_dir() and any(root.iterdir()) and not (root / "CURRENT").exists() and not (root / "versions").exists():
         what = next((f" (it holds {name}: {kind})" for name, kind in (
-            ("fit.json", "a fit folder; index its model with --model " + str(root / "model")),
+            ("fit.json", f"a fit folder; index its model with {given('encoder', str(root / 'model'), '--model')}"),
             ("twotower.json", "a model"), ("train_log.json", "a training run"), ("corpus.jsonl", "a data set"))
             if (root / name).exists()), "")
-        raise IndexStoreError(f"{root}: exists and is not an index directory{what}; choose an empty or new --out")
+        raise IndexStoreError(f"{root}: exists and is not an index directory{what}; choose an empty or new {_out()}")
+
+
+def _out() -> str:
+    """The index folder as the caller names it: ``path`` of tt.Index.build, ``--out`` of index build."""
+    return flag("path", "--out")
 
 
 def discard_unfinished(root: Path, *, created: bool) -> None:

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.lock import writer_lock
@@ -40,23 +41,24 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
                   num_docs: int = 0):
     """(uri, collection, index settings, client) for a build at ``root``, or the error of the first bad option."""
     if multivector or project:
-        raise TwoTowerError("--multivector/--project: a Milvus index holds one vector per document; use --backend "
-                            "faiss for multi-vector indexes")
+        raise TwoTowerError(f"{flag('multivector')}/{flag('project')}: a Milvus index holds one vector per document; "
+                            f"use {given('backend', 'faiss')} for multi-vector indexes")
     if spec.vectors != "fp32" or spec.dim is not None:
-        raise TwoTowerError(f"--vectors {spec.vectors}{' --dim' if spec.dim else ''}: a Milvus index stores fp32 "
-                            "vectors at the model's dimension; use --backend faiss for compressed vectors")
+        cut = f" {flag('dim')}" if spec.dim else ""
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors at the "
+                            f"model's dimension; use {given('backend', 'faiss')} for compressed vectors")
     uri = mc.check_uri(uri)
     collection = mc.check_collection_name(collection or mc.default_collection(root))
     index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
                               num_docs=num_docs)
     check_target(root)
-    client = client_for(uri, "--uri")
+    client = client_for(uri, flag("uri"))
     props = mc.owner_properties(client, collection, uri)
     if props is not None and not _ours(root, uri, collection, props):
         owner = (f"the index of model {props.get('model')} ({props.get('field_dim')}-d)" if props.get("index_id")
                  else "a collection twotower did not make")
-        raise TwoTowerError(f"--collection {collection}: {uri} already holds a collection of that name ({owner}); "
-                            "choose another --collection, or drop that one first")
+        raise TwoTowerError(f"{given('collection', collection)}: {uri} already holds a collection of that name "
+                            f"({owner}); choose another {flag('collection')}, or drop that one first")
     return uri, collection, index, client
 
 
@@ -145,10 +147,10 @@ def attach_version(out: str | Path, uri: str, collection: str) -> tuple[Path, di
     uri = mc.check_uri(uri)
     collection = mc.check_collection_name(collection)
     check_target(out)
-    client = client_for(uri, "--uri")
+    client = client_for(uri, flag("uri"))
     props = mc.owner_properties(client, collection, uri)
     if props is None or not props.get("index_id"):
-        raise TwoTowerError(f"--collection {collection}: {uri} holds no twotower index of that name"
+        raise TwoTowerError(f"{given('collection', collection)}: {uri} holds no twotower index of that name"
                             + (" (a collection twotower did not make)" if props is not None else ""))
     state = State(client, uri, collection)
     state.load()

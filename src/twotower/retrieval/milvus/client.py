@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,12 @@ def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def check_uri(uri: str | None, option: str = "--uri") -> str:
+def check_uri(uri: str | None, option: str | None = None) -> str:
     """The URI to store: a server's as given (no credentials in it), a Milvus Lite file's as an absolute path."""
+    option = option or flag("uri")
     if not uri or not isinstance(uri, str):
         raise TwoTowerError(f"{option}: give a Milvus Lite file (a path ending in .db) or a Milvus server "
-                            "(http://host:19530) for --backend milvus")
+                            f"(http://host:19530) for {given('backend', 'milvus')}")
     if is_server(uri):
         parts = urlsplit(uri)
         if parts.username or parts.password:
@@ -117,8 +119,9 @@ def ids_filter(ids, field: str = "id") -> str:
     return f"{field} in [{', '.join(quote(str(i)) for i in ids)}]"
 
 
-def check_collection_name(name: str, option: str = "--collection") -> str:
+def check_collection_name(name: str, option: str | None = None) -> str:
     """Milvus' rule for names: a letter or _ first, then letters, digits and _ (255 at most)."""
+    option = option or flag("collection")
     ok = bool(name) and len(name) <= 255 and (name[0].isascii() and (name[0].isalpha() or name[0] == "_")) and all(
         c.isascii() and (c.isalnum() or c == "_") for c in name)
     if not ok:
@@ -133,13 +136,15 @@ def default_collection(index_dir: str | Path) -> str:
     return f"twotower_{stem}"[:255]
 
 
-def connect(uri: str, option: str = "--uri"):
+def connect(uri: str, option: str | None = None):
     """A ``MilvusClient`` on ``uri``; a file another process holds, a server that does not answer or refuses the
     token: a :class:`MilvusError` naming ``option``."""
     try:
         from pymilvus import MilvusClient
     except ImportError:
-        raise TwoTowerError("--backend milvus needs pymilvus and milvus-lite: pip install 'twotower[milvus]'") from None
+        raise TwoTowerError(f"{given('backend', 'milvus')} needs pymilvus and milvus-lite: pip install "
+                            "'twotower[milvus]'") from None
+    option = option or flag("uri")
     _quiet_pymilvus()
     token = server_token()
     timeout = float(os.environ.get(TIMEOUT_ENV, "10"))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import switch
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import describe
@@ -149,7 +150,7 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         if docs is not None and old and not replace:
             dup = [d for d in ids if d in old]
             raise IndexStoreError(f"{root}: {len(dup)} document id(s) are already in the index: {_shown(dup)} "
-                                  "(pass replace=True / --replace to overwrite them)")
+                                  f"(pass {switch('replace')} to overwrite them)")
         if docs is None and len(old) < len(ids):
             missing = [d for d in ids if d not in old]
             raise UnknownIdError(f"{root}: {len(missing)} document id(s) not in the index (Milvus collection "

@@ -1,0 +1,207 @@
+"""Issue #46: a message raised in Python names the Python parameter (``lam``, ``replace=True``); the CLI, which runs
+its commands under command-line names (:func:`twotower.checks.use_cli_names`), shows the flag (``--lambda``,
+``--replace``). Each case gives the same bad input through ``tt`` and through ``twotower``."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import twotower as tt
+from twotower.cli import app
+
+runner = CliRunner()
+
+
+def _python_message(call) -> str:
+    with pytest.raises((tt.TwoTowerError, ValueError)) as info:
+        call()
+    text = " ".join(str(info.value).split())
+    assert "--" not in text, text  # no command-line flag in a message a Python caller gets
+    return text
+
+
+def _cli_message(*argv) -> str:
+    res = runner.invoke(app, [str(a) for a in argv])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    return " ".join(res.output.split())
+
+
+def test_eval_lambda_without_hybrid(tiny_beir):
+    text = _python_message(lambda: tt.evaluate("bm25", tiny_beir, lam=0.5))
+    assert "drop lam or pass mode='hybrid'" in text and "mode='bm25' does not use it" in text
+    text = _cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--lambda", "0.5", "--no-progress")
+    assert "drop --lambda or pass --retriever hybrid" in text and "--retriever bm25 does not use it" in text
+
+
+def test_eval_fusion_norm_without_hybrid(tiny_beir):
+    text = _python_message(lambda: tt.evaluate("bm25", tiny_beir, norm="zscore"))
+    assert text.startswith("norm normalises the two sides of mode='hybrid'")
+    text = _cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--fusion-norm", "zscore", "--no-progress")
+    assert "--fusion-norm normalises the two sides of --retriever hybrid" in text
+
+
+def test_mine_model_with_bm25(tiny_beir, tiny_bert_dir, tmp_path):
+    out = tmp_path / "m.jsonl"
+    text = _python_message(lambda: tt.mine(tiny_beir, out, split="test", model=str(tiny_bert_dir)))
+    assert f"model='{tiny_bert_dir}' is not used by retriever='bm25'" in text and "drop model" in text
+    text = _cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--model", tiny_bert_dir)
+    assert f"--model {tiny_bert_dir} is not used by --retriever bm25" in text and "drop --model" in text
+    assert not out.exists()
+
+
+def test_mine_rank_from_past_the_collection(tiny_beir, tmp_path):
+    out = tmp_path / "m.jsonl"
+    text = _python_message(lambda: tt.mine(tiny_beir, out, split="test", rank_from=20, rank_to=50,
+                                           show_progress=False))
+    assert "rank_from=20: the collection has only 6 documents" in text and "give rank_from at most 6" in text
+    text = _cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--rank-from", "20",
+                        "--rank-to", "50", "--no-progress")
+    assert "--rank-from 20: the collection has only 6 documents" in text and "give --rank-from at most 6" in text
+
+
+def test_index_build_vectors(tiny_beir, tiny_bert_dir, tmp_path):
+    text = _python_message(lambda: tt.Index.build(tmp_path / "idx", tiny_beir, encoder=str(tiny_bert_dir),
+                                                  device="cpu", show_progress=False, vectors="binary",
+                                                  kind="ivfpq"))
+    assert "vectors='binary' builds a FAISS binary index of kind flat or hnsw" in text
+    text = _cli_message("index", "build", "--data", tiny_beir, "--out", tmp_path / "idx", "--model", tiny_bert_dir,
+                        "--device", "cpu", "--no-progress", "--vectors", "binary", "--kind", "ivfpq")
+    assert "--vectors binary builds a FAISS binary index of --kind flat or hnsw" in text
+
+
+def test_index_add_existing_ids_needs_replace(tiny_beir, tiny_bert_dir, tmp_path):
+    index = tt.Index.build(tmp_path / "idx", tiny_beir, encoder=str(tiny_bert_dir), device="cpu",
+                           show_progress=False)
+    doc = {"_id": "d1", "title": "again", "text": "the same id"}
+    text = _python_message(lambda: index.add([doc]))
+    assert "(pass replace=True to overwrite them)" in text
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"_id": "d1", "title": "again", "text": "the same id"}\n')
+    text = _cli_message("index", "add", "--index", tmp_path / "idx", "--docs", new, "--no-progress")
+    assert "(pass --replace to overwrite them)" in text
+
+
+def test_index_into_a_folder_that_is_no_index(tiny_beir, tiny_bert_dir, tmp_path):
+    target = tmp_path / "run"
+    target.mkdir()
+    (target / "train_log.json").write_text("[]")
+    text = _python_message(lambda: tt.Index.build(target, tiny_beir, encoder=str(tiny_bert_dir), device="cpu",
+                                                  show_progress=False))
+    assert "is not an index directory (it holds train_log.json: a training run); choose an empty or new path" in text
+    text = _cli_message("index", "build", "--data", tiny_beir, "--out", target, "--model", tiny_bert_dir,
+                        "--device", "cpu", "--no-progress")
+    assert "is not an index directory (it holds train_log.json: a training run); choose an empty or new --out" in text
+
+
+def test_train_into_a_run_needs_resume(tiny_beir, tiny_bert_dir, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train_log.json").write_text("[]")
+    cfg = tt.TrainConfig(out=str(out), model=str(tiny_bert_dir), precision="fp32", show_progress=False,
+                         stages=[tt.StageConfig(data=str(tiny_beir), split="test", batch_size=2, steps=1)])
+    text = _python_message(lambda: tt.train(cfg))
+    assert "pass resume=True to continue it, or choose another out" in text
+    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+                        "--steps", "1", "--batch-size", "2", "--no-progress")
+    assert "pass --resume to continue it, or choose another --out" in text
+
+
+def test_models_fetch_from_a_missing_folder(tmp_path):
+    missing = tmp_path / "none"
+    text = _python_message(lambda: tt.fetch_model("mpnet-base", from_dir=missing))
+    assert f"from_dir='{missing}': no such folder" in text
+    text = _cli_message("models", "fetch", "mpnet-base", "--from-dir", missing)
+    assert f"--from-dir {missing}: no such folder" in text
+
+
+def test_fidelity_k_grid(tiny_beir, tmp_path):
+    cfg = tt.FidelityConfig(data=str(tiny_beir), k_max=100, k_step=32)
+    text = _python_message(lambda: tt.analyze_fidelity(cfg, tmp_path / "a"))
+    assert "k_max (100) must be a positive multiple of k_step (32)" in text
+    text = _cli_message("analyze", "fidelity", "--data", tiny_beir, "--out", tmp_path / "b", "--k-max", "100",
+                        "--k-step", "32")
+    assert "--k-max (100) must be a positive multiple of --k-step (32)" in text
+
+
+# ---- no new hard-coded flag in a message raised outside the CLI ----------------------------------------------
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+SRC = Path(__file__).resolve().parents[1] / "src" / "twotower"
+
+# messages not yet routed through twotower.checks (flag / given / switch / option_name), per file: a ratchet for
+# issue #46's remaining sites. A count may only go down; a file not listed may hold none.
+REMAINING = {
+    "analysis/latency.py": 3,
+    "api/analysis.py": 1,
+    "data/augment.py": 3,
+    "data/beir.py": 1,
+    "data/fetch.py": 1,
+    "encoders/backbone.py": 1,
+    "encoders/language_bias.py": 5,
+    "encoders/onnx_runtime.py": 3,
+    "evaluation/judgements.py": 1,
+    "evaluation/metrics.py": 1,
+    "retrieval/bm25.py": 2,
+    "retrieval/index/binary.py": 2,
+    "retrieval/index/encoder_check.py": 3,
+    "retrieval/index/eval_check.py": 2,
+    "retrieval/index/kinds.py": 11,
+    "retrieval/milvus/client.py": 3,
+    "retrieval/milvus/filtering.py": 4,
+    "retrieval/milvus/store.py": 2,
+    "retrieval/milvus/writes.py": 1,
+    "retrieval/prf.py": 3,
+    "retrieval/rerank.py": 1,
+    "retrieval/store.py": 1,
+    "scale/ray_encode.py": 1,
+    "serve/app.py": 2,
+    "serve/port.py": 2,
+    "training/config.py": 8,
+    "training/fit/run.py": 2,
+    "training/fit/stages.py": 3,
+    "training/moco.py": 1,
+    "training/pretrain.py": 3,
+    "training/tensorboard_log.py": 1,
+    "training/trainer.py": 2,
+}
+
+
+def _hard_coded_flags() -> dict[str, list[str]]:
+    """Per file under src/twotower (cli/ left out): the flags spelt out in string literals of ``raise X(...)``, other
+    than those quoting a whole command (``twotower index build --bm25``, ``pip install --no-deps``)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith("cli/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+                continue
+            for sub in ast.walk(node.exc):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    if "twotower " in sub.value or "pip " in sub.value:
+                        continue
+                    found.setdefault(rel, []).extend(f"{m} (line {sub.lineno})" for m in _FLAG.findall(sub.value))
+    return {k: v for k, v in found.items() if v}
+
+
+def test_no_new_hard_coded_flags_in_messages():
+    over = {rel: flags for rel, flags in _hard_coded_flags().items() if len(flags) > REMAINING.get(rel, 0)}
+    assert not over, ("messages raised outside the CLI name flags; name the Python parameter through "
+                      f"twotower.checks (flag, given, switch) instead: {over}")
+
+
+def test_the_scan_sees_a_hard_coded_flag(tmp_path, monkeypatch):
+    """The scan is no no-op: a ``raise`` spelling ``--out`` in a file of its own is found."""
+    pkg = tmp_path / "twotower"
+    pkg.mkdir()
+    (pkg / "m.py").write_text('def f(out):\n    raise ValueError(f"{out}: choose another --out")\n')
+    monkeypatch.setattr(sys.modules[__name__], "SRC", pkg)
+    assert _hard_coded_flags() == {"m.py": ["--out (line 2)"]}
