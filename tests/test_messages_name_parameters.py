@@ -56,6 +56,46 @@ def test_mine_model_with_bm25(tiny_beir, tiny_bert_dir, tmp_path):
     assert not out.exists()
 
 
+def test_train_rank_range_checked_before_any_work(tiny_beir, tiny_bert_dir, tmp_path):
+    """train's --rank-from/--rank-to (the ranks its mined negatives come from): a reversed range, or one given with
+    nothing to mine, is refused by name before a model loads or the run folder is written."""
+    cfg = tt.TrainConfig(out=str(tmp_path / "py"), model=str(tiny_bert_dir), device="cpu",
+                         stages=[tt.StageConfig(data=str(tiny_beir), split="test", steps=1, batch_size=2)])
+    text = _python_message(lambda: tt.train(cfg, hard_negatives="bm25", rank_from=9, rank_to=4, data=tiny_beir,
+                                            split="test"))
+    assert "rank_from=9 is past rank_to=4" in text
+    text = _python_message(lambda: tt.train(cfg, rank_from=1))
+    assert "hard_negatives='none' mines none" in text and "rank_from=1" in text
+    out = tmp_path / "cli"
+    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+                        "--steps", "1", "--hard-negatives", "bm25", "--rank-from", "9", "--rank-to", "4")
+    assert "--rank-from 9 is past --rank-to 4" in text
+    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+                        "--steps", "1", "--rank-from", "1")
+    assert "--hard-negatives none mines none" in text
+    assert not (tmp_path / "py").exists() and not out.exists()
+
+
+def test_train_rank_from_reaches_the_miner(tiny_beir, tiny_bert_dir, tmp_path):
+    """train's --rank-from reaches the miner: on a collection of six documents ranks 3..50 hold no negative, and the
+    refusal names --rank-from, a flag train has; from rank 1 the miner finds some."""
+    import json
+
+    def run(lo):
+        out = tmp_path / f"from{lo}"
+        res = runner.invoke(app, [str(a) for a in ("train", "--data", tiny_beir, "--split", "test", "--model",
+                                                   tiny_bert_dir, "--out", out, "--steps", "1", "--batch-size", "2",
+                                                   "--hard-negatives", "bm25", "--rank-from", lo, "--no-progress")])
+        assert res.exit_code in (0, 2) and "Traceback" not in res.output, res.output
+        return out, " ".join(res.output.split())
+
+    _, text = run(3)
+    assert "ranks 3..50: no example got a negative" in text and "lower --rank-from" in text
+    out, _ = run(1)  # the miner writes its pairs before training (which may refuse an example left without one)
+    mined = [json.loads(line) for line in (out / "mined-bm25.jsonl").read_text().splitlines()]
+    assert sum(len(m["negatives"]) for m in mined) > 0
+
+
 def test_mine_rank_from_past_the_collection(tiny_beir, tmp_path):
     out = tmp_path / "m.jsonl"
     text = _python_message(lambda: tt.mine(tiny_beir, out, split="test", rank_from=20, rank_to=50,

@@ -124,14 +124,15 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
 
 
 @user_errors
-def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, data: str | Path | None = None,
-          split: str = "train", resume: bool = False, **overrides) -> Path:
+def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, rank_from: int = 3, rank_to: int = 50,
+          data: str | Path | None = None, split: str = "train", resume: bool = False, **overrides) -> Path:
     """Train a dual encoder (GTR-style bi-directional in-batch softmax, optional hard negatives, one or more
     stages); returns the final model directory (``OUT/model``). ``twotower train`` is this function.
 
     ``config``: a :class:`~twotower.TrainConfig` or a TOML file with ``[[stage]]`` tables (then ``overrides`` set
     top-level fields such as ``out=``). ``hard_negatives``: ``none`` | ``bm25`` (mined before training) | ``model``
-    (train, mine with the trained model, retrain), ``num_negatives`` per query, from ``data``'s ``split``. Under
+    (train, mine with the trained model, retrain), ``num_negatives`` per query, from ``data``'s ``split``, sampled
+    from ranks ``rank_from``..``rank_to`` of each query's ranking (as :func:`mine` does). Under
     ``torchrun`` each process takes its share of every batch.
 
     Example::
@@ -157,7 +158,8 @@ def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, data:
     if config.tensorboard:
         require_tensorboard()  # before a model is loaded or the run directory written
     return run_training(TrainRequest(config=config, hard_negatives=hard_negatives, num_negatives=num_negatives,
-                                     data=Path(data) if data is not None else None, split=split), resume=resume)
+                                     data=Path(data) if data is not None else None, split=split,
+                                     rank_range=(rank_from, rank_to)), resume=resume)
 
 
 @user_errors

@@ -51,6 +51,9 @@ def train_cmd(
         None, "--matryoshka-weights", help="One weight per --matryoshka dimension (default 1 each)."),
     hard_negatives: str = typer.Option("none", "--hard-negatives", help="none | bm25 | model (train, mine with it, retrain)"),
     num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query in the loss."),
+    rank_from: int = typer.Option(3, "--rank-from", min=1, help="With --hard-negatives: sample them from ranks a..b "
+                                  "(1-based) of each query's ranking."),
+    rank_to: int = typer.Option(50, "--rank-to", min=1),
     epochs: Optional[float] = typer.Option(None, help="Epochs (default 1 when --steps is not given)."),
     steps: Optional[int] = typer.Option(None, help="Steps, instead of epochs."),
     lr: float = typer.Option(2e-5, help="Peak learning rate."),
@@ -105,8 +108,8 @@ def train_cmd(
             )
             train_config = tt.TrainConfig(stages=[stage], **{**common, "freeze_embeddings": freeze_embeddings})
             overrides = {}
-        result = tt.train(train_config, hard_negatives=hard_negatives, num_negatives=num_negatives, data=data,
-                          split=split, resume=resume, **overrides)
+        result = tt.train(train_config, hard_negatives=hard_negatives, num_negatives=num_negatives,
+                          rank_from=rank_from, rank_to=rank_to, data=data, split=split, resume=resume, **overrides)
     except (TwoTowerError, ValueError) as exc:
         fail(exc)
     print(f"model saved to {result}")

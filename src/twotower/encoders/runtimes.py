@@ -60,9 +60,9 @@ AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
 # On a CPU with AMX (cpu_backends_amx.md: a 2-core Xeon with AMX-BF16 / AMX-INT8): openvino-int8 first (its
 # float parts in bf16, at AMX_BATCH), then OpenVINO bf16, which ran faster than torch's bf16 there.
 AUTO_ORDER_AMX = {"bf16": ("openvino", "torch"), "fp32": ("openvino", "onnx", "torch")}
-# Batches from which OpenVINO encodes on its throughput model (streams) rather than one batch at a time
-MANY_BATCHES = 4
-AMX_BATCH = 64  # texts per graph batch on AMX: 10-15% faster than 32 there (AMX tiles like taller matrices)
+# Batches from which OpenVINO encodes on its throughput model (streams: two at least, one each) rather than one at a time
+MANY_BATCHES = 2
+AMX_BATCH = 32  # texts per graph batch on AMX: 64 was 10-15% faster on one request of 2 threads, 32 is faster on two streams of one (issue #47)
 BF16_PAYS = 1.2
 # smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
 MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}

@@ -75,6 +75,15 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     from twotower.checks import check_number
 
     check_number(req.num_negatives, "num_negatives", integer=True, minimum=1)
+    lo, hi = req.rank_range
+    check_number(lo, "rank_from", integer=True, minimum=1)
+    check_number(hi, "rank_to", integer=True, minimum=1)
+    if lo > hi:
+        raise TwoTowerError(f"{given('rank_from', lo)} is past {given('rank_to', hi)}: negatives are sampled from ranks "
+                            f"{flag('rank_from')}..{flag('rank_to')}; give a range that starts no later than it ends")
+    if req.hard_negatives == "none" and req.rank_range != TrainRequest.rank_range:  # nothing is mined from them
+        raise TwoTowerError(f"{given('rank_from', lo)}..{given('rank_to', hi)} set the ranks mined negatives are drawn "
+                            f"from, and {given('hard_negatives', 'none')} mines none: drop them or mine (bm25 | model)")
     if req.hard_negatives == "none" and req.num_negatives != 1:  # no mined negatives: the count would go unused
         raise TwoTowerError(f"{given('num_negatives', req.num_negatives)} sets how many mined negatives each query "
                             f"gets, and {given('hard_negatives', 'none')} mines none: drop it or mine (bm25 | model)")
