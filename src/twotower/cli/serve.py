@@ -25,8 +25,9 @@ def serve_cmd(
                                                 help="File whose first line is the API key writes need (X-API-Key): "
                                                      "at least 16 visible ASCII characters."),
     keyed_reads: bool = typer.Option(False, "--keyed-reads",
-                                     help="Require the API key for everything but /healthz: searches, reads, /metrics, "
-                                          "/openapi.json (/docs and /redoc are off)."),
+                                     help="Require the API key for everything but /healthz: the search page at /, "
+                                          "searches, reads, /metrics, /openapi.json (/docs and /redoc are off). Reads "
+                                          "also take the key as the HTTP Basic password, so a browser can open the page."),
     model: Optional[str] = typer.Option(None, help="Encoder (default: the one recorded in the index manifest)."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16 (encoding added documents, and queries when they run on torch)"),
     device: str = typer.Option("auto", "--device", help="auto (the GPU where torch sees one, else cpu) | cpu | cuda | "
