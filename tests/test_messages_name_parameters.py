@@ -76,6 +76,16 @@ def test_train_rank_range_checked_before_any_work(tiny_beir, tiny_bert_dir, tmp_
     assert not (tmp_path / "py").exists() and not out.exists()
 
 
+def test_mine_reversed_rank_range_stops_before_the_data(tmp_path):
+    """mine shares train's check of the rank range: a reversed one is refused by name before the data is read."""
+    out = tmp_path / "m.jsonl"
+    text = _python_message(lambda: tt.mine(tmp_path / "no-such-beir", out, rank_from=9, rank_to=4))
+    assert "rank_from=9 is past rank_to=4" in text
+    text = _cli_message("mine", "--data", tmp_path / "no-such-beir", "--out", out, "--rank-from", "9", "--rank-to", "4")
+    assert "--rank-from 9 is past --rank-to 4" in text
+    assert not out.exists()
+
+
 def test_train_rank_from_reaches_the_miner(tiny_beir, tiny_bert_dir, tmp_path):
     """train's --rank-from reaches the miner: on a collection of six documents ranks 3..50 hold no negative, and the
     refusal names --rank-from, a flag train has; from rank 1 the miner finds some."""

@@ -192,7 +192,7 @@ def length_sorted_batches(
 
     ``workers`` > 1 prepares that many chunks at once in threads (in order: the batches come out as with one),
     so one chunk's tokenization (the fast tokenizer releases the GIL) overlaps the previous chunk's padding."""
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = pad_id_of(tokenizer)
 
     def padded(start: int) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
         out = []
@@ -223,6 +223,11 @@ def length_sorted_batches(
         finally:  # a consumer that stops early: drop what has not started
             for future in ahead:
                 future.cancel()
+
+
+def pad_id_of(tokenizer) -> int:
+    """The id ``tokenizer`` pads with (0 for a tokenizer without a pad token)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
 def pad_token_ids(ids: list[list[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,19 @@ log = logging.getLogger(__name__)
 HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
 
 
+def check_rank_range(rank_range: tuple[int, int]) -> None:
+    """The ranks ``rank_from``..``rank_to`` mined negatives are sampled from: whole numbers from 1, in order; a
+    message naming them otherwise, before any data is read."""
+    from twotower.checks import check_number
+
+    lo, hi = rank_range
+    check_number(lo, "rank_from", integer=True, minimum=1)
+    check_number(hi, "rank_to", integer=True, minimum=1)
+    if lo > hi:
+        raise TwoTowerError(f"{given('rank_from', lo)} is past {given('rank_to', hi)}: negatives are sampled from ranks "
+                            f"{flag('rank_from')}..{flag('rank_to')}; give a range that starts no later than it ends")
+
+
 def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=4, rank_range=(3, 50), seed=0,
                show_progress=True, precision="auto", device="auto", language="en") -> int:
     """Write ``out``: the split's judged pairs, each with negatives mined by ``retriever`` (BM25: in ``language``)."""
@@ -26,6 +39,7 @@ def mine_pairs(data, split, out, *, retriever="bm25", model=None, num_negatives=
     from twotower.encoders.towers import DualEncoder
     from twotower.retrieval.analyzers import check_language
 
+    check_rank_range(rank_range)
     check_language(language)
     if retriever == "bm25" and model is not None:
         raise TwoTowerError(f"{given('model', model)} is not used by {given('retriever', 'bm25')} (BM25 has no "
@@ -75,12 +89,8 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     from twotower.checks import check_number
 
     check_number(req.num_negatives, "num_negatives", integer=True, minimum=1)
+    check_rank_range(req.rank_range)  # before round 1 trains, not when its miner starts
     lo, hi = req.rank_range
-    check_number(lo, "rank_from", integer=True, minimum=1)
-    check_number(hi, "rank_to", integer=True, minimum=1)
-    if lo > hi:
-        raise TwoTowerError(f"{given('rank_from', lo)} is past {given('rank_to', hi)}: negatives are sampled from ranks "
-                            f"{flag('rank_from')}..{flag('rank_to')}; give a range that starts no later than it ends")
     if req.hard_negatives == "none" and req.rank_range != TrainRequest.rank_range:  # nothing is mined from them
         raise TwoTowerError(f"{given('rank_from', lo)}..{given('rank_to', hi)} set the ranks mined negatives are drawn "
                             f"from, and {given('hard_negatives', 'none')} mines none: drop them or mine (bm25 | model)")

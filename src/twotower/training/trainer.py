@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from twotower.data.pairs import TrainExample
 from twotower.encoders.device import attention_kernels, describe, device_of, resolve_device
-from twotower.encoders.inference import pad_token_ids, resolve_precision, token_ids
+from twotower.encoders.inference import pad_id_of, pad_token_ids, resolve_precision, token_ids
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
@@ -208,8 +208,7 @@ class Trainer:
         multiple of :data:`PAD_MULTIPLE` tokens (fewer distinct shapes for the kernels, aligned for tensor cores)."""
         tokenizer = tower.tokenizer
         if getattr(tokenizer, "padding_side", "right") == "right":
-            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-            ids, mask = pad_token_ids(token_ids(tokenizer, texts, max_length), pad_id,
+            ids, mask = pad_token_ids(token_ids(tokenizer, texts, max_length), pad_id_of(tokenizer),
                                       PAD_MULTIPLE.get(self.device.type, 1))
         else:
             batch = tower.tokenize(texts, max_length=max_length)
