@@ -11,6 +11,7 @@ import typer
 import twotower as tt
 from twotower.cli.console import BATCH_HELP, DEVICE_HELP, console, fail
 from twotower.cli.helpers import check_output_dir, check_output_file
+from twotower.cli.options import Progress, Seed
 from twotower.errors import TwoTowerError
 
 analyze_app = typer.Typer(help="The papers' analyses: projection fidelity, tower spaces, document length, "
@@ -84,7 +85,7 @@ def fidelity_cmd(
     target_accuracy: float = typer.Option(0.95, "--target-accuracy", help="Pairwise accuracy defining k* (1 − β)."),
     seed: int = typer.Option(0, help="Random seed (query/document sampling and projections)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for fidelity.json and the PNG plots."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
 ) -> None:
     """Random-projection fidelity of BM25: k* vs. margin (Fig. 2), margins and recall by document length."""
     _run(lambda: check_output_dir(out, "--out"))  # before any loading
@@ -128,9 +129,9 @@ def towers_cmd(
     perplexity: float = typer.Option(30.0, help="t-SNE perplexity."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    seed: int = typer.Option(0),
+    seed: Seed = 0,
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for towers.json and towers_tsne.png."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
 ) -> None:
     """t-SNE of query- and document-tower embeddings per model, with a linear probe's separability."""
     _run(lambda: check_output_dir(out, "--out"))  # before any loading
@@ -150,7 +151,7 @@ def doclength_cmd(
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for doclength.json and doclength.png."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
 ) -> None:
     """Median length (words, tokens) of the top-10 documents each retriever returns (GTR §6.4)."""
     _run(lambda: check_output_dir(out, "--out"))  # before any loading
@@ -175,7 +176,7 @@ def latency_cmd(
     doc_batch_size: int = typer.Option(64, "--doc-batch-size", min=1),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for latency.json and latency.png."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
 ) -> None:
     """Batch-1 query latency (p50/p95) and documents/s per model and precision (GTR §8)."""
     _run(lambda: check_output_dir(out, "--out"))  # before any loading

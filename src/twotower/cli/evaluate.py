@@ -12,6 +12,7 @@ import twotower as tt
 from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, PRF_DEPTH_HELP,
                                   PRF_WEIGHT_HELP, RUNTIME_HELP, console, fail, warn)
 from twotower.cli.helpers import check_outputs
+from twotower.cli.options import Progress
 from twotower.errors import TwoTowerError
 
 
@@ -62,7 +63,7 @@ def eval_cmd(
         help="Comma-separated metrics: ndcg|recall|p|map|mrr|acc @k (acc@k = top-k answer accuracy: "
         "the share of queries with a relevant document in the top k).",
     ),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
     rerank: Optional[str] = typer.Option(

@@ -9,6 +9,7 @@ import typer
 
 import twotower as tt
 from twotower.cli.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console, fail, warn
+from twotower.cli.options import MatryoshkaWeights, Progress, Seed
 from twotower.errors import TwoTowerError
 
 _D = tt.FitRecipe()  # the recipe's defaults are the options' defaults
@@ -39,21 +40,20 @@ def fit_cmd(
     matryoshka: Optional[str] = typer.Option(
         None, "--matryoshka", help="Matryoshka in both training rounds: the loss on each prefix of the embedding, "
         "e.g. 384,192,96,48, summed; the fitted model can be cut with 'index build --dim'."),
-    matryoshka_weights: Optional[str] = typer.Option(
-        None, "--matryoshka-weights", help="One weight per --matryoshka dimension (default 1 each)."),
+    matryoshka_weights: MatryoshkaWeights = None,
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
     language: str = typer.Option(_D.language, "--language", help=LANGUAGE_HELP + " Stored with the model for "
                                  "its hybrid (default auto: detected from the documents)."),
-    seed: int = typer.Option(42),
+    seed: Seed = 42,
     precision: str = typer.Option("auto", help="auto (bf16 where the CPU/GPU has fast bf16) | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     cache_chunk: Optional[int] = typer.Option(None, "--cache-chunk", min=1, help="GradCache chunk size for both "
                                               "training rounds (memory bounded by it, the same loss); a rerun may "
                                               "change it."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
 ) -> None:
     """Fine-tune, mine, retrain and tune the hybrid on held-out train queries: the best retriever for DATA.
     The model remembers its tuned retrieval: 'eval', 'index build', 'search' and 'serve' use it. Without train

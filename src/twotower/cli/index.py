@@ -12,6 +12,7 @@ import twotower as tt
 from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console,
                                   fail)
 from twotower.cli.helpers import check_output_dir
+from twotower.cli.options import Progress
 from twotower.errors import TwoTowerError
 
 LOCK_HELP = ("Seconds to wait while another writer holds the index's lock, then give up with nothing changed "
@@ -56,7 +57,7 @@ def index_build(
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
     use_ray: bool = typer.Option(False, "--ray", help="Encode on Ray: an actor pool holding the model."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="auto | local | ray://host:port"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Ray actors (default: one per CPU/GPU)."),
@@ -104,7 +105,7 @@ def index_add(
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: Progress = True,
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
 ) -> None:

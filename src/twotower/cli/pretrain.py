@@ -10,6 +10,7 @@ import typer
 import twotower as tt
 from twotower.cli.console import DEVICE_HELP, fail
 from twotower.cli.helpers import check_output_dir
+from twotower.cli.options import CheckpointEvery, CheckpointMinutes, Progress, Resume, Seed, TensorBoard
 from twotower.errors import TwoTowerError
 
 
@@ -51,14 +52,12 @@ def pretrain_cmd(
     freeze_embeddings: bool = typer.Option(
         False, "--freeze-embeddings", help="Keep the token-embedding matrix out of the gradient and the optimizer "
         "(multilingual-e5-small: 82% of the parameters; as train --freeze-embeddings)."),
-    checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
-    checkpoint_minutes: Optional[float] = typer.Option(
-        None, "--checkpoint-minutes",
-        help="Also checkpoint once this many minutes have passed since the last checkpoint (slow steps)."),
-    resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
-    tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
-    seed: int = typer.Option(42),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    checkpoint_every: CheckpointEvery = 100,
+    checkpoint_minutes: CheckpointMinutes = None,
+    resume: Resume = False,
+    tensorboard: TensorBoard = False,
+    seed: Seed = 42,
+    progress: Progress = True,
 ) -> None:
     """Pre-train a dual encoder without labels: positive pairs are two views of the same text chunk."""
     try:

@@ -11,6 +11,8 @@ import typer
 import twotower as tt
 from twotower.cli.console import DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console, fail
 from twotower.cli.helpers import check_output_dir, check_outputs
+from twotower.cli.options import (CheckpointEvery, CheckpointMinutes, MatryoshkaWeights, Progress, Resume, Seed,
+                                  TensorBoard)
 from twotower.errors import TwoTowerError
 
 
@@ -47,8 +49,7 @@ def train_cmd(
     matryoshka: Optional[str] = typer.Option(
         None, "--matryoshka", help="Matryoshka: the loss on each prefix of the embedding, e.g. 384,192,96,48, summed "
         "(cut the vectors later with 'index build --dim D')."),
-    matryoshka_weights: Optional[str] = typer.Option(
-        None, "--matryoshka-weights", help="One weight per --matryoshka dimension (default 1 each)."),
+    matryoshka_weights: MatryoshkaWeights = None,
     hard_negatives: str = typer.Option("none", "--hard-negatives", help="none | bm25 | model (train, mine with it, retrain)"),
     num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query in the loss."),
     rank_from: int = typer.Option(3, "--rank-from", min=1, help="With --hard-negatives: sample them from ranks a..b "
@@ -71,14 +72,12 @@ def train_cmd(
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Document max tokens (default: the model's)."),
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
     config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
-    checkpoint_every: int = typer.Option(100, "--checkpoint-every", min=1),
-    checkpoint_minutes: Optional[float] = typer.Option(
-        None, "--checkpoint-minutes",
-        help="Also checkpoint once this many minutes have passed since the last checkpoint (slow steps)."),
-    resume: bool = typer.Option(False, help="Continue from the newest checkpoint in --out."),
-    tensorboard: bool = typer.Option(False, help="Write TensorBoard logs to OUT/tensorboard."),
-    seed: int = typer.Option(42),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    checkpoint_every: CheckpointEvery = 100,
+    checkpoint_minutes: CheckpointMinutes = None,
+    resume: Resume = False,
+    tensorboard: TensorBoard = False,
+    seed: Seed = 42,
+    progress: Progress = True,
 ) -> None:
     """Train a dual encoder (GTR-style in-batch softmax, optional hard negatives)."""
     try:
@@ -159,7 +158,7 @@ def mine_cmd(
     num_negatives: int = typer.Option(4, "--num-negatives", min=1),
     rank_from: int = typer.Option(3, "--rank-from", min=1, help="Sample negatives from ranks a..b (1-based)."),
     rank_to: int = typer.Option(50, "--rank-to", min=1),
-    seed: int = typer.Option(0),
+    seed: Seed = 0,
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     progress: bool = typer.Option(True),
@@ -190,8 +189,8 @@ def train_reranker_cmd(
     max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Train on at most this many groups."),
     precision: str = typer.Option("auto", help="auto | fp32 | bf16"),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    seed: int = typer.Option(0),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    seed: Seed = 0,
+    progress: Progress = True,
 ) -> None:
     """Train a cross-encoder re-ranker: judged positives vs BM25-mined negatives, softmax over each group."""
     try:
