@@ -310,7 +310,8 @@ def test_bm25_mode_on_an_index_without_bm25(tmp_path, tiny_bert_dir):
     build_index(data, tmp_path / "dense-only", model=str(tiny_bert_dir), cfg=EncodeConfig(show_progress=False))
     c = make_client(tmp_path / "dense-only")
     r = c.post("/search", json={"query": "tea", "mode": "bm25"})
-    assert r.status_code == 400 and "--bm25" in r.json()["detail"]
+    # an app made from Python: the rebuild is named by Index.build's parameter
+    assert r.status_code == 400 and "rebuild with bm25=True" in r.json()["detail"]
 
 
 # ---------------------------------------------------------------------------------------------
