@@ -46,14 +46,17 @@ def test_search_with_feedback_against_numpy():
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(TwoTowerError, match="--prf-depth 0"):
+    # Python names the parameters (prf_depth=0); the CLI its flags: test_eval_refuses_bad_feedback_options
+    with pytest.raises(TwoTowerError, match="^prf_depth=0: "):
         check_prf(0, None)
     for w in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(TwoTowerError, match="--prf-weight"):
+        with pytest.raises(TwoTowerError, match=f"^prf_weight={w}: "):
             check_prf(3, w)
-    with pytest.raises(TwoTowerError, match="needs --prf-depth"):
+    with pytest.raises(TwoTowerError, match="^prf_weight needs prf_depth "):
         check_prf(None, 1.0)
-    with pytest.raises(TwoTowerError, match="lower --prf-depth"):
+    with pytest.raises(TwoTowerError, match=r"mode='bm25' has none: drop it or pass mode='dense' \| 'hybrid' \| 'rrf'"):
+        check_prf(3, None, mode="bm25", mode_option="--retriever")
+    with pytest.raises(TwoTowerError, match=r"lower prf_depth\)"):
         feedback_rows(np.array([[3, -1]]), 2)
     with pytest.raises(TwoTowerError, match="only 4 documents"):
         search_with_feedback(np.ones((1, 2), np.float32), np.ones((4, 2), np.float32), 3, 5, 1.0)

@@ -151,7 +151,9 @@ def test_eval_refuses_an_index_of_another_corpus(tiny_beir, tiny_bert_dir, tmp_p
         msg = str(err.value)
         assert msg.startswith(f"{out}: built from a different corpus than {other / 'corpus.jsonl'}")
         assert "1 document(s) differ in title or text (e.g. 'd3')" in msg
-        assert "twotower index build" in msg and "without --index" in msg
+        # run_eval called from Python: the rebuild and the way out in Python's terms (the CLI's: tests/test_store.py)
+        assert f"tt.Index.build(path, '{other}')" in msg and "without the stored index (retriever)" in msg
+        assert "--" not in msg
 
     extra = {"_id": "d7", "title": "Kombucha", "text": "Kombucha is fermented sweet tea."}
     grown = write_beir(tmp_path / "grown", [*TINY_CORPUS, extra], TINY_QUERIES, TINY_QRELS)
@@ -208,7 +210,7 @@ def test_eval_over_ann_index_warns_once_that_search_is_approximate(tiny_beir, ti
     build_index(tiny_beir, tmp_path / "flat", model=str(tiny_bert_dir), cfg=cfg)
     warned = [w for w in _eval(tiny_beir, tmp_path / "hnsw").warnings if "approximate" in w]
     assert len(warned) == 1
-    assert "HNSW4" in warned[0] and "--kind flat" in warned[0] and "without --index" in warned[0]
+    assert "HNSW4" in warned[0] and "kind='flat'" in warned[0] and "without the stored index (retriever)" in warned[0]
     assert not [w for w in _eval(tiny_beir, tmp_path / "flat").warnings if "approximate" in w]
     res = CliRunner().invoke(app, ["eval", "--data", str(tiny_beir), "--retriever", "dense", "--index",
                                    str(tmp_path / "hnsw"), "--precision", "fp32", "--no-progress"])

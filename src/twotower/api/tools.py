@@ -135,5 +135,5 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
         raise TwoTowerError(f"log level {log_level}: choose one of critical, error, warning, info, debug, trace")
     from twotower.serve.port import check_port
 
-    check_port(host, port, "port")
+    check_port(host, port)
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)

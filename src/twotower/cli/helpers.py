@@ -52,7 +52,7 @@ def check_port(host: str, port: int) -> None:
     """A server can listen on ``host:port`` (``--host``, ``--port``), checked before anything is loaded or announced."""
     from twotower.serve.port import check_port as check
 
-    check(host, port, "--port")
+    check(host, port)  # under the CLI's names: --host, --port
 
 
 def locate_beir(path: Path, cache: Path) -> Path:

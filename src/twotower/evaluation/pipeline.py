@@ -386,7 +386,7 @@ def check_eval_options(cfg: EvalConfig) -> None:
                                 f"{_mode(cfg.retriever)} does not use it: drop it or pass {_mode('hybrid')}")
     from twotower.retrieval.prf import check_prf
 
-    check_prf(cfg.prf_depth, cfg.prf_weight, mode=cfg.retriever)
+    check_prf(cfg.prf_depth, cfg.prf_weight, mode=cfg.retriever, mode_option="--retriever")
     set_bm25 = [flag(name) for name, value in (("k1", cfg.k1), ("b", cfg.b)) if value is not None]
     if set_bm25 and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(set_bm25)}: a stored index ({flag(*_INDEX)}) scores with the BM25 parameters "

@@ -79,8 +79,7 @@ def search_options(index: Index, k, *, mode=None, lam=None, norm=None, prf_depth
                             "bm25=True (twotower index build --bm25) or use mode='dense'")
     _whole("prf_depth", prf_depth)
     _number("prf_weight", prf_weight, 0.0, float("inf"))
-    check_prf(prf_depth, prf_weight, mode=resolved, mode_option="mode", depth_option="prf_depth",
-              weight_option="prf_weight")
+    check_prf(prf_depth, prf_weight, mode=resolved)
     _whole("rerank_depth", rerank_depth)
     check_breadth(index, ef_search, nprobe)
     if rerank_depth is not None and rerank is None:

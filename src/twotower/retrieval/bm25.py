@@ -23,6 +23,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 
+from twotower.checks import flag
 from twotower.errors import TwoTowerError
 from twotower.io import NPY_LOCK, atomic_write_json
 from twotower.retrieval.analyzers import AUTO, Analyzer, analyzer_for, check_language, detect_language
@@ -48,9 +49,9 @@ class BM25Params:
     def __post_init__(self) -> None:
         check_language(self.language)
         if not (isinstance(self.k1, (int, float)) and 0 <= self.k1 < float("inf")):
-            raise ValueError(f"BM25 k1 (--k1) must be a finite number of 0 or more (usual: 0.9 to 2), got {self.k1}")
+            raise ValueError(f"BM25 {flag('k1')} must be a finite number of 0 or more (usual: 0.9 to 2), got {self.k1}")
         if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
-            raise ValueError(f"BM25 b (--b) must lie in [0, 1] (the share of length normalisation), got {self.b}")
+            raise ValueError(f"BM25 {flag('b')} must lie in [0, 1] (the share of length normalisation), got {self.b}")
 
     @classmethod
     def from_dict(cls, saved: dict) -> "BM25Params":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 
@@ -24,22 +25,41 @@ DEFAULT_WEIGHT = 1.0  # the feedback as much as the query
 FEEDBACK_MODES = ("dense", "hybrid", "rrf")  # the retrievals with a dense query to move
 
 
-def check_prf(depth: int | None, weight: float | None, *, mode: str | None = None, mode_option: str = "--retriever",
-              depth_option: str = "--prf-depth", weight_option: str = "--prf-weight") -> None:
+def check_prf(depth: int | None, weight: float | None, *, mode: str | None = None, mode_option: str | None = None,
+              fields: bool = False) -> None:
     """Refuse feedback settings that cannot be meant: a depth below 1, a weight not above 0 or not finite, a weight
-    without a depth, or feedback for a ``mode`` (named by ``mode_option`` in the message) without a dense query."""
+    without a depth, or feedback for a ``mode`` without a dense query. The messages name the settings as the caller
+    knows them (:func:`twotower.checks.option_name`): ``prf_depth=`` / ``mode=`` from Python, ``--prf-depth`` and
+    ``mode_option`` (the command's flag for the mode when it is not ``--mode``: eval's ``--retriever``) on the command
+    line; ``fields``: as a request's JSON fields (``"prf_depth"``), for the service."""
     if depth is None and weight is None:
         return
+
+    def name(key: str, *value) -> str:  # the setting, with its value when one is given
+        if fields:
+            return " ".join([f'"{key}"', *map(str, value)])
+        option = mode_option if key == "mode" else None
+        return given(key, value[0], option) if value else flag(key, option)
+
     if depth is not None and depth < 1:
-        raise TwoTowerError(f"{depth_option} {depth}: the number of feedback documents must be 1 or more")
+        raise TwoTowerError(f"{name('prf_depth', depth)}: the number of feedback documents must be 1 or more")
     if weight is not None and not (np.isfinite(weight) and weight > 0):
-        raise TwoTowerError(f"{weight_option} {weight}: the feedback weight must be a number above 0 "
+        raise TwoTowerError(f"{name('prf_weight', weight)}: the feedback weight must be a number above 0 "
                             f"(1 gives the query and its feedback equal shares)")
     if weight is not None and depth is None:
-        raise TwoTowerError(f"{weight_option} needs {depth_option} (how many top documents feed back)")
+        raise TwoTowerError(f"{name('prf_weight')} needs {name('prf_depth')} (how many top documents feed back)")
     if mode is not None and mode not in FEEDBACK_MODES:
-        raise TwoTowerError(f"{depth_option} feeds the top documents' vectors back into a dense query; {mode_option} "
-                            f"{mode} has none: drop it or pass {mode_option} {' | '.join(FEEDBACK_MODES)}")
+        modes = _modes(mode_option) if not fields else name("mode", " | ".join(FEEDBACK_MODES))
+        raise TwoTowerError(f"{name('prf_depth')} feeds the top documents' vectors back into a dense query; "
+                            f"{name('mode', mode)} has none: drop it or pass {modes}")
+
+
+def _modes(option: str | None) -> str:
+    """The feedback modes to choose from: ``mode='dense' | 'hybrid' | 'rrf'`` in Python, ``--retriever dense | hybrid |
+    rrf`` on the command line (``option``: the mode's flag there)."""
+    first = given("mode", FEEDBACK_MODES[0], option)
+    quoted = first.endswith(repr(FEEDBACK_MODES[0]))
+    return " | ".join([first, *(repr(m) if quoted else m for m in FEEDBACK_MODES[1:])])
 
 
 def rocchio(queries: np.ndarray, feedback: np.ndarray, weight: float) -> np.ndarray:
@@ -56,7 +76,7 @@ def feedback_rows(rows: np.ndarray, depth: int) -> np.ndarray:
     top = rows[:, :depth]
     if (top < 0).any():
         raise TwoTowerError(f"pseudo-relevance feedback needs {depth} documents per query; a search returned fewer "
-                            "(lower --prf-depth)")
+                            f"(lower {flag('prf_depth')})")
     return top
 
 
@@ -65,8 +85,8 @@ def moved_queries(queries: np.ndarray, doc_vectors: np.ndarray, depth: int, weig
     from twotower.retrieval.dense import exact_search
 
     if depth > len(doc_vectors):
-        raise TwoTowerError(f"--prf-depth {depth}: the corpus has only {len(doc_vectors)} documents to feed back; "
-                            "lower --prf-depth")
+        raise TwoTowerError(f"{given('prf_depth', depth)}: the corpus has only {len(doc_vectors)} documents to feed "
+                            f"back; lower {flag('prf_depth')}")
     _, first = exact_search(queries, doc_vectors, depth)
     return rocchio(queries, np.asarray(doc_vectors)[feedback_rows(first, depth)], weight)
 

@@ -211,14 +211,14 @@ def train_reranker(
     from twotower.encoders.device import describe, resolve_device
     from twotower.encoders.inference import autocast_context, resolve_precision
 
+    from twotower.checks import given, option_name
+
     cfg = cfg or RerankerTrainConfig()
     if split == "test":
-        raise ModelError("--split test: a re-ranker trained on the test judgements would be evaluated on what it "
-                         "learned; train on another split (train, dev)")
+        raise ModelError(f"{given('split', split)}: a re-ranker trained on the test judgements would be evaluated on "
+                         "what it learned; train on another split (train, dev)")
     out = Path(out)
     if out.is_dir() and any(out.iterdir()) and not _is_cross_encoder(out):
-        from twotower.checks import option_name
-
         raise ModelError(f"{option_name('out')} {out} is a folder holding other files, not a cross-encoder (its "
                          "config.json naming a *ForSequenceClassification model, and its weights): training would "
                          "replace it whole; give a new folder (or a previous re-ranker's, to replace it)")

@@ -394,7 +394,7 @@ class Searcher:
         norm = norm or (self.defaults.norm if self.defaults is not None else None) or "minmax"
         if norm not in NORMS:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
-        check_prf(prf_depth, prf_weight, mode=mode, mode_option="mode")
+        check_prf(prf_depth, prf_weight, mode=mode)
         store = store or self.store  # one version for the whole call
         only = restriction(store, filter)
         qids, texts = list(queries), list(queries.values())

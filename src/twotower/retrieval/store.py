@@ -247,7 +247,7 @@ class IndexStore:
     def bm25(self) -> BM25:
         if self._bm25 is None:
             if not self.manifest.get("bm25"):
-                raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
+                raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with {switch('bm25')})")
             params = BM25Params.from_dict(self.manifest["bm25"])
             self._bm25 = BM25.load(self.dir / "bm25", self.doc_ids, params, mmap=True)
         return self._bm25

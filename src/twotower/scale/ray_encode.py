@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import given
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_bytes, atomic_write_json
 
@@ -143,7 +144,7 @@ def encode_corpus_ray(
         available = resources.get("GPU" if gpus > 0 else "CPU", 0)
         workers = cfg.workers or max(1, int(available // per))
         if gpus > 0 and available < gpus:
-            raise TwoTowerError(f"--gpus-per-worker {gpus}: the Ray cluster has {available} GPUs")
+            raise TwoTowerError(f"{given('gpus_per_worker', gpus)}: the Ray cluster has {available} GPUs")
         workers = max(1, min(workers, len(todo)))
         DataContext.get_current().enable_progress_bars = show_progress
         items = [{"batch": b, "texts": [texts[i] for i in batches[b]]} for b in todo]

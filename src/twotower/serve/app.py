@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
 
+from twotower.checks import flag, switch
 from twotower.errors import TwoTowerError
 from twotower.retrieval.milvus.client import MilvusError
 from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
@@ -111,10 +112,12 @@ def create_app(
 
     limits = limits or ServeLimits()
     check_options(precision=precision, query_runtime=query_runtime)
+    key = flag("api_key", "--api-key-file")  # api_key from Python, --api-key-file on the command line
     if api_key is not None:  # checked before the index and the model are loaded
-        check_api_key(api_key, "api_key (--api-key-file)")
+        check_api_key(api_key, key)
     if not open_reads and api_key is None:
-        raise TwoTowerError("keyed reads (open_reads=False) need an API key (--api-key-file)")
+        raise TwoTowerError(f"keyed reads ({switch('keyed_reads')}) need an API key ({key})")
+    no_key = f"writes are disabled: start the server with {key} to allow them"  # requests run outside this context
     state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
 
     m = build_models(limits)
@@ -228,7 +231,7 @@ def create_app(
         from fastapi import HTTPException
 
         if api_key is None:
-            raise HTTPException(403, "writes are disabled: start the server with --api-key-file to allow them")
+            raise HTTPException(403, no_key)
         if not sent:
             raise HTTPException(401, f"missing API key: send it in the {API_KEY_HEADER} header",
                                 headers={"WWW-Authenticate": "ApiKey"})

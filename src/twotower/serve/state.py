@@ -160,8 +160,7 @@ def check_feedback(store, mode: str | None, depth: int | None, weight: float | N
     ``prf_depth``, ``prf_weight``, ``mode``), not in the command line's."""
     from twotower.retrieval.prf import check_prf
 
-    check_prf(depth, weight, mode=mode, mode_option='"mode"', depth_option='"prf_depth"',
-              weight_option='"prf_weight"')
+    check_prf(depth, weight, mode=mode, fields=True)
     if depth is None:
         return
     if store.multivector:

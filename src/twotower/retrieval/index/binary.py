@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from twotower.checks import flag
 from twotower.retrieval.index.codecs import Codec, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
 from twotower.retrieval.index.kinds import widened
@@ -23,11 +24,11 @@ def hamming_params(index, ef_search: int | None, nprobe: int | None, sel=None, s
 
     if nprobe is not None:
         raise IndexStoreError("nprobe applies to IVF indexes; this index is a binary "
-                              f"{type(index).__name__}: drop --nprobe")
+                              f"{type(index).__name__}: drop {flag('nprobe')}")
     hnsw = isinstance(index, faiss.IndexBinaryHNSW)
     if ef_search is not None and not hnsw:
         raise IndexStoreError(f"efSearch applies to HNSW indexes; this index is {type(index).__name__}: drop "
-                              f"--ef-search")
+                              f"{flag('ef_search')}")
     base = int(ef_search) if ef_search is not None else DEFAULT_EF_SEARCH
     if sel is None:
         return faiss.SearchParametersHNSW(efSearch=base) if hnsw else None

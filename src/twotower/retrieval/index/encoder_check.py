@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def check_index_encoder(index, info: dict, model: str | None, *, encoder_dim: in
     if encoder_dim is not None and index_dim is not None and encoder_dim != index_dim:
         raise TwoTowerError(f"{index}: holds {index_dim}-d vectors of {info.get('name')} ({info.get('path')}), but "
                             f"{model or 'the encoder given'} gives {encoder_dim}-d vectors: search and add with the "
-                            "index's own model (leave out --model), or build another index with this one")
+                            f"index's own model (leave out {flag('model')}), or build another index with this one")
     if not model or same_model(model, info):
         return
     recorded = info.get("path")
@@ -50,6 +51,6 @@ def check_index_encoder(index, info: dict, model: str | None, *, encoder_dim: in
         log.warning("%s: its model directory %s is gone; taking %s for it (vectors of another model would rank "
                     "nothing sensible: rebuild the index if it is not the same model)", index, recorded, model)
         return
-    raise TwoTowerError(f"{index}: its documents were encoded by {info.get('name')} ({recorded}); --model {model} "
-                        "is another encoder, whose vectors are not comparable with them: leave out --model (the "
-                        f"index's own is used), or build an index with {model}")
+    raise TwoTowerError(f"{index}: its documents were encoded by {info.get('name')} ({recorded}); "
+                        f"{given('model', model)} is another encoder, whose vectors are not comparable with them: "
+                        f"leave out {flag('model')} (the index's own is used), or build an index with {model}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.checks import flag, given
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError
 
@@ -60,8 +61,8 @@ def check_index_for_eval(
                 f"{index}: built from a different corpus than "
                 f"{Path(dataset.root) / 'corpus.jsonl' if dataset.root is not None else 'the data set given'}: "
                 f"{_differences(store, corpus)}. Scores against it would rank other documents than the qrels "
-                f"judge (rebuild the index from this corpus with 'twotower index build --data {dataset.root} "
-                f"--out INDEX', or evaluate without --index)"
+                f"judge (rebuild the index from this corpus with {_rebuild(dataset.root)}, or evaluate without "
+                f"{_the_index()})"
             )
         info = store.manifest.get("model") or {}
         result = IndexForEval(model=info.get("name") if retriever != "bm25" else None)
@@ -71,11 +72,12 @@ def check_index_for_eval(
         if not is_exact(factory) and (store.manifest.get("milvus") or {}).get("index_type") != "FLAT":
             result.warnings.append(
                 f"{index} is a {factory} index, so the search is approximate (ANN) and its metrics can be lower "
-                f"than exact search's; for exact metrics build the index with --kind flat or run eval without --index"
+                f"than exact search's; for exact metrics build the index with {given('kind', 'flat')} or run eval "
+                f"without {_the_index()}"
             )
         if model is not None and not _same_model(model, info):
             result.warnings.append(
-                f"queries are encoded with --model {model} but the documents in {index} were encoded with "
+                f"queries are encoded with {given('model', model)} but the documents in {index} were encoded with "
                 f"{info.get('name')} ({info.get('path')}); their vectors are comparable only if the two are the "
                 f"same model"
             )
@@ -84,8 +86,21 @@ def check_index_for_eval(
         store.close()
 
 
+def _rebuild(root) -> str:
+    """How to index ``root``'s corpus anew, as the caller would: the command under the CLI's names, else
+    ``tt.Index.build``."""
+    if flag("out").startswith("--"):  # the command line (twotower.checks.cli_names)
+        return f"'twotower index build --data {root} --out INDEX'"
+    return f"tt.Index.build(path, {str(root)!r})" if root is not None else "tt.Index.build(path, dataset)"
+
+
+def _the_index() -> str:
+    """The stored index evaluated: eval's ``--index``; from Python the Index given as ``retriever``."""
+    return f"the stored index ({flag('retriever', '--index')})"
+
+
 def _same_model(model: str, info: dict) -> bool:
-    given = Path(model).expanduser()
-    if given.exists() and info.get("path") and Path(info["path"]).exists():
-        return given.resolve() == Path(info["path"]).resolve()
+    path = Path(model).expanduser()
+    if path.exists() and info.get("path") and Path(info["path"]).exists():
+        return path.resolve() == Path(info["path"]).resolve()
     return model in (info.get("name"), info.get("path"))

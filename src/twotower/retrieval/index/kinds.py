@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from twotower.checks import check_number, flag, given
 from twotower.retrieval.bm25 import BM25Params
 from twotower.retrieval.index import codecs
 from twotower.retrieval.index.errors import IndexStoreError
@@ -72,7 +73,7 @@ class IndexSpec:
                 return codecs.sq_factory(self.vectors, f"IVF{nlist},Flat")
             pq_m = self.pq_m or _largest_divisor_at_most(dim, max(1, dim // 8))
             if dim % pq_m:
-                raise IndexStoreError(f"IVF-PQ: --pq-m {pq_m} must divide the vector dimension {dim}")
+                raise IndexStoreError(f"IVF-PQ: {given('pq_m', pq_m)} must divide the vector dimension {dim}")
             return f"IVF{nlist},PQ{pq_m}"
         return self.kind  # any FAISS factory string
 
@@ -106,7 +107,7 @@ def _make(spec: IndexSpec, dim: int, n: int):
     except RuntimeError as exc:
         raise IndexStoreError(
             f"FAISS cannot build index kind '{spec.kind}' (factory '{factory}', {dim}-d vectors): {_faiss_message(exc)}"
-            f" (use --kind flat, hnsw, ivf, ivfpq or a valid FAISS factory string)"
+            f" (use {flag('kind')} flat, hnsw, ivf, ivfpq or a valid FAISS factory string)"
         ) from None
 
 
@@ -118,8 +119,6 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     dim = codecs.check_vectors(vectors=spec.vectors, dim=spec.dim, rescore=spec.rescore,
                                rescore_factor=spec.rescore_factor, kind=spec.kind, source_dim=dim,
                                multivector=max_vectors != min_vectors)
-    from twotower.checks import check_number, option_name
-
     least_values = (("hnsw_m", spec.hnsw_m, 2), ("ef_construction", spec.ef_construction, 1),
                     ("nlist", spec.nlist, 1), ("pq_m", spec.pq_m, 1), ("train_size", spec.train_size, 1))
     for name, value, least in least_values:
@@ -132,21 +131,23 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
     defaults = IndexSpec()
     for name in ("hnsw_m", "ef_construction"):  # read by kind hnsw only: elsewhere a value would go unused
         if getattr(spec, name) != getattr(defaults, name) and kind != "hnsw":
-            raise IndexStoreError(f"{option_name(name).rstrip('=')} applies to kind hnsw, not '{spec.kind}': drop it or change "
-                                  "the kind")
+            raise IndexStoreError(f"{flag(name)} applies to {flag('kind')} hnsw, not '{spec.kind}': drop it or change "
+                                  f"{flag('kind')}")
     if spec.nlist is not None and kind not in ("ivf", "ivfpq"):
-        raise IndexStoreError(f"--nlist applies to --kind ivf | ivfpq, not '{spec.kind}': drop it or change --kind")
+        raise IndexStoreError(f"{flag('nlist')} applies to {flag('kind')} ivf | ivfpq, not '{spec.kind}': drop it or "
+                              f"change {flag('kind')}")
     if spec.pq_m is not None and kind != "ivfpq":
-        raise IndexStoreError(f"--pq-m applies to --kind ivfpq, not '{spec.kind}': drop it or change --kind")
+        raise IndexStoreError(f"{flag('pq_m')} applies to {flag('kind')} ivfpq, not '{spec.kind}': drop it or change "
+                              f"{flag('kind')}")
     index, factory = _make(spec, dim, min_vectors)
     if spec.binary:
         return factory
     ivf = _ivf(index)
     if ivf is not None and ivf.nlist > max_vectors:
         raise IndexStoreError(
-            f"index kind '{spec.kind}' ({factory}): --nlist {ivf.nlist} is more than the {max_vectors} vectors to "
-            f"index; IVF trains one centroid per list on the vectors (use --nlist {max_vectors} or fewer, or "
-            f"--kind flat)"
+            f"index kind '{spec.kind}' ({factory}): {given('nlist', ivf.nlist)} is more than the {max_vectors} vectors "
+            f"to index; IVF trains one centroid per list on the vectors (use {given('nlist', max_vectors)} or fewer, "
+            f"or {given('kind', 'flat')})"
         )
     if "PQ" in factory and max_vectors < PQ_MIN_TRAIN:
         raise _too_few_for_pq(spec, factory, max_vectors)
@@ -156,7 +157,7 @@ def check_spec(spec: IndexSpec, dim: int, min_vectors: int, max_vectors: int | N
 def _too_few_for_pq(spec: IndexSpec, factory: str, n: int) -> IndexStoreError:
     return IndexStoreError(
         f"index kind '{spec.kind}' ({factory}) needs at least {PQ_MIN_TRAIN} vectors to train its product "
-        f"quantizer, got {n} (use --kind flat or ivf for small collections)"
+        f"quantizer, got {n} (use {flag('kind')} flat or ivf for small collections)"
     )
 
 

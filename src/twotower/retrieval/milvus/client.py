@@ -217,8 +217,8 @@ def _is_milvus(exc: BaseException) -> bool:
 def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int) -> dict:
     """The Milvus index for ``--kind``: ``{"index_type", "params"}`` (metric IP on normalised vectors)."""
     if kind not in INDEX_TYPES:
-        raise TwoTowerError(f"--kind {kind!r}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
-                            "strings and ivfpq need --backend faiss)")
+        raise TwoTowerError(f"{given('kind', kind)}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
+                            f"strings and ivfpq need {given('backend', 'faiss')})")
     if kind == "hnsw":
         return {"index_type": "HNSW", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction)}}
     if kind == "ivf":
@@ -286,7 +286,7 @@ def check_owner(client, manifest: dict, index_dir: Path) -> None:
             f"{props.get('model', 'unknown')}, {props.get('field_dim', '?')}-d vectors, corpus "
             f"{props.get('corpus', 'unknown')[:12]}…), not to this one (model {want_model}, {manifest['dim']}-d, corpus "
             f"{str((manifest.get('corpus') or {}).get('fingerprint', ''))[:12]}…): rebuild this index into a "
-            "collection of its own (--collection)")
+            f"collection of its own ({flag('collection')})")
     if props.get("schema") != str(SCHEMA_VERSION):
         raise MilvusError(f"{index_dir}: the Milvus collection '{name}' at {uri} has the layout of an older twotower "
                           f"(schema {props.get('schema')}, this one reads {SCHEMA_VERSION}): rebuild the index with "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from twotower.checks import given
 from twotower.data.metadata import kind
 from twotower.errors import DataError
 from twotower.retrieval.filters import And, Condition, Filter, Or, parse_filter, to_milvus_expr
@@ -74,16 +75,17 @@ def _check(c: Condition, kinds: dict[str, list[str]]) -> None:
         if "number" in value_kinds and held & {"bool", "list:bool"}:
             raise _refuse(c, f"documents hold booleans in '{name}' and Milvus equals true with 1 and false with 0",
                           "keep booleans and numbers in different fields, or search this index's documents on the "
-                          "local backend (--backend faiss)")
+                          f"local backend ({given('backend', 'faiss')})")
         if "bool" in value_kinds and held & {"number", "list:number"}:
             raise _refuse(c, f"documents hold numbers in '{name}' and Milvus equals true with 1 and false with 0",
-                          "keep booleans and numbers in different fields, or use --backend faiss")
+                          f"keep booleans and numbers in different fields, or use {given('backend', 'faiss')}")
     if c.op in RANGE_OPS and "list" in held:
         raise _refuse(c, f"documents hold lists in '{name}' and Milvus compares a list, not its elements",
-                      "compare a scalar field, or use --backend faiss")
+                      f"compare a scalar field, or use {given('backend', 'faiss')}")
     if c.op in ("$exists", "$ne", "$nin") and "null" in held:
         raise _refuse(c, f"documents hold null in '{name}' and Milvus reads null as a missing field",
-                      "store a value other than null (or leave the field out) to mean 'none', or use --backend faiss")
+                      "store a value other than null (or leave the field out) to mean 'none', or use "
+                      f"{given('backend', 'faiss')}")
 
 
 def milvus_filter(flt: Filter | dict | str | None, kinds: dict[str, list[str]]) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import given, switch
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.kinds import IndexSpec
 from twotower.retrieval.index.lock import writer_lock
@@ -155,7 +156,7 @@ class MilvusStore:
         root, spec = Path(root), spec or IndexSpec()
         if docs.offsets is not None:
             raise IndexStoreError(f"{root}: a Milvus index holds one vector per document; these documents are "
-                                  "multi-vector (use --backend faiss)")
+                                  f"multi-vector (use {given('backend', 'faiss')})")
         uri, collection, index, client = check_options(root, spec, uri=uri, collection=collection,
                                                        num_docs=len(docs.ids))
         final, manifest = build_version(root, docs, model=model, spec=spec, uri=uri, collection=collection,
@@ -348,7 +349,7 @@ class MilvusStore:
     def lexicon(self) -> SparseBM25:
         if self._lexicon is None:
             if not self.manifest.get("bm25"):
-                raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with --bm25)")
+                raise IndexStoreError(f"{self.root}: this index has no BM25 part (rebuild with {switch('bm25')})")
             self._lexicon = self.state.load_lexicon(self.head)
         return self._lexicon
 

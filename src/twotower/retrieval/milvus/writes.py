@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twotower.checks import switch
+from twotower.checks import given, switch
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError, UnknownIdError
 from twotower.retrieval.index.files import describe
@@ -49,7 +49,8 @@ def check_sizes(docs: NewDocs) -> None:
             size = len(value.encode("utf-8"))
             if size > limit:
                 raise IndexStoreError(f"document '{doc_id[:80]}': its {name} is {size} bytes of UTF-8; a Milvus index "
-                                      f"holds at most {limit} (split the document, or use --backend faiss)")
+                                      f"holds at most {limit} (split the document, or use "
+                                      f"{given('backend', 'faiss')})")
 
 
 def doc_rows(docs: NewDocs, sparse: list | None, seq: int) -> list[dict]:
