@@ -130,8 +130,12 @@ def test_unknown_queries_and_docs_are_counted(tmp_path):
         BeirDataset.load(root, "test", strict=True)
     assert str(err.value) == (
         f"{root / 'qrels' / 'test.tsv'}: 1 judged queries are not in queries.jsonl (e.g. 'q9'); "
-        "2 judgements name documents not in corpus.jsonl (fix the qrels or drop --strict)"
+        "2 judgements name documents not in corpus.jsonl (fix the qrels or drop strict=True)"
     )
+    from twotower.checks import cli_names
+
+    with cli_names(), pytest.raises(DataError, match=r"fix the qrels or drop --strict\)"):
+        BeirDataset.load(root, "test", strict=True)
 
 
 def test_missing_split_lists_available(tiny_beir):

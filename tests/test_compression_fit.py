@@ -58,7 +58,7 @@ def test_api_fit_carries_matryoshka_into_both_training_rounds(tiny_bert_dir, tmp
     (["--matryoshka", "64,16"], "64 is more than the model's 32 dimensions"),
     (["--matryoshka", "32,x"], "--matryoshka '32,x': comma-separated int numbers"),
     (["--matryoshka", "32,16", "--matryoshka-weights", "1"], "one weight of 0 or more per dimension"),
-    (["--matryoshka-weights", "1,2"], "need matryoshka (--matryoshka) dimensions"),
+    (["--matryoshka-weights", "1,2"], "--matryoshka-weights need --matryoshka dimensions"),
 ])
 def test_bad_fit_matryoshka_stops_before_encoding(tiny_bert_dir, tmp_path, extra, message):
     from typer.testing import CliRunner

@@ -79,7 +79,7 @@ def test_first_logged_step_of_a_matryoshka_run_sums_every_prefix(model_dir, tmp_
     ({"matryoshka": [16, 0]}, "matryoshka=0: a whole number at least 1"),
     ({"matryoshka": [8, 8]}, "give distinct dimensions of at least 1"),
     ({"matryoshka": [16, 8], "matryoshka_weights": [1.0]}, "one weight of 0 or more per dimension"),
-    ({"matryoshka_weights": [1.0]}, "need matryoshka (--matryoshka) dimensions"),
+    ({"matryoshka_weights": [1.0]}, "matryoshka_weights need matryoshka dimensions"),
     ({"matryoshka": [16, 8], "multivector": 4}, "trains single vectors"),
     ({"matryoshka": [64, 8]}, "64 is more than the model's 16 dimensions"),
 ])

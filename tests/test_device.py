@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from twotower.checks import cli_names
 from twotower.data.augment import ViewConfig
 from twotower.data.pairs import TrainExample
 from twotower.encoders.device import resolve_device
@@ -104,7 +105,9 @@ def test_device_names_are_checked_up_front():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     for bad in ("gpu", "cpu:1", "cuda:x", "tpu"):
-        with pytest.raises(TwoTowerError, match="--device"):
+        with pytest.raises(TwoTowerError, match=f"^device='{bad}': not a device name"):
+            resolve_device(bad)
+        with cli_names(), pytest.raises(TwoTowerError, match=f"^--device '{bad}': not a device name"):
             resolve_device(bad)
     if not torch.cuda.is_available():
         with pytest.raises(TwoTowerError, match="no CUDA GPU"):

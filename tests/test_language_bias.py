@@ -94,7 +94,7 @@ def test_bad_input_stops_before_work(aligned, tiny_bert_dir, tmp_path):
                      split="test")
     with pytest.raises(TwoTowerError, match=r"at least two languages; found en \(24\)"):
         align_languages(str(tiny_bert_dir), one, tmp_path / "o1")
-    with pytest.raises(TwoTowerError, match="--directions 4: from 1 to the number of languages found"):
+    with pytest.raises(TwoTowerError, match="directions=4: from 1 to the number of languages found"):
         align_languages(str(tiny_bert_dir), data, tmp_path / "o2", directions=4)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")

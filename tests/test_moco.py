@@ -52,7 +52,11 @@ def test_queue_order_and_wrap_around():
     assert torch.equal(other.contents(), q.contents()) and other.ptr == q.ptr
     other.push(rows(15, 16))
     assert other.contents()[:, 0].tolist() == [11, 12, 13, 14, 15]
-    with pytest.raises(ValueError, match="resume with the same --queue-size"):
+    with pytest.raises(ValueError, match="resume with the same queue_size and model"):
+        KeyQueue(4, 2).load_state_dict(q.state_dict())
+    from twotower.checks import cli_names
+
+    with cli_names(), pytest.raises(ValueError, match="resume with the same --queue-size and model"):
         KeyQueue(4, 2).load_state_dict(q.state_dict())
 
 

@@ -38,7 +38,8 @@ def without_tensorboard(monkeypatch):
 
 
 def test_missing_tensorboard_is_a_clear_error_before_training(tmp_path, tiny_bert_dir, without_tensorboard):
-    with pytest.raises(TwoTowerError, match=r"--tensorboard needs the package 'tensorboard'.*twotower\[tensorboard\]"):
+    with pytest.raises(TwoTowerError,
+                       match=r"tensorboard=True needs the package 'tensorboard'.*twotower\[tensorboard\]"):
         require_tensorboard()
     out = tmp_path / "run"
     res = runner.invoke(app, _train_args(tmp_path, tiny_bert_dir, out))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,8 @@ def run_latency(cfg: LatencyConfig) -> dict:
     from twotower.encoders.towers import DualEncoder
 
     if cfg.runs < 1 or cfg.query_length < 2:
-        raise TwoTowerError("latency needs --runs ≥ 1 and --query-length ≥ 2")
+        raise TwoTowerError(f"latency needs {flag('runs')} ≥ 1 and {flag('query_length')} ≥ 2 (got "
+                            f"{given('runs', cfg.runs)}, {given('query_length', cfg.query_length)})")
     t_start = time.perf_counter()
     load_start = os.getloadavg()[0]  # other processes on the machine inflate latencies: record them
     docs: list[str] | None = None
@@ -102,8 +104,8 @@ def run_latency(cfg: LatencyConfig) -> dict:
         tower = model.query_tower
         positions = max_positions(tower.backbone)
         if positions is not None and cfg.query_length > positions:
-            raise TwoTowerError(f"--query-length {cfg.query_length} is more than the {positions} positions of model "
-                                f"{label}: give {positions} or less")
+            raise TwoTowerError(f"{given('query_length', cfg.query_length)} is more than the {positions} positions "
+                                f"of model {label}: give {positions} or less")
         device = next(tower.parameters()).device
         query = text_of_length(tower.tokenizer, cfg.query_length)
         n_tok = len(tower.tokenizer(query, truncation=True, max_length=cfg.query_length)["input_ids"])

@@ -59,12 +59,13 @@ def analyze_towers(config, out: str | Path | None = None, *, command: str | None
     """
     import math
 
+    from twotower.checks import given
     from twotower.errors import TwoTowerError
 
     if not (isinstance(config.perplexity, (int, float)) and math.isfinite(config.perplexity) and config.perplexity > 0):
-        raise TwoTowerError(f"--perplexity {config.perplexity}: t-SNE's perplexity (about the neighbours each point "
-                            "keeps) must be a number above 0; 5 to 50 is usual (larger than a third of the points "
-                            "is lowered to fit)")
+        raise TwoTowerError(f"{given('perplexity', config.perplexity)}: t-SNE's perplexity (about the neighbours "
+                            "each point keeps) must be a number above 0; 5 to 50 is usual (larger than a third of the "
+                            "points is lowered to fit)")
     return _analyze("twotower.analysis.embedding_space", "run_towers", "write_towers", config, out, command)
 
 
@@ -103,10 +104,11 @@ def build_report(folder: str | Path, page: str | Path | None = None) -> Path:
         path = tt.build_report("analysis")
     """
     from twotower.analysis.report import build_report as _build
+    from twotower.checks import flag
     from twotower.io import check_not_inputs, check_output_file
 
     folder = Path(folder)
-    check_output_file(page or folder / "report.md", "page" if page else "folder")
+    check_output_file(page or folder / "report.md", flag("page") if page else flag("folder", "--out"))
     if page is not None and folder.is_dir():  # the analyses' own JSON and plots are the page's inputs
-        check_not_inputs((("--page", page),), [*folder.glob("*.json"), *folder.glob("*.png")])
+        check_not_inputs(((flag("page"), page),), [*folder.glob("*.json"), *folder.glob("*.png")])
     return _build(folder, page)

@@ -93,7 +93,7 @@ class Encoder:
         for name, value in (("batch_size", batch_size), ("query_max_length", query_max_length),
                             ("doc_max_length", doc_max_length)):
             check_number(value, name, integer=True, minimum=1, optional=True)
-        target = resolve_device(device, option="device")
+        target = resolve_device(device)
         model = DualEncoder.load(name_or_dir, pooling=pooling, query_max_length=query_max_length,
                                  doc_max_length=doc_max_length, device=target)
         return cls(model, source=str(name_or_dir) if name_or_dir is not None else None, precision=precision,

@@ -62,7 +62,7 @@ def _encoder_parts(encoder, device: str):
         return encoder.model, encoder.source
     if encoder is not None and not isinstance(encoder, (str, Path)):
         raise TwoTowerError(f"encoder: give an Encoder, a model name or a directory, not {type(encoder).__name__}")
-    return DualEncoder.load(encoder, device=resolve_device(device, option="device")), \
+    return DualEncoder.load(encoder, device=resolve_device(device)), \
         (str(encoder) if encoder is not None else None)
 
 

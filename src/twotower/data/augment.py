@@ -37,6 +37,7 @@ from twotower.errors import DataError
 log = logging.getLogger(__name__)
 
 AUGMENTS = ("crop", "ict")
+CROP_OPTIONS = {"ratio_min": "--crop-min", "ratio_max": "--crop-max"}  # their flags on the command line
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
@@ -65,16 +66,17 @@ class ViewConfig:
             self.min_tokens = min(10, self.chunk_tokens) if short and self.chunk_tokens >= 1 else 10
 
     def validate(self) -> None:
-        from twotower.checks import check_number
+        from twotower.checks import check_number, flag, given
 
         check_number(self.chunk_tokens, "chunk_tokens", integer=True, minimum=2)
         check_number(self.min_tokens, "min_tokens", integer=True, minimum=1, maximum=self.chunk_tokens,
                      hint="the shortest last chunk of a document kept; at most chunk_tokens")
-        for name, option in (("ratio_min", "--crop-min"), ("ratio_max", "--crop-max")):
+        for name, option in CROP_OPTIONS.items():
             if isinstance(getattr(self, name), (bool, str)) or not isinstance(getattr(self, name), (int, float)):
                 check_number(getattr(self, name), name, option=option)  # names what is not a number
         if not 0 < self.ratio_min <= self.ratio_max <= 1:  # nan too
-            raise ValueError(f"crop ratios (--crop-min, --crop-max) must satisfy 0 < min ≤ max ≤ 1, got "
+            names = ", ".join(flag(name, option) for name, option in CROP_OPTIONS.items())
+            raise ValueError(f"crop ratios ({names}) must satisfy 0 < min ≤ max ≤ 1, got "
                              f"[{self.ratio_min}, {self.ratio_max}]")
         for name in ("ict_keep", "delete", "replace", "mask"):
             check_number(getattr(self, name), name, minimum=0, maximum=1, hint="a probability")
@@ -86,7 +88,8 @@ class ViewConfig:
                 raise ValueError(f"{name} is a probability: it must lie in [0, 1], got {value}")
         if self.delete + self.replace + self.mask >= 1:  # at 1 no original token is left: the two views are unrelated
             raise ValueError(f"delete + replace + mask probabilities ({self.delete} + {self.replace} + {self.mask}) must "
-                             "add up to less than 1: at 1 no token of the text is kept (Contriever: --delete 0.1)")
+                             "add up to less than 1: at 1 no token of the text is kept (Contriever: "
+                             f"{given('delete', 0.1)})")
         if self.chunk_tokens < 2 or not 1 <= self.min_tokens <= self.chunk_tokens:
             raise ValueError(f"need chunk_tokens ≥ 2 and 1 ≤ min_tokens ≤ chunk_tokens, got {self.chunk_tokens}, "
                              f"{self.min_tokens}")

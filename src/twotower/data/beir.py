@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.checks import switch
 from twotower.data.ids import id_problem, text_problem
 from twotower.data.grades import check_grade
 from twotower.data.metadata import check_metadata
@@ -340,7 +341,7 @@ class BeirDataset:
             warnings.append(f"{qrels_path}: {unknown_d} judgements name documents not in corpus.jsonl")
         if warnings and strict:
             raise DataError(qrels_path, "; ".join(w.split(": ", 1)[1] for w in warnings),
-                            hint="fix the qrels or drop --strict")
+                            hint=f"fix the qrels or drop {switch('strict')}")
         for w in warnings:  # logged here once; callers (the CLI) need not print ds.warnings again
             log.warning(w)
 

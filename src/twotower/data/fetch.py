@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from twotower.checks import flag, option_name
 from twotower.errors import DatasetNotFound
 from twotower.io import check_output_dir, file_digest
 
@@ -45,7 +46,7 @@ def fetch_beir(
     """
     cache_dir = Path(cache_dir)
     target = cache_dir / name
-    check_output_dir(cache_dir, "--cache")  # a file there is named, not a FileExistsError from mkdir
+    check_output_dir(cache_dir, flag("cache"))  # a file there is named, not a FileExistsError from mkdir
     if (target / "corpus.jsonl").is_file():
         return target
     expected = md5 or BEIR_MD5.get(name)
@@ -60,7 +61,8 @@ def fetch_beir(
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             raise DatasetNotFound(
                 f"could not download {url} ({exc}). Without network access, put the BEIR '{name}' directory "
-                f"(corpus.jsonl, queries.jsonl, qrels/) at {target} or pass its path with --data."
+                f"(corpus.jsonl, queries.jsonl, qrels/) at {target}, or give {option_name('data')} its path instead "
+                "of the name."
             ) from None
         got = file_digest(archive, "md5")
         if got != expected:
@@ -85,7 +87,7 @@ def resolve_data(data: str | Path, cache_dir: str | Path, *, download: bool = Tr
     if path.suffix.lower() in (".jsonl", ".json", ".tsv", ".gz", ".zip", ".txt", ".csv"):
         raise DatasetNotFound(f"{path}: not found, and it names a file, not a BEIR data set, so nothing is fetched: "
                               f"give a BEIR folder (holding corpus.jsonl) or a data set name such as scifact")
-    check_output_dir(cache_dir, "--cache")
+    check_output_dir(cache_dir, flag("cache"))
     if not download:
         raise DatasetNotFound(f"{path}: data directory not found")
     return fetch_beir(path.name, cache_dir)

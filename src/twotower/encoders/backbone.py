@@ -10,6 +10,7 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
+from twotower.checks import flag
 from twotower.encoders.layout import DEFAULT_MODEL, ModelLayout, default_model_path, read_layout
 from twotower.encoders.registry import lookup, require_installed
 from twotower.errors import ModelError
@@ -132,7 +133,7 @@ def set_attention_dropout(backbone, p: float) -> int:
         raise ModelError(f"attention dropout must be in [0, 1), got {p}")
     config = backbone.config
     if not hasattr(config, "attention_probs_dropout_prob"):
-        raise ModelError(f"--attention-dropout needs a BERT-family backbone (a config with "
+        raise ModelError(f"{flag('attention_dropout')} needs a BERT-family backbone (a config with "
                          f"attention_probs_dropout_prob); {config.model_type} has none: leave the option out")
     changed = 0
     for module in backbone.modules():
@@ -141,5 +142,5 @@ def set_attention_dropout(backbone, p: float) -> int:
             changed += 1
     if changed == 0:
         raise ModelError(f"{config.model_type}: found no self-attention dropout to set (a layout twotower does not "
-                         "know): leave --attention-dropout out")
+                         f"know): leave {flag('attention_dropout')} out")
     return changed

@@ -11,21 +11,25 @@ import re
 
 import torch
 
+from twotower.checks import given, option_name
 from twotower.errors import TwoTowerError
 
 DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
 _PATTERN = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
 
 
-def resolve_device(spec: str | torch.device | None = "auto", *, option: str = "--device") -> torch.device:
-    """The torch device named by ``spec``; a clear error (naming ``option``) for an unknown name, a GPU that
-    torch cannot see, or a GPU index past the last one."""
+def resolve_device(spec: str | torch.device | None = "auto", *, option: str | None = None) -> torch.device:
+    """The torch device named by ``spec``; a clear error (naming the parameter as the caller knows it: ``device=``
+    from Python, ``--device`` or ``option`` from the command line) for an unknown name, a GPU that torch cannot see,
+    or a GPU index past the last one."""
     if isinstance(spec, torch.device):
         return spec
     text = (spec or "auto").strip().lower()
     match = _PATTERN.match(text)
     if not match or (match.group(1) != "cuda" and match.group(2) is not None):
-        raise TwoTowerError(f"{option} '{spec}': not a device name; choose {DEVICE_CHOICES}")
+        where = option_name("device", option)
+        named = f"{where}{spec!r}" if where.endswith("=") and not where.endswith(" =") else f"{where} '{spec}'"
+        raise TwoTowerError(f"{named}: not a device name; choose {DEVICE_CHOICES}")
     kind, index = match.group(1), match.group(2)
     if kind == "auto":
         if torch.cuda.is_available():
@@ -34,11 +38,13 @@ def resolve_device(spec: str | torch.device | None = "auto", *, option: str = "-
     if kind == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise TwoTowerError(f"{option} {text}: torch sees no CUDA GPU here (torch {torch.__version__}, "
-                            f"built with CUDA {torch.version.cuda or 'none'}); use {option} cpu or auto")
+        raise TwoTowerError(f"{given('device', text, option)}: torch sees no CUDA GPU here (torch "
+                            f"{torch.__version__}, built with CUDA {torch.version.cuda or 'none'}); use "
+                            f"{given('device', 'cpu', option)} or auto")
     count = torch.cuda.device_count()
     if index is not None and int(index) >= count:
-        raise TwoTowerError(f"{option} {text}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise TwoTowerError(f"{given('device', text, option)}: this machine has {count} CUDA device(s), cuda:0 to "
+                            f"cuda:{count - 1}")
     return torch.device("cuda", int(index) if index is not None else torch.cuda.current_device())
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,8 @@ def language_directions(vectors: np.ndarray, groups: dict[str, Sequence[int]],
                             f"(a language counts with at least {MIN_DOCS} documents and {MIN_SHARE:.0%} of them)")
     r = len(groups) - 1 if directions is None else directions
     if not 1 <= r <= len(groups):
-        raise TwoTowerError(f"--directions {directions}: from 1 to the number of languages found ({len(groups)}: "
-                            f"{', '.join(groups)})")
+        raise TwoTowerError(f"{given('directions', directions)}: from 1 to the number of languages found "
+                            f"({len(groups)}: {', '.join(groups)})")
     unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     means = np.stack([unit[list(idx)].mean(axis=0) for idx in groups.values()]).astype(np.float64)
     _, s, vt = np.linalg.svd(means, full_matrices=False)
@@ -124,14 +125,14 @@ def align_languages(model: str | None, data: str | Path, out: str | Path, *, per
 
     data, out = Path(data), Path(out)
     if per_language < MIN_DOCS:
-        raise TwoTowerError(f"--per-language {per_language}: at least {MIN_DOCS}")
+        raise TwoTowerError(f"{given('per_language', per_language)}: at least {MIN_DOCS}")
     if directions is not None and directions < 1:
-        raise TwoTowerError(f"--directions {directions}: at least 1")
+        raise TwoTowerError(f"{given('directions', directions)}: at least 1")
     if not (data / "corpus.jsonl").is_file():
-        raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
-    check_output_dir(out, "--out")  # a folder path, its parent writable
+        raise TwoTowerError(f"{given('data', data)}: no corpus.jsonl (pass a BEIR-format directory)")
+    check_output_dir(out, flag("out"))  # a folder path, its parent writable
     if out.is_dir() and any(out.iterdir()):
-        raise TwoTowerError(f"--out {out}: exists and is not an empty folder; give a new one")
+        raise TwoTowerError(f"{given('out', out)}: exists and is not an empty folder; give a new one")
     texts = [doc.full_text for doc in load_corpus(data / "corpus.jsonl").values()]
     groups = sample_by_language(texts, per_language=per_language, seed=seed)
     if len(groups) < 2 or (directions is not None and directions > len(groups)):

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from twotower.checks import given
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import encode_texts, length_sorted_batches
 from twotower.errors import TwoTowerError
@@ -67,10 +68,10 @@ class OnnxTower:
         except ImportError as exc:
             raise TwoTowerError(
                 f"the onnx query runtime needs onnx and onnxruntime ({exc}): pip install 'twotower[serve]' "
-                "(or use --query-runtime torch)") from exc
+                f"(or use {given('query_runtime', 'torch')})") from exc
         if next(tower.parameters()).device.type != "cpu":
             raise TwoTowerError("the onnx query runtime runs on CPU; this tower is on "
-                                f"{next(tower.parameters()).device} (use --query-runtime torch)")
+                                f"{next(tower.parameters()).device} (use {given('query_runtime', 'torch')})")
         self.tokenizer = tower.tokenizer
         self.max_length = max_length or tower.max_length
         self.dim = tower.dim
@@ -82,13 +83,13 @@ class OnnxTower:
             self.session = ort.InferenceSession(export_tower(tower), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # the exporter and ORT raise many types; say which step failed
             raise TwoTowerError(f"could not export this tower to ONNX Runtime ({type(exc).__name__}: {exc}); "
-                                "use --query-runtime torch") from exc
+                                f"use {given('query_runtime', 'torch')}") from exc
         self.inputs = {i.name for i in self.session.get_inputs()}
         ref = encode_texts(tower, PROBE_TEXTS, max_length=self.max_length, precision="fp32", show_progress=False)
         self.max_abs_diff = float(np.abs(self.encode(PROBE_TEXTS) - ref).max())
         if not self.max_abs_diff <= TOLERANCE:
             raise TwoTowerError(f"the ONNX Runtime export differs from the torch tower by {self.max_abs_diff:.2e} "
-                                f"(> {TOLERANCE:g}) on probe texts; use --query-runtime torch")
+                                f"(> {TOLERANCE:g}) on probe texts; use {given('query_runtime', 'torch')}")
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
         """Embeddings (len(texts), dim), float32, in input order."""

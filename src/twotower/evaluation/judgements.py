@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from twotower.checks import flag
 from twotower.data.grades import check_grade
 from twotower.errors import DataError
 
@@ -35,7 +36,8 @@ def check_judgements(qrels: Qrels, source: str | Path, *, ignore_identical_ids: 
     if judged and not relevant:
         raise DataError(source, f"none of the {sum(len(r) for r in qrels.values())} judgements has a score > 0: "
                         "nothing is relevant, so every metric would be 0 whatever the retriever",
-                        hint="relevant documents are graded 1 or more; check the score column or the --split")
+                        hint="relevant documents are graded 1 or more; check the score column or the "
+                             f"{flag('split')}")
     warnings = []
     empty = sorted(q for q in judged if not any(grade > 0 for grade in qrels[q].values()))
     if empty:

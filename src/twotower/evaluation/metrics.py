@@ -13,6 +13,8 @@ import re
 import numpy as np
 import pytrec_eval
 
+from twotower.checks import flag
+
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
@@ -73,7 +75,8 @@ def check_metrics(metrics) -> None:
         raise ValueError(f"metrics {metrics!r}: a list of names such as ['ndcg@10', 'recall@100']")
     metrics = list(metrics)
     if not metrics:
-        raise ValueError("--metrics names no metric: give e.g. ndcg@10,recall@100")
+        example = "ndcg@10,recall@100" if flag("metrics").startswith("--") else "['ndcg@10', 'recall@100']"
+        raise ValueError(f"{flag('metrics')} names no metric: give e.g. {example}")
     seen: dict[str, str] = {}
     for metric in metrics:
         key = canonical(metric)

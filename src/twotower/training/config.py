@@ -201,15 +201,17 @@ class TrainConfig:
 
         from twotower.io import read_input_text
 
+        from twotower.checks import flag, given
+
         path = Path(path)
         if not path.exists():  # anything else that is not a regular file: read_input_text names it
-            raise TwoTowerError(f"--config {path}: file not found (give a TOML file with [[stage]] tables)")
+            raise TwoTowerError(f"{given('config', path)}: file not found (give a TOML file with [[stage]] tables)")
         try:
-            raw = tomllib.loads(read_input_text(path, "--config", limit=16 << 20, what="TOML config"))
+            raw = tomllib.loads(read_input_text(path, flag("config"), limit=16 << 20, what="TOML config"))
         except tomllib.TOMLDecodeError as exc:
             raise TwoTowerError(f"{path}: invalid TOML ({exc})") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise TwoTowerError(f"--config {path}: cannot read it ({exc})") from None
+            raise TwoTowerError(f"{given('config', path)}: cannot read it ({exc})") from None
         stages_raw = raw.pop("stage", None) or raw.pop("stages", None)
         if not stages_raw:
             raise TwoTowerError(f"{path}: no [[stage]] tables: a run needs at least one stage")
@@ -241,7 +243,7 @@ class TrainConfig:
 def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, multivector: int | None = None,
                      model_dim: int | None = None) -> None:
     """TwoTowerError for Matryoshka settings that cannot train (``model_dim``: the embeddings' size, once known)."""
-    from twotower.checks import check_numbers
+    from twotower.checks import check_numbers, flag
 
     if dims is not None:
         check_numbers(dims, "matryoshka", integer=True, minimum=1)
@@ -249,19 +251,31 @@ def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, mul
         check_numbers(weights, "matryoshka_weights", minimum=0)
     if dims is None:
         if weights is not None:
-            raise TwoTowerError("matryoshka_weights (--matryoshka-weights) need matryoshka (--matryoshka) dimensions")
+            raise TwoTowerError(f"{flag('matryoshka_weights')} need {flag('matryoshka')} dimensions")
         return
     if not dims or any(m < 1 for m in dims) or len(set(dims)) != len(dims):
-        raise TwoTowerError(f"matryoshka {dims}: give distinct dimensions of at least 1, e.g. --matryoshka 384,192,96,48")
+        raise TwoTowerError(f"{_given_list('matryoshka', dims)}: give distinct dimensions of at least 1, e.g. "
+                            f"{_given_list('matryoshka', [384, 192, 96, 48])}")
     if weights is not None and (len(weights) != len(dims) or any(not 0 <= w < float("inf") for w in weights)
                                 or not any(weights)):
-        raise TwoTowerError(f"matryoshka_weights {weights}: one weight of 0 or more per dimension of {dims}, "
-                            "not all 0")
+        raise TwoTowerError(f"{_given_list('matryoshka_weights', weights)}: one weight of 0 or more per dimension "
+                            f"of {_given_list('matryoshka', dims)}, not all 0")
     if multivector is not None:
-        raise TwoTowerError("matryoshka (--matryoshka) trains single vectors; drop it or multivector (--multivector)")
+        raise TwoTowerError(f"{flag('matryoshka')} trains single vectors; drop it or {flag('multivector')}")
     if model_dim is not None and max(dims) > model_dim:
-        raise TwoTowerError(f"matryoshka {dims}: {max(dims)} is more than the model's {model_dim} dimensions "
-                            f"(--matryoshka dimensions must be at most {model_dim})")
+        raise TwoTowerError(f"{_given_list('matryoshka', dims)}: {max(dims)} is more than the model's {model_dim} "
+                            f"dimensions ({flag('matryoshka')} dimensions must be at most {model_dim})")
+
+
+def _given_list(name: str, values) -> str:
+    """A list parameter with its values as the caller writes them: ``matryoshka=[384, 192]`` in Python,
+    ``--matryoshka 384,192`` on the command line (comma-separated), ``matryoshka = [384, 192]`` in a TOML file."""
+    from twotower.checks import given, option_name
+
+    where = option_name(name)
+    if where.startswith("--"):
+        return f"{where} {','.join(str(v) for v in values)}"
+    return given(name, list(values))
 
 
 def _check_types(kind: type, values: dict, where: str) -> None:

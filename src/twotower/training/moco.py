@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from twotower.checks import flag
+
 
 class KeyQueue:
     """A fixed-size FIFO ring buffer of key embeddings: pushing past ``size`` overwrites the oldest."""
@@ -56,7 +58,8 @@ class KeyQueue:
         size, count = int(state["size"]), int(state["count"])
         if size != self.size or state["keys"].shape[1] != self.keys.shape[1]:
             raise ValueError(f"checkpoint queue is {size}×{state['keys'].shape[1]}, this run's is "
-                             f"{self.size}×{self.keys.shape[1]}: resume with the same --queue-size and model")
+                             f"{self.size}×{self.keys.shape[1]}: resume with the same "
+                             f"{flag('queue_size')} and model")
         self.keys.zero_()
         self.keys[:count] = state["keys"].to(self.keys.device)
         self.ptr, self.count = int(state["ptr"]), count

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from twotower.checks import flag
 from twotower.data.augment import Chunk, ViewConfig, Vocab, load_chunks, make_views
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
@@ -168,7 +169,8 @@ class ContrastivePretraining(Objective):
             return
         if "key_encoder" not in state or "queue" not in state:
             raise TwoTowerError("the checkpoint holds no MoCo key encoder and queue: it was written by a run "
-                                "with other --negatives; resume with the same options or start a new --out")
+                                f"with other {flag('negatives')}; resume with the same options or start a new "
+                                f"{flag('out')}")
         self.key_encoder.load_state_dict(state["key_encoder"])
         self.queue.load_state_dict(state["queue"])
 
@@ -204,7 +206,7 @@ def check_chunks(chunks: list[Chunk], corpus, stage: StageConfig) -> None:
         raise DataError(corpus, f"{len(chunks)} chunk to pre-train on ({len(docs)} document): its two views are each "
                                 "other's only candidates, so the loss is exactly 0 and nothing is learned",
                         hint=f"give a corpus of many documents (at least a batch, {stage.batch_size}; pre-training "
-                             "uses thousands), or shorter chunks (--chunk-tokens)")
+                             f"uses thousands), or shorter chunks ({flag('chunk_tokens')})")
     if len(docs) < 2:
         log.warning("%s: every one of the %d chunks comes from one document: the in-batch negatives are that "
                     "document's own passages; pre-training wants many documents (thousands)", corpus, len(chunks))

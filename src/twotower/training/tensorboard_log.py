@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from twotower.checks import switch
 from twotower.errors import TwoTowerError
 
 
@@ -20,8 +21,9 @@ def require_tensorboard() -> None:
     except ImportError as exc:
         missing = exc.name or "tensorboard"
         raise TwoTowerError(
-            f"--tensorboard needs the package '{missing}', which is not installed in this Python environment: "
-            "pip install 'twotower[tensorboard]' (or pip install tensorboard), or leave --tensorboard out"
+            f"{switch('tensorboard')} needs the package '{missing}', which is not installed in this Python "
+            "environment: pip install 'twotower[tensorboard]' (or pip install tensorboard), or leave "
+            f"{switch('tensorboard')} out"
         ) from None
 
 

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from twotower.checks import given, switch
 from twotower.data.pairs import TrainExample
 from twotower.encoders.device import attention_kernels, describe, device_of, resolve_device
 from twotower.encoders.inference import pad_id_of, pad_token_ids, resolve_precision, token_ids
@@ -122,8 +123,8 @@ def freeze_token_embeddings(model: DualEncoder) -> int:
         try:
             weight = backbone.get_input_embeddings().weight
         except (AttributeError, NotImplementedError):
-            raise TwoTowerError(f"--freeze-embeddings: the backbone {type(backbone).__name__} has no token-embedding "
-                                "matrix to freeze; train without the option") from None
+            raise TwoTowerError(f"{switch('freeze_embeddings')}: the backbone {type(backbone).__name__} has no "
+                                "token-embedding matrix to freeze; train without the option") from None
         weight.requires_grad_(False)
         frozen += weight.numel()
     return frozen
@@ -304,7 +305,7 @@ class Trainer:
         if start is not None:
             check_resumable(start.get("config"), cfg, start["path"])
         elif resume:
-            log.warning("--resume: no checkpoint in %s, starting from scratch", self.checkpoint_dir)
+            log.warning("%s: no checkpoint in %s, starting from scratch", switch("resume"), self.checkpoint_dir)
         self.objective.setup(self)
         # every stage's data read and checked (enough to learn from?) before the run folder is written
         stage_examples = [self.objective.examples(stage) for stage in cfg.stages]
@@ -374,8 +375,8 @@ class Trainer:
         self._pending.clear()
         if bad is not None:
             raise TwoTowerError(f"training diverged: loss {bad['loss']} at step {bad['step']} of stage '{bad['stage']}' "
-                                "(lower the learning rate, raise the temperature, or use --precision fp32); "
-                                "no model was saved")
+                                "(lower the learning rate, raise the temperature, or use "
+                                f"{given('precision', 'fp32')}); no model was saved")
 
     def loss_for(self, stage: StageConfig):
         """The stage's in-batch softmax; summed over the embedding's prefixes when the run sets ``matryoshka``."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from twotower.checks import flag, given, option_name
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import load_pairs, pairs_from_beir, save_pairs
 from twotower.errors import TwoTowerError
@@ -187,7 +188,7 @@ class _Fit:
         pairs = [p for p in pairs_from_beir(self.ds) if p.qid in keep]
         if not pairs:
             raise TwoTowerError(f"{self.data}/qrels/{r.split}.tsv: no relevant judgement left for training after "
-                                f"holding out {len(dev)} dev queries (add judgements, or lower --dev-fraction)")
+                                f"holding out {len(dev)} dev queries (add judgements, or lower {flag('dev_fraction')})")
         from twotower.training.config import StageConfig
         from twotower.training.objective import check_learnable
 
@@ -399,8 +400,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     resolve_device(opts.device)  # a bad --device stops before any work
     data, out = Path(data), Path(out)
     if not (data / "corpus.jsonl").is_file():
-        raise TwoTowerError(f"--data {data}: no corpus.jsonl (pass a BEIR-format directory)")
-    from twotower.checks import option_name
+        raise TwoTowerError(f"{given('data', data)}: no corpus.jsonl (pass a BEIR-format directory)")
     from twotower.io import check_output_dir
     from twotower.outputs import MARKER, claim_output
 

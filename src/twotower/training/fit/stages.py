@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+from twotower.checks import flag
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
 
@@ -49,7 +50,8 @@ class StageLog:
         try:
             theirs = json.loads(path.read_text())
         except json.JSONDecodeError:
-            raise TwoTowerError(f"{path}: not valid JSON; --out holds a damaged fit run: pass a new --out") from None
+            raise TwoTowerError(f"{path}: not valid JSON; {flag('out')} holds a damaged fit run: pass a new "
+                                f"{flag('out')}") from None
         if isinstance(theirs, dict) and isinstance(theirs.get("recipe"), dict):
             theirs = {**theirs, "recipe": {k: v for k, v in theirs["recipe"].items() if k not in ignore}}
         mine = {"data": data, "recipe": {k: v for k, v in recipe.items() if k not in ignore}}
@@ -59,5 +61,5 @@ class StageLog:
             if theirs.get("data") != data:
                 changed.insert(0, f"data ({theirs.get('data')} then, {data} now)")
             raise TwoTowerError(f"{self.out} holds a fit run with a different recipe (changed: {', '.join(changed)}); "
-                                "rerun with the same options to resume it, or pass a new --out")
+                                f"rerun with the same options to resume it, or pass a new {flag('out')}")
         return True
