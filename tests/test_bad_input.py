@@ -316,7 +316,7 @@ def test_max_length_past_the_positions(tiny_bert_dir, tmp_path, caplog):
                        "--no-progress", "--run", out, *extra)
         assert res.exit_code == 0, res.output
         runs[length] = out.read_text()
-    assert "a max length of 1000 tokens" in caplog.text and "is cut to 128" in caplog.text
+    assert "max length of 1000 tokens" in caplog.text and "is cut to 128" in caplog.text
     assert runs["1000"] == runs["128"] == runs[None]
 
 

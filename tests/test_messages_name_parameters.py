@@ -185,43 +185,6 @@ def test_fidelity_k_grid(tiny_beir, tmp_path):
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 SRC = Path(__file__).resolve().parents[1] / "src" / "twotower"
 
-# messages not yet routed through twotower.checks (flag / given / switch / option_name), per file: a ratchet for
-# issue #46's remaining sites. A count may only go down; a file not listed may hold none.
-REMAINING = {
-    "analysis/latency.py": 3,
-    "api/analysis.py": 1,
-    "data/augment.py": 3,
-    "data/beir.py": 1,
-    "data/fetch.py": 1,
-    "encoders/backbone.py": 1,
-    "encoders/language_bias.py": 5,
-    "encoders/onnx_runtime.py": 3,
-    "evaluation/judgements.py": 1,
-    "evaluation/metrics.py": 1,
-    "retrieval/bm25.py": 2,
-    "retrieval/index/binary.py": 2,
-    "retrieval/index/encoder_check.py": 3,
-    "retrieval/index/eval_check.py": 2,
-    "retrieval/index/kinds.py": 11,
-    "retrieval/milvus/client.py": 3,
-    "retrieval/milvus/filtering.py": 4,
-    "retrieval/milvus/store.py": 2,
-    "retrieval/milvus/writes.py": 1,
-    "retrieval/prf.py": 3,
-    "retrieval/rerank.py": 1,
-    "retrieval/store.py": 1,
-    "scale/ray_encode.py": 1,
-    "serve/app.py": 2,
-    "serve/port.py": 2,
-    "training/config.py": 8,
-    "training/fit/run.py": 2,
-    "training/fit/stages.py": 3,
-    "training/moco.py": 1,
-    "training/pretrain.py": 3,
-    "training/tensorboard_log.py": 1,
-    "training/trainer.py": 2,
-}
-
 
 def _hard_coded_flags() -> dict[str, list[str]]:
     """Per file under src/twotower (cli/ left out): the flags spelt out in string literals of ``raise X(...)``, other
@@ -242,10 +205,10 @@ def _hard_coded_flags() -> dict[str, list[str]]:
     return {k: v for k, v in found.items() if v}
 
 
-def test_no_new_hard_coded_flags_in_messages():
-    over = {rel: flags for rel, flags in _hard_coded_flags().items() if len(flags) > REMAINING.get(rel, 0)}
-    assert not over, ("messages raised outside the CLI name flags; name the Python parameter through "
-                      f"twotower.checks (flag, given, switch) instead: {over}")
+def test_no_hard_coded_flags_in_messages():
+    found = _hard_coded_flags()
+    assert not found, ("messages raised outside the CLI name flags; name the Python parameter through "
+                      f"twotower.checks (flag, given, switch) instead: {found}")
 
 
 def test_the_scan_sees_a_hard_coded_flag(tmp_path, monkeypatch):

@@ -53,6 +53,12 @@ def reset_names(token) -> None:
     _CLI.reset(token)
 
 
+def naming() -> str:
+    """How messages name parameters now: ``"python"``, ``"cli"`` (under :func:`cli_names`) or ``"toml"``; for a
+    message whose whole wording differs between the surfaces (a list written ``8,8`` or ``[8, 8]``)."""
+    return _CLI.get()
+
+
 def option_name(name: str, option: str | None = None) -> str:
     """How the caller knows the parameter ``name`` (a Python keyword, e.g. ``"batch_size"``): ``--batch-size`` under
     the CLI (``option`` when its flag is spelt otherwise, e.g. ``--top-k`` for ``k``), else ``batch_size=``."""

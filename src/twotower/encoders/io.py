@@ -144,8 +144,8 @@ def clamp_length(length: int | None, positions: int | None, model, *, tower: Tex
     if tower is not None:
         check_min_length(length, tower, role, model)
     if length is not None and positions is not None and length > positions:
-        log.warning("%s has %d positions: a max length of %d tokens (--max-length, --query-max-length, "
-                    "--doc-max-length or the index's) is cut to %d", model, positions, length, positions)
+        log.warning("%s has %d positions: the %s max length of %d tokens (asked for, or the index's) is cut to %d",
+                    model, positions, role, length, positions)
         return positions
     return length
 

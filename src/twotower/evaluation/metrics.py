@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytrec_eval
 
-from twotower.checks import flag
+from twotower.checks import flag, naming
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -75,7 +75,7 @@ def check_metrics(metrics) -> None:
         raise ValueError(f"metrics {metrics!r}: a list of names such as ['ndcg@10', 'recall@100']")
     metrics = list(metrics)
     if not metrics:
-        example = "ndcg@10,recall@100" if flag("metrics").startswith("--") else "['ndcg@10', 'recall@100']"
+        example = "ndcg@10,recall@100" if naming() == "cli" else "['ndcg@10', 'recall@100']"
         raise ValueError(f"{flag('metrics')} names no metric: give e.g. {example}")
     seen: dict[str, str] = {}
     for metric in metrics:

@@ -270,11 +270,10 @@ def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, mul
 def _given_list(name: str, values) -> str:
     """A list parameter with its values as the caller writes them: ``matryoshka=[384, 192]`` in Python,
     ``--matryoshka 384,192`` on the command line (comma-separated), ``matryoshka = [384, 192]`` in a TOML file."""
-    from twotower.checks import given, option_name
+    from twotower.checks import given, naming, option_name
 
-    where = option_name(name)
-    if where.startswith("--"):
-        return f"{where} {','.join(str(v) for v in values)}"
+    if naming() == "cli":
+        return f"{option_name(name)} {','.join(str(v) for v in values)}"
     return given(name, list(values))
 
 

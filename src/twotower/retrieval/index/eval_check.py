@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twotower.checks import flag, given
+from twotower.checks import flag, given, naming
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.errors import IndexStoreError
 
@@ -89,7 +89,7 @@ def check_index_for_eval(
 def _rebuild(root) -> str:
     """How to index ``root``'s corpus anew, as the caller would: the command under the CLI's names, else
     ``tt.Index.build``."""
-    if flag("out").startswith("--"):  # the command line (twotower.checks.cli_names)
+    if naming() == "cli":
         return f"'twotower index build --data {root} --out INDEX'"
     return f"tt.Index.build(path, {str(root)!r})" if root is not None else "tt.Index.build(path, dataset)"
 
