@@ -198,9 +198,9 @@ class _Fit:
                               f"holding out {len(dev)} for dev")
         if len(dev) < FEW_DEV:
             log.warning("%s/qrels/%s.tsv: %d dev queries: fit chooses the model, the fusion and its λ on them, and "
-                        "a dev score on so few (%s) says little; about %d judged train queries (--min-dev %d on "
-                        "each side) make the choices reliable", self.data, r.split, len(dev), ", ".join(dev[:5]),
-                        2 * r.min_dev, r.min_dev)
+                        "a dev score on so few (%s) says little; about %d judged train queries (%s on each "
+                        "side) make the choices reliable", self.data, r.split, len(dev), ", ".join(dev[:5]),
+                        2 * r.min_dev, given("min_dev", r.min_dev))
         save_pairs(pairs, self.stages.dir("split") / "train_pairs.jsonl")
         return {"dev": dev, "train": train, "dev_queries": len(dev), "train_queries": len(train),
                 "train_pairs": len(pairs), "seed": r.seed}
