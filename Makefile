@@ -29,11 +29,16 @@ demo: setup
 	echo; echo "BM25 vs dense (all-MiniLM-L6-v2) on $$data, split test:"; \
 	$(BIN)/twotower table "$(OUT)/bm25.json" "$(OUT)/dense.json"
 
+# the tests run in parallel (pytest-xdist): one worker per core, at most 4, a test file to a worker
+# (`make test JOBS=0`: one process, as `pytest -q`)
+JOBS ?= auto
+PYTEST = $(BIN)/python -m pytest -q $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadfile)
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # the documentation site (docs/, mkdocs.yml) built strictly into site/; `make docs SERVE=1` serves it on :8000 instead
 docs: setup

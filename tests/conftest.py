@@ -8,6 +8,16 @@ from pathlib import Path
 
 import pytest
 
+# `make test` runs pytest-xdist workers side by side: each takes its share of the cores for torch (and OpenVINO and
+# ONNX Runtime, which follow torch's count), so two workers' thread pools do not fight over two cores; the child
+# processes tests start inherit it through OMP_NUM_THREADS
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+    import torch
+
+    torch.set_num_threads(_THREADS)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # the shared real data (BEIR SciFact, XQuAD-R): ../shared/data beside the checkout, or $TWOTOWER_TEST_DATA
