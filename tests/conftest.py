@@ -195,7 +195,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """Say in the summary how many tests skipped because the real data is missing (a fresh clone without
     ../shared): the count and where the data was looked for, so a green run cannot hide them."""
     missing = [r for r in terminalreporter.stats.get("skipped", [])
-               if isinstance(r.longrepr, tuple) and "real data missing" in str(r.longrepr[2])]
+               if isinstance(r.longrepr, (tuple, list)) and "real data missing" in str(r.longrepr[-1])]
     if missing:
         terminalreporter.write_line(
             f"{len(missing)} test(s) skipped: real data missing (looked in {SHARED_DATA}; put BEIR SciFact and "
