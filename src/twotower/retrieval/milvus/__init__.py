@@ -5,8 +5,9 @@
 - :mod:`.lexical`: twotower's own BM25 (the local store's analyzers and weights) as sparse vectors.
 - :mod:`.store`: :class:`~.store.MilvusStore`, the store the Searcher, the API and the service use when an index
   directory's manifest says ``"backend": "milvus"`` (``backends.open_store`` opens it).
+- :mod:`.rows`: the rows a store numbers the ids it meets with (Milvus keys documents by id).
 - :mod:`.build`: what ``MilvusStore.build`` and ``.attach`` do: check the options, create and fill the collections,
-  write the manifest; an index folder from the URI and collection alone (encoding: ``searcher.build_milvus_from``).
+  write the manifest; an index folder from the URI and collection alone (encoding: ``indexing.build_milvus_from``).
 - :mod:`.state`: the ``<collection>__state`` collection (the committed write, the manifest, the BM25 vocabulary and
   statistics, the writers' lease) and the crash hook the fault-injection tests use.
 - :mod:`.writes`: add / replace / remove as writes a crash cannot half-do.

@@ -1,6 +1,6 @@
 """``index build --backend milvus``: check everything, fill a collection, write the manifest
-(:meth:`.store.MilvusStore.build` and ``attach`` call these; encoding is the Searcher's:
-``searcher.build_milvus_from``).
+(:meth:`.store.MilvusStore.build` and ``attach`` call these; the encoding comes first:
+``retrieval.indexing.build_milvus_from``).
 
 Everything that can fail without encoding is checked first: the URI (a server must answer, a Lite file's folder
 must exist), the collection name and that no other index (or anything not made by twotower) owns that collection,

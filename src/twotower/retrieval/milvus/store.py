@@ -6,9 +6,8 @@
 ``manifest``, ``version`` — so the Searcher, the API (``tt.Index``) and the service work over it unchanged;
 :func:`twotower.retrieval.backends.open_store` opens one when the manifest says ``"backend": "milvus"``.
 
-Rows: Milvus keys documents by id, the Searcher speaks in rows. A store numbers the ids its searches return as it
-meets them (``doc_ids`` grows, ``row_of`` maps back and asks Milvus about ids it has not met), so nothing holds the
-whole id list in memory.
+Rows: Milvus keys documents by id, the Searcher speaks in rows; a store numbers the ids as it meets them
+(:mod:`.rows`), so nothing holds the whole id list in memory.
 
 All state lives in Milvus: the documents' rows carry the numbers of the writes that added and removed them, and the
 ``<collection>__state`` collection holds the committed write's number, the manifest and the BM25 vocabulary
@@ -38,58 +37,13 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
+from twotower.retrieval.milvus.rows import RowTable
 from twotower.retrieval.milvus.state import State, visible
 from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
 
 log = logging.getLogger(__name__)
 
 MAX_TOPK = 16_384  # Milvus' largest limit per search
-
-
-class RowTable:
-    """``row_of``: id -> row for the ids a store has met; an id it has not met is looked up in Milvus."""
-
-    def __init__(self, store: "MilvusStore") -> None:
-        self._store = store
-        self._rows: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def intern(self, doc_id: str) -> int:
-        with self._lock:
-            row = self._rows.get(doc_id)
-            if row is None:
-                row = self._rows[doc_id] = len(self._store.doc_ids)
-                self._store.doc_ids.append(doc_id)
-            return row
-
-    def __iter__(self):
-        """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
-        with self._store._errors("listing document ids"):
-            it = self._store.client.query_iterator(self._store.collection, batch_size=1000,
-                                                   filter=visible(self._store.seq), output_fields=["id"])
-            try:
-                while batch := it.next():
-                    for e in batch:
-                        self.intern(e["id"])
-                        yield e["id"]
-            finally:
-                it.close()
-
-    def __contains__(self, doc_id) -> bool:
-        return self.get(doc_id) is not None
-
-    def __getitem__(self, doc_id: str) -> int:
-        row = self.get(doc_id)
-        if row is None:
-            raise KeyError(doc_id)
-        return row
-
-    def get(self, doc_id, default=None):
-        if not isinstance(doc_id, str):
-            return default
-        if doc_id in self._rows:
-            return self._rows[doc_id]
-        return self.intern(doc_id) if self._store.existing([doc_id]) else default
 
 
 class _Check:
