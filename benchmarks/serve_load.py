@@ -40,7 +40,7 @@ def build_index(root: Path) -> Path:
     """A flat SciFact index from the cached all-MiniLM-L6-v2 vectors (encoded once, re-used)."""
     from twotower.data.beir import load_corpus
     from twotower.encoders.towers import DualEncoder
-    from twotower.retrieval.searcher import model_info
+    from twotower.retrieval.indexing import model_info
     from twotower.retrieval.store import IndexStore, NewDocs
 
     doc_ids, vectors, _, _ = scifact_vectors()

@@ -98,7 +98,7 @@ def write_beir(root: Path, corpus: list[dict], queries: list[dict], qrels: list[
 
 def flat_index(data: Path, model: Path, out: Path) -> Path:
     """``data`` indexed at ``out`` by ``model`` (fp32), exact FAISS search and BM25: what the search tests query."""
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
     from twotower.retrieval.store import IndexSpec
 
     build_index(data, out, model=str(model), spec=IndexSpec(kind="flat", bm25=True),

@@ -159,13 +159,13 @@ def test_dim_cuts_documents_and_queries(tmp_path, vectors):
 def test_bad_values_stop_before_encoding(tiny_beir, tiny_bert_dir, tmp_path, monkeypatch, options, message):
     from typer.testing import CliRunner
 
-    import twotower.retrieval.searcher as searcher
+    import twotower.retrieval.indexing as indexing
     from twotower.cli import app
 
     def no_encoding(*args, **kwargs):
         raise AssertionError("documents were encoded before the options were checked")
 
-    monkeypatch.setattr(searcher, "encode_new_docs", no_encoding)
+    monkeypatch.setattr(indexing, "encode_new_docs", no_encoding)
     out = tmp_path / "bad"
     res = CliRunner().invoke(app, ["index", "build", "--data", str(tiny_beir), "--model", str(tiny_bert_dir),
                                    "--out", str(out), "--no-progress", *options])

@@ -323,7 +323,8 @@ def test_prompts_in_eval_search_index(prompted_bert, tiny_beir, tmp_path):
     """An index built with a prompted model encodes documents behind "passage: " and queries behind "query: "."""
     from twotower.data.beir import load_corpus
     from twotower.encoders.inference import encode_texts
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     store = build_index(tiny_beir, tmp_path / "index", model=str(prompted_bert),
                         cfg=EncodeConfig(precision="fp32", show_progress=False))

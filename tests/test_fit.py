@@ -204,7 +204,8 @@ def test_a_fitted_zscore_fusion_travels_with_the_model(fitted_to_03, tiny_bert_d
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.retrieval.defaults import RetrievalDefaults, read_defaults, write_defaults
     from twotower.retrieval.hybrid import interpolate
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     data, plain = fitted_to_03
     model = tmp_path / "model"
@@ -248,7 +249,8 @@ def test_select_scores_both_normalisations_and_keeps_the_best():
 
 
 def test_index_and_search_use_the_fitted_mode(fitted_to_03, tmp_path):
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     data, model = fitted_to_03
     store = build_index(data, tmp_path / "index", model=str(model), cfg=EncodeConfig(show_progress=False))
@@ -265,7 +267,8 @@ def test_index_and_search_use_the_fitted_mode(fitted_to_03, tmp_path):
 def test_serve_uses_the_fitted_mode(fitted_to_03, tmp_path):
     from fastapi.testclient import TestClient
 
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
     from twotower.serve.app import create_app
 
     data, model = fitted_to_03
@@ -387,7 +390,7 @@ def test_fit_finds_the_bm25_language_and_it_travels_with_the_model(tiny_bert_dir
     sentence one token), stores it, and eval / index build use it unless told another language."""
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.retrieval.defaults import read_defaults
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
     from twotower.retrieval.store import IndexSpec
 
     docs = [{"_id": f"d{i}", "text": t} for i, t in enumerate(ZH_DOCS)]
@@ -481,7 +484,8 @@ def test_no_labels_english_only_encoder_on_chinese_gives_bm25(tmp_path):
     assert got.retriever == "bm25" and got.run == bm25.run and got.metrics == bm25.metrics
     hybrid = run_eval(EvalConfig(model=str(result.model), retriever="hybrid", precision="fp32", **base))
     assert hybrid.run != bm25.run  # the hybrid would have used the encoder
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     build_index(data, tmp_path / "index", model=str(result.model), cfg=EncodeConfig(show_progress=False))
     searcher = Searcher(tmp_path / "index")

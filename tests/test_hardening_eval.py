@@ -266,7 +266,7 @@ def test_a_loaded_encoder_of_another_size_is_refused_by_add(built, other_models)
     """The Python path: add with an encoder object whose vectors are 48-d into a 32-d index."""
     from twotower.data.beir import Document
     from twotower.encoders.towers import DualEncoder
-    from twotower.retrieval.searcher import EncodeConfig, add_documents_from
+    from twotower.retrieval.indexing import EncodeConfig, add_documents_from
 
     _, index = built
     wide = DualEncoder.load(str(other_models["wider"]))

@@ -82,7 +82,8 @@ def test_multivector_store_round_trip(tmp_path):
 
 
 def test_build_multivector_index_from_text(tiny_beir, tiny_bert_dir, tmp_path):
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     s = build_index(tiny_beir, tmp_path / "mv", model=str(tiny_bert_dir), multivector=4, project_dim=16,
                     cfg=EncodeConfig(precision="fp32", show_progress=False))

@@ -163,7 +163,7 @@ def test_eval_uses_the_trained_m(train_setup, tmp_path, caplog):
         res = run_eval(EvalConfig(data=data, split="train", retriever="multivector",
                                   model=str(tmp_path / "run" / "model"), precision="fp32", show_progress=False))
     assert "first 2 token vectors" in caplog.text and res.num_queries == 6
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
 
     store = build_index(data, tmp_path / "idx", model=str(tmp_path / "run" / "model"),
                         cfg=EncodeConfig(precision="fp32", show_progress=False))

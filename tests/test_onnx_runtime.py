@@ -78,7 +78,8 @@ def test_missing_onnxruntime_is_explained(tiny_bert_dir, monkeypatch):
 def test_searcher_and_service_use_it(tmp_path, tiny_bert_dir):
     from fastapi.testclient import TestClient
 
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
     from twotower.serve.app import create_app
 
     data = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)

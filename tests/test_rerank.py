@@ -200,7 +200,8 @@ def test_search_uses_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, tiny_ce_di
     from twotower.encoders.towers import DualEncoder
     from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
     from twotower.retrieval.rerank import blend
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     model = tmp_path / "model"
     DualEncoder.load(str(tiny_bert_dir)).save(model)

@@ -38,7 +38,8 @@ def test_plan_batches_matches_encode_texts_grouping(tiny_bert_dir):
 
 
 def test_ray_build_equals_single_process(local_ray, tiny_bert_dir, tmp_path):
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
     from twotower.retrieval.store import IndexSpec, IndexStore
     from typer.testing import CliRunner
 

@@ -160,7 +160,7 @@ def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, ti
     assert info["metadata_fields"] == ["cohort", "cohort.size", "tags", "year"] and info["documents"] == 7
     assert info["version"] == "v000002"
 
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
 
     data = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
     build_index(data, tmp_path / "dense-only", model=str(tiny_bert_dir), cfg=EncodeConfig(show_progress=False))

@@ -168,7 +168,7 @@ def test_healthz_metrics_openapi(client):
 
 
 def test_a_write_by_another_process_is_seen(client, index, tmp_path):
-    from twotower.retrieval.searcher import EncodeConfig, add_documents
+    from twotower.retrieval.indexing import EncodeConfig, add_documents
 
     docs = tmp_path / "more.jsonl"
     docs.write_text(json.dumps({"_id": "cli1", "title": "Moon", "text": "The moon orbits the earth."}) + "\n")
@@ -304,7 +304,7 @@ def test_other_bad_input(client, index, tmp_path):
 
 
 def test_bm25_mode_on_an_index_without_bm25(tmp_path, tiny_bert_dir):
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
 
     data = write_beir(tmp_path / "tiny", TINY_CORPUS, TINY_QUERIES, TINY_QRELS)
     build_index(data, tmp_path / "dense-only", model=str(tiny_bert_dir), cfg=EncodeConfig(show_progress=False))

@@ -286,7 +286,8 @@ def test_readers_see_whole_versions_during_writes(store, tmp_path):
 
 
 def test_text_build_add_search(tiny_beir, tiny_bert_dir, tmp_path):
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, add_documents, build_index
+    from twotower.retrieval.indexing import EncodeConfig, add_documents, build_index
+    from twotower.retrieval.searcher import Searcher
 
     cfg = EncodeConfig(precision="fp32", show_progress=False)
     out = tmp_path / "tidx"
@@ -349,7 +350,8 @@ def test_searcher_encodes_queries_at_its_precision(tiny_beir, tiny_bert_dir, tmp
     from twotower.encoders.towers import EncodeOptions
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.retrieval import searcher as searcher_mod
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     out = tmp_path / "pidx"
     build_index(tiny_beir, out, model=str(tiny_bert_dir), cfg=EncodeConfig(precision="fp32", show_progress=False))

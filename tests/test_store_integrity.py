@@ -133,7 +133,7 @@ def _eval(data, index, **kw):
 
 def test_eval_refuses_an_index_of_another_corpus(tiny_beir, tiny_bert_dir, tmp_path):
     from twotower.errors import TwoTowerError
-    from twotower.retrieval.searcher import EncodeConfig, add_documents, build_index
+    from twotower.retrieval.indexing import EncodeConfig, add_documents, build_index
 
     cfg = EncodeConfig(precision="fp32", show_progress=False)
     out = tmp_path / "fidx"
@@ -187,7 +187,7 @@ def test_eval_refuses_an_index_of_another_corpus(tiny_beir, tiny_bert_dir, tmp_p
 def test_eval_checks_indexes_written_before_fingerprints(tiny_beir, tiny_bert_dir, tmp_path):
     """An index whose manifest has no corpus fingerprint is checked against its stored documents."""
     from twotower.errors import TwoTowerError
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
 
     out = tmp_path / "old"
     s = build_index(tiny_beir, out, model=str(tiny_bert_dir), cfg=EncodeConfig(precision="fp32", show_progress=False))
@@ -203,7 +203,7 @@ def test_eval_checks_indexes_written_before_fingerprints(tiny_beir, tiny_bert_di
 
 def test_eval_over_ann_index_warns_once_that_search_is_approximate(tiny_beir, tiny_bert_dir, tmp_path):
     from twotower.cli import app
-    from twotower.retrieval.searcher import EncodeConfig, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
 
     cfg = EncodeConfig(precision="fp32", show_progress=False)
     build_index(tiny_beir, tmp_path / "hnsw", model=str(tiny_bert_dir), spec=IndexSpec(kind="hnsw", hnsw_m=4), cfg=cfg)
@@ -222,7 +222,8 @@ def test_eval_over_ann_index_warns_once_that_search_is_approximate(tiny_beir, ti
 
 
 def test_relative_model_path_is_stored_absolute(tiny_beir, tiny_bert_dir, tmp_path, monkeypatch):
-    from twotower.retrieval.searcher import EncodeConfig, Searcher, build_index
+    from twotower.retrieval.indexing import EncodeConfig, build_index
+    from twotower.retrieval.searcher import Searcher
 
     here = tmp_path / "here"
     elsewhere = tmp_path / "elsewhere"
@@ -280,7 +281,7 @@ def test_failed_first_build_leaves_no_directory(tmp_path, monkeypatch):
 def test_rebuilding_over_a_non_index_is_refused_before_encoding(tiny_beir, tiny_bert_dir, tmp_path, monkeypatch):
     from twotower.errors import TwoTowerError
     from twotower.encoders.towers import DualEncoder
-    from twotower.retrieval.searcher import build_index
+    from twotower.retrieval.indexing import build_index
 
     monkeypatch.setattr(DualEncoder, "encode_documents", lambda *a, **k: pytest.fail("encoded"))
     (tmp_path / "junk").mkdir()

@@ -153,9 +153,9 @@ class Index:
         from dataclasses import replace
 
         from twotower.retrieval.bm25 import BM25Params
-        from twotower.retrieval.searcher import EncodeConfig, build_index_from
+        from twotower.retrieval.indexing import EncodeConfig, build_index_from
         from twotower.io import check_output_dir
-        from twotower.retrieval.searcher import spec_for_model
+        from twotower.retrieval.indexing import spec_for_model
         from twotower.retrieval.store import IndexSpec
         from twotower.encoders.runtimes import check_runtime, using_runtime
 
@@ -182,7 +182,7 @@ class Index:
             if ray:
                 raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
             from twotower.retrieval.milvus.build import check_options
-            from twotower.retrieval.searcher import build_milvus_from
+            from twotower.retrieval.indexing import build_milvus_from
 
             check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
             model, source = _encoder_parts(encoder, device)
@@ -430,7 +430,7 @@ class Index:
         """
         from twotower.checks import check_number
         from twotower.encoders.runtimes import check_runtime, using_runtime
-        from twotower.retrieval.searcher import EncodeConfig, add_documents_from
+        from twotower.retrieval.indexing import EncodeConfig, add_documents_from
 
         check_runtime(runtime)
         check_number(batch_size, "batch_size", integer=True, minimum=1, optional=True)

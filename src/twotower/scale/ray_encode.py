@@ -220,11 +220,11 @@ def build_index_ray(
     cfg=None,
     ray_cfg: RayConfig | None = None,
 ):
-    """:func:`twotower.retrieval.searcher.build_index` with the encoding spread over Ray actors."""
+    """:func:`twotower.retrieval.indexing.build_index` with the encoding spread over Ray actors."""
     from twotower.data.beir import load_corpus
     from twotower.encoders.towers import DualEncoder
     from twotower.encoders.inference import DEFAULT_BATCH_SIZE
-    from twotower.retrieval.searcher import EncodeConfig, check_build, model_info
+    from twotower.retrieval.indexing import EncodeConfig, check_build, model_info
     from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs
 
     cfg = cfg or EncodeConfig()

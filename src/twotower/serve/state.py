@@ -46,7 +46,8 @@ class ServiceState:
         self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
         device: str = "auto",
     ) -> None:
-        from twotower.retrieval.searcher import EncodeConfig, Searcher
+        from twotower.retrieval.indexing import EncodeConfig
+        from twotower.retrieval.searcher import Searcher
 
         self.index = Path(index)
         self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
@@ -99,7 +100,7 @@ class ServiceState:
     def add(self, docs: list, replace: bool):
         """Encode ``docs`` (:class:`~twotower.data.beir.Document` objects: :func:`request_documents`) and add them
         as a new version; ``(live store, how many replaced)``."""
-        from twotower.retrieval.searcher import encode_new_docs
+        from twotower.retrieval.indexing import encode_new_docs
         from twotower.retrieval.store import IndexStoreError
 
         with self.write_lock:

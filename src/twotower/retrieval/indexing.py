@@ -1,0 +1,264 @@
+"""Documents in, index versions out: encode them with the index's encoder and build or add (local or Milvus).
+
+The encoder that built an index is recorded in its manifest (``model``: name, path, pooling, normalisation,
+lengths: :func:`model_info`) and re-loaded (:func:`load_encoder`) for documents added later and for the
+:class:`~twotower.retrieval.searcher.Searcher`'s queries, so the vectors stay comparable. Everything a build can
+check is checked before any encoding (:func:`check_build`).
+
+Example::
+
+    from twotower.retrieval.indexing import EncodeConfig, add_documents, build_index
+
+    build_index("scifact", "scifact-index", cfg=EncodeConfig(show_progress=False))
+    add_documents("scifact-index", "new-docs.jsonl", replace=True)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from twotower.checks import flag, given, switch
+from twotower.data.beir import Document, load_corpus
+from twotower.errors import TwoTowerError
+from twotower.retrieval.backends import open_store
+from twotower.retrieval.index.files import REBUILT
+from twotower.retrieval.store import IndexSpec, IndexStore, NewDocs, check_spec, check_target
+from twotower.retrieval.store_protocol import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EncodeConfig:
+    batch_size: int | None = None  # None: the device's default (encoders.inference.DEFAULT_BATCH_SIZE)
+    precision: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    show_progress: bool = True
+    compile: bool = False  # torch.compile single-vector document encoding (EncodeOptions.compile)
+
+
+def model_info(model_arg: str | None, encoder) -> dict:
+    """What the manifest records about the encoder."""
+    from twotower.encoders.backbone import resolve_model
+
+    tower = encoder.doc_tower
+    path = resolve_model(model_arg)
+    if Path(path).exists():  # a local directory: absolute, so the index loads it from any working directory
+        path = str(Path(path).resolve())
+    return {
+        "name": str(model_arg) if model_arg else "all-MiniLM-L6-v2",
+        "path": path,
+        "pooling": tower.pooling,
+        "normalize": bool(tower.normalize),
+        "query_max_length": int(encoder.query_max_length),
+        "doc_max_length": int(encoder.doc_max_length),
+    }
+
+
+def load_encoder(info: dict, override: str | None = None, device: str = "auto"):
+    """The dual encoder an index was built with (or ``override``, a model directory), on ``device``."""
+    from twotower.encoders.device import resolve_device
+    from twotower.encoders.towers import DualEncoder
+
+    target = resolve_device(device)
+    if override:
+        return DualEncoder.load(override, device=target)
+    path = info.get("path")
+    model = path if path and Path(path).exists() else info.get("name")
+    return DualEncoder.load(
+        model, pooling=info.get("pooling"), normalize=info.get("normalize"),
+        query_max_length=info.get("query_max_length"), doc_max_length=info.get("doc_max_length"), device=target,
+    )
+
+
+def encode_new_docs(
+    encoder, docs: list[Document], cfg: EncodeConfig, *, multivector: int | None = None,
+    projection: np.ndarray | None = None,
+) -> NewDocs:
+    from twotower.encoders.towers import EncodeOptions
+
+    texts = [d.full_text for d in docs]
+    if multivector:
+        from twotower.retrieval.multivector import encode_multivector
+
+        vectors, offsets = encode_multivector(
+            encoder.doc_tower, texts, multivector, max_length=encoder.doc_max_length, batch_size=cfg.batch_size,
+            precision=cfg.precision, projection=projection, show_progress=cfg.show_progress,
+        )
+    else:
+        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
+                             compile=cfg.compile)
+        vectors, offsets = encoder.encode_documents(texts, opts), None
+    return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], vectors, offsets,
+                   metadata=[getattr(d, "metadata", None) or {} for d in docs])
+
+
+def spec_for_model(spec: IndexSpec, model: str | None, *, language_given: bool = False) -> IndexSpec:
+    """``spec`` with a BM25 part when the model was fitted to hybrid or RRF retrieval (``twotower fit``): its
+    searches need one; in the fitted BM25 language unless ``language_given`` (the user's --language)."""
+    from dataclasses import replace
+
+    from twotower.retrieval.defaults import read_defaults
+
+    fitted = read_defaults(model)
+    if fitted is None:
+        return spec
+    if fitted.language and not language_given and (spec.bm25 or fitted.needs_bm25):
+        spec = replace(spec, bm25_params=replace(spec.bm25_params, language=fitted.language))
+    if spec.bm25 or not fitted.needs_bm25:
+        return spec
+    log.info("the model was fitted to %s retrieval: building the BM25 part too", fitted.mode)
+    return replace(spec, bm25=True)
+
+
+def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int, num_docs: int,
+                multivector: int | None = None) -> None:
+    """Everything an index build can check before encoding: the output directory, the index kind and
+    its options for ``num_docs`` documents of ``dim`` dimensions (up to ``multivector`` vectors each), the
+    precision. A failure here costs nothing and writes nothing."""
+    from twotower.encoders.inference import check_precision
+
+    check_precision(cfg.precision, f"unknown {flag('precision')}")
+    check_target(Path(out))
+    check_spec(spec, dim, num_docs, num_docs * multivector if multivector else num_docs)
+
+
+def build_index(
+    data: str | Path,
+    out: str | Path,
+    *,
+    model: str | None = None,
+    spec: IndexSpec | None = None,
+    multivector: int | None = None,
+    project_dim: int | None = None,
+    cfg: EncodeConfig | None = None,
+    **vector_options,
+) -> IndexStore:
+    """Encode a BEIR directory's corpus (or a corpus .jsonl file) and write an index at ``out``.
+    ``vector_options``: ``vectors``, ``dim``, ``rescore``, ``rescore_factor`` (see :func:`build_index_from`)."""
+    from twotower.encoders.device import resolve_device
+    from twotower.encoders.towers import DualEncoder
+
+    cfg = cfg or EncodeConfig()
+    target = resolve_device(cfg.device)
+    data = Path(data)
+    check_target(Path(out))  # before loading anything
+    corpus = load_corpus(data / "corpus.jsonl" if data.is_dir() else data)
+    encoder = DualEncoder.load(model, device=target)
+    return build_index_from(list(corpus.values()), out, encoder, model=model, spec=spec, multivector=multivector,
+                            project_dim=project_dim, cfg=cfg, **vector_options)
+
+
+def build_index_from(
+    docs: list[Document],
+    out: str | Path,
+    encoder,
+    *,
+    model: str | None = None,
+    spec: IndexSpec | None = None,
+    multivector: int | None = None,
+    project_dim: int | None = None,
+    cfg: EncodeConfig | None = None,
+    vectors: str | None = None,
+    dim: int | None = None,
+    rescore: str | None = None,
+    rescore_factor: int | None = None,
+) -> IndexStore:
+    """Encode ``docs`` with ``encoder`` (a loaded DualEncoder; ``model``: the name or directory it came from, which
+    the manifest records so that searches load it again) and write an index at ``out``.
+
+    ``vectors`` (fp32 | fp16 | int8 | binary), ``dim`` (keep the first ``dim`` dimensions, re-normalised),
+    ``rescore`` (binary: int8 | fp32 | none) and ``rescore_factor`` (binary: k × factor Hamming candidates are
+    rescored), when given, override ``spec``'s fields of the same names (:mod:`twotower.retrieval.index.codecs`);
+    bad values fail before any encoding."""
+    from dataclasses import replace as _replace
+
+    cfg = cfg or EncodeConfig()
+    spec = spec_for_model(spec or IndexSpec(), model, language_given=spec is not None)  # a given spec: its language
+    options = {"vectors": vectors, "dim": dim, "rescore": rescore, "rescore_factor": rescore_factor}
+    spec = _replace(spec, **{k: v for k, v in options.items() if v is not None})
+    check_target(Path(out))
+    if multivector is None and encoder.multivector:
+        multivector = int(encoder.multivector)
+        log.info("the model was trained with --multivector %d: building a multi-vector index with m=%d", multivector,
+                 multivector)
+    projection = None
+    if project_dim:
+        if not multivector:
+            raise TwoTowerError(f"{flag('project')} applies to multi-vector indexes ({flag('multivector')} M)")
+        from twotower.retrieval.multivector import random_projection
+
+        projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
+    dim = projection.shape[1] if projection is not None else encoder.doc_tower.dim
+    check_build(out, spec, cfg, dim=dim, num_docs=len(docs), multivector=multivector)
+    new = encode_new_docs(encoder, docs, cfg, multivector=multivector, projection=projection)
+    return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
+                            projection=projection, show_progress=cfg.show_progress)
+
+
+def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
+                      collection: str | None) -> Store:
+    """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``
+    (:meth:`~twotower.retrieval.milvus.store.MilvusStore.build`, which checks the options and the documents' sizes
+    again before it writes; ``tt.Index.build`` checks the options before it loads the model)."""
+    from twotower.encoders.inference import check_precision
+    from twotower.retrieval.milvus.store import MilvusStore
+
+    out = Path(out)
+    check_precision(cfg.precision, f"unknown {flag('precision')}")
+    if not docs:
+        raise TwoTowerError("the corpus holds no documents to index")
+    if encoder.multivector:
+        raise TwoTowerError(f"this model was trained with {flag('multivector')}; a Milvus index holds one vector per "
+                            f"document (use {given('backend', 'faiss')})")
+    new = encode_new_docs(encoder, docs, cfg)
+    return MilvusStore.build(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
+                             show_progress=cfg.show_progress)
+
+
+def add_documents(
+    index: str | Path, docs_path: str | Path, *, replace: bool = False, model: str | None = None,
+    cfg: EncodeConfig | None = None,
+) -> Store:
+    """Encode only the documents in ``docs_path`` (BEIR corpus lines) and add them to ``index``."""
+    docs = load_corpus(docs_path)
+    return add_documents_from(index, list(docs.values()), replace=replace, model=model, cfg=cfg, source=str(docs_path))
+
+
+def add_documents_from(
+    index: str | Path | Store, docs: list[Document], *, replace: bool = False, model: str | None = None,
+    cfg: EncodeConfig | None = None, source: str = "documents", encoder=None,
+) -> Store:
+    """Encode ``docs`` (with ``encoder``, a loaded DualEncoder, or the index's own model) and add them to ``index``
+    as a new version; ``source`` names them in errors."""
+    cfg = cfg or EncodeConfig()
+    store = open_store(index) if isinstance(index, (str, Path)) else index
+    index = store.root
+    dup = [d.id for d in docs if d.id in store.row_of]
+    rerun = getattr(store, "wrote", None)  # a Milvus index: this very write committed before a crash (issue #44)
+    if dup and not replace and not (
+            rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace)):
+        shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
+        raise TwoTowerError(
+            f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "
+            f"(pass {switch('replace')} to overwrite them)"
+        )
+    # before spending time encoding: the files a write copies must still match their checksums (the
+    # write checks again under the lock)
+    store.files.check_all(writing=True, skip=REBUILT)
+    from twotower.retrieval.index.encoder_check import check_index_encoder
+
+    info = store.manifest.get("model") or {}
+    if encoder is None:  # a --model string: the index's own model or refused (a loaded encoder: its size, below)
+        check_index_encoder(index, info, model)
+    encoder = encoder or load_encoder(store.manifest["model"], model, cfg.device)
+    vectors = store.manifest.get("vectors") or {}
+    if not store.multivector:  # the encoder's output size against the stored vectors' (before a projection)
+        check_index_encoder(index, info, model, encoder_dim=int(encoder.dim),
+                            index_dim=int(vectors.get("source_dim") or store.manifest.get("dim") or encoder.dim))
+    new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection)
+    return store.add(new, replace=replace, show_progress=cfg.show_progress)
