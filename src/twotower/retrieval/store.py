@@ -62,6 +62,7 @@ from twotower.retrieval.index.ids import DocIds
 from twotower.retrieval.index.kinds import KINDS, IndexSpec, check_spec, search_params, tune_faiss
 from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.newdocs import NewDocs
+from twotower.retrieval.index.search import read_faiss, search_version
 from twotower.retrieval.index.versions import (
     FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, open_live,
 )
@@ -228,19 +229,7 @@ class IndexStore:
     @property
     def faiss_index(self):
         if self._faiss is None:
-            import faiss
-
-            self.files.ensure("faiss.index")
-            path = str(self.dir / "faiss.index")
-            read = faiss.read_index_binary if self.codec.vectors == "binary" else faiss.read_index
-            try:
-                index = read(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
-            except RuntimeError:
-                index = read(path)
-            if index.ntotal != self.manifest["num_vectors"]:
-                raise corrupt(self.dir, f"faiss.index holds {index.ntotal} vectors, expected "
-                                        f"{self.manifest['num_vectors']}", "num_vectors")
-            self._faiss = index
+            self._faiss = read_faiss(self)
         return self._faiss
 
     @property
@@ -287,29 +276,8 @@ class IndexStore:
         (``twotower.retrieval.index.filtered``: exact on flat indexes).
         """
         tune_faiss()
-        q = self.project_queries(queries)
-        if mask is not None:
-            from twotower.retrieval.index.filtered import search_masked
-
-            return search_masked(self, q, max(1, k), mask, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
-                                 rescore_factor=rescore_factor)
-        index = self.faiss_index
-        if self.codec.vectors == "binary":
-            from twotower.retrieval.index.binary import search_binary
-
-            return search_binary(index, q, k, self.codec, self.vectors, rescore_factor=rescore_factor,
-                                 ef_search=ef_search, nprobe=nprobe)
-        params = search_params(index, ef_search=ef_search, nprobe=nprobe)
-        k = max(1, k)
-        if self.offsets is None:
-            scores, rows = index.search(q, min(k, max(1, index.ntotal)), params=params)
-            return _pad(scores, rows, k)
-        from twotower.retrieval.multivector import reduce_to_documents
-
-        m = self.multivector or 1
-        n_entries = min(index.ntotal, candidates or k * m)
-        _, entries = index.search(q, max(1, n_entries), params=params)
-        return reduce_to_documents(q, entries, self.vectors, self.offsets, k)
+        return search_version(self, self.project_queries(queries), k, ef_search=ef_search, nprobe=nprobe,
+                              candidates=candidates, rescore_factor=rescore_factor, mask=mask)
 
     # ---- writing ------------------------------------------------------------------------
 
@@ -411,12 +379,3 @@ class IndexStore:
             vectors=self.codec.vectors, dim=self.codec.dim if self.codec.dim != self.codec.source_dim else None,
             rescore=self.codec.rescore, rescore_factor=self.codec.rescore_factor,
         )
-
-
-def _pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
-    if scores.shape[1] < k:
-        extra = k - scores.shape[1]
-        scores = np.pad(scores, ((0, 0), (0, extra)), constant_values=-np.inf)
-        rows = np.pad(rows, ((0, 0), (0, extra)), constant_values=-1)
-    return scores, rows

@@ -1,0 +1,81 @@
+"""Searching one version of a local index through FAISS: reading its ``faiss.index`` and answering a top-k search.
+
+:func:`search_version` picks the path by what the version holds and what the search asks: a row mask (a metadata
+filter's) goes to :mod:`.filtered`, a binary index to :mod:`.binary` (Hamming, then rescored); a float index is
+searched by FAISS with the call's ``ef_search`` / ``nprobe`` and its misses padded to ``k``; a multi-vector
+(ME-BERT) index's entries are reduced to documents and re-scored exactly (``retrieval.multivector``). Queries come
+in already projected into the stored space (:meth:`IndexStore.project_queries
+<twotower.retrieval.store.IndexStore.project_queries>`).
+
+Example::
+
+    from twotower.retrieval.store import IndexStore
+
+    store = IndexStore.open("my-index")
+    scores, rows = search_version(store, store.project_queries(queries), 10, ef_search=None, nprobe=None,
+                                  candidates=None, rescore_factor=None, mask=None)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twotower.retrieval.index.files import corrupt
+from twotower.retrieval.index.kinds import search_params
+
+
+def read_faiss(store):
+    """``store``'s ``faiss.index`` (a binary index for binary vectors), memory-mapped read-only where FAISS can; its
+    sha256 checked on this first read and its vector count against the manifest's."""
+    import faiss
+
+    store.files.ensure("faiss.index")
+    path = str(store.dir / "faiss.index")
+    read = faiss.read_index_binary if store.codec.vectors == "binary" else faiss.read_index
+    try:
+        index = read(path, faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    except RuntimeError:
+        index = read(path)
+    if index.ntotal != store.manifest["num_vectors"]:
+        raise corrupt(store.dir, f"faiss.index holds {index.ntotal} vectors, expected "
+                                 f"{store.manifest['num_vectors']}", "num_vectors")
+    return index
+
+
+def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprobe: int | None,
+                   candidates: int | None, rescore_factor: int | None,
+                   mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`IndexStore.search <twotower.retrieval.store.IndexStore.search>` for the projected queries ``q``:
+    ``(scores, rows)``, each (n_queries, k), best first; row -1 and score -inf where fewer."""
+    if mask is not None:
+        from twotower.retrieval.index.filtered import search_masked
+
+        return search_masked(store, q, max(1, k), mask, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
+                             rescore_factor=rescore_factor)
+    index = store.faiss_index
+    if store.codec.vectors == "binary":
+        from twotower.retrieval.index.binary import search_binary
+
+        return search_binary(index, q, k, store.codec, store.vectors, rescore_factor=rescore_factor,
+                             ef_search=ef_search, nprobe=nprobe)
+    params = search_params(index, ef_search=ef_search, nprobe=nprobe)
+    k = max(1, k)
+    if store.offsets is None:
+        scores, rows = index.search(q, min(k, max(1, index.ntotal)), params=params)
+        return pad(scores, rows, k)
+    from twotower.retrieval.multivector import reduce_to_documents
+
+    m = store.multivector or 1
+    n_entries = min(index.ntotal, candidates or k * m)
+    _, entries = index.search(q, max(1, n_entries), params=params)
+    return reduce_to_documents(q, entries, store.vectors, store.offsets, k)
+
+
+def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """FAISS hits with missing ones (row -1) scored -inf, and padded with such to ``k`` columns."""
+    scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
+    if scores.shape[1] < k:
+        extra = k - scores.shape[1]
+        scores = np.pad(scores, ((0, 0), (0, extra)), constant_values=-np.inf)
+        rows = np.pad(rows, ((0, 0), (0, extra)), constant_values=-1)
+    return scores, rows
