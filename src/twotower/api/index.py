@@ -52,20 +52,6 @@ def _locked(method):
     return wrapper
 
 
-def _encoder_parts(encoder, device: str):
-    """(loaded DualEncoder, the name or directory the index records) for ``encoder``: an Encoder, a name, None."""
-    from twotower.api.encoder import Encoder
-    from twotower.encoders.device import resolve_device
-    from twotower.encoders.towers import DualEncoder
-
-    if isinstance(encoder, Encoder):
-        return encoder.model, encoder.source
-    if encoder is not None and not isinstance(encoder, (str, Path)):
-        raise TwoTowerError(f"encoder: give an Encoder, a model name or a directory, not {type(encoder).__name__}")
-    return DualEncoder.load(encoder, device=resolve_device(device)), \
-        (str(encoder) if encoder is not None else None)
-
-
 class Index:
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
@@ -153,11 +139,10 @@ class Index:
         from dataclasses import replace
 
         from twotower.retrieval.bm25 import BM25Params
-        from twotower.retrieval.indexing import EncodeConfig, build_index_from
+        from twotower.retrieval.indexing import EncodeConfig
         from twotower.io import check_output_dir
-        from twotower.retrieval.indexing import spec_for_model
         from twotower.retrieval.store import IndexSpec
-        from twotower.encoders.runtimes import check_runtime, using_runtime
+        from twotower.encoders.runtimes import check_runtime
 
         check_output_dir(path, "path")  # before any loading or encoding
         from twotower.api._checks import check_build_options
@@ -174,53 +159,17 @@ class Index:
         spec = replace(spec, **options)
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
                            compile=compile)
-        if backend not in ("faiss", "milvus"):
-            raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
-        if backend == "faiss" and (uri is not None or collection is not None):
-            raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus'")
-        if backend == "milvus":
-            if ray:
-                raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
-            from twotower.retrieval.milvus.build import check_options
-            from twotower.retrieval.indexing import build_milvus_from
+        from twotower.api.index_build import write_index
 
-            check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
-            model, source = _encoder_parts(encoder, device)
-            spec = spec_for_model(spec, source, language_given=language is not None)
-            docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
-            with using_runtime(runtime):
-                build_milvus_from(docs, path, model, model=source, spec=spec, cfg=cfg, uri=uri,
-                                  collection=collection)
-            index = cls(path, device=device, precision=precision)
-            index._searcher._encoder = model
-            index.added_ids = [d.id for d in docs]
-            return index
-        if ray:
-            if multivector or project:
-                raise TwoTowerError("ray encodes single-vector indexes; drop multivector/project")
-            if ids is not None or metadatas is not None:
-                raise TwoTowerError("ray=True reads the corpus from a file: put ids and metadata into its records")
-            if not isinstance(corpus, (str, Path)) or not isinstance(encoder, (str, Path, type(None))):
-                raise TwoTowerError("ray=True reads the corpus and the model on every worker: give corpus and encoder "
-                                    "as paths or names")
-            from twotower.scale.ray_encode import RayConfig, build_index_ray
-
-            model_name = str(encoder) if encoder is not None else None
-            spec = spec_for_model(spec, model_name, language_given=language is not None)
-            build_index_ray(corpus, path, model=model_name, spec=spec, cfg=cfg, ray_cfg=RayConfig(
-                address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
-            index = cls(path, device=device, precision=precision)
-            index.added_ids = list(index.store.doc_ids)
-            return index
-        docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
-        model, source = _encoder_parts(encoder, device)
-        spec = spec_for_model(spec, source, language_given=language is not None)
-        with using_runtime(runtime):
-            build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
-                             cfg=cfg)
+        model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
+                                   metadatas=metadatas, language_given=language is not None, runtime=runtime,
+                                   device=device, multivector=multivector, project=project, uri=uri,
+                                   collection=collection, ray=ray, ray_address=ray_address, workers=workers,
+                                   gpus_per_worker=gpus_per_worker)
         index = cls(path, device=device, precision=precision)
-        index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
-        index.added_ids = [d.id for d in docs]
+        if model is not None:
+            index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
+        index.added_ids = added if added is not None else list(index.store.doc_ids)
         return index
 
     @classmethod
@@ -340,13 +289,10 @@ class Index:
         searcher = self._searcher
         searcher.refresh()
         store = searcher.store  # one version for rankings, re-ranking and documents
-        weight = None
-        fitted = searcher.defaults
-        if rerank is None and mode is None and fitted is not None and fitted.rerank:
-            rerank = fitted.rerank_path(store.manifest["model"]["path"])
-            rerank_depth, weight = fitted.rerank_depth, fitted.rerank_weight
-        if isinstance(rerank, (str, Path)) and str(rerank) == "none":
-            rerank = None
+        from twotower.api.reranking import chosen_reranker, cross_encoder, rerank_hits
+
+        rerank, rerank_depth, weight = chosen_reranker(rerank, rerank_depth, mode=mode, fitted=searcher.defaults,
+                                                       store=store)
         asked_lam = lam
         mode, lam = searcher.resolve(mode, lam)  # a fitted model's own mode and λ unless given
         if asked_lam is not None and mode != "hybrid":
@@ -362,37 +308,13 @@ class Index:
         # best first; equal scores keep the order the search returned them in (as the service's hits do)
         ranked = [sorted(run[str(i)].items(), key=lambda kv: -kv[1]) for i in range(len(queries))]
         if rerank is not None:
-            ranked = self._rerank(queries, ranked, rerank, rerank_depth, weight, store)
+            ce = cross_encoder(rerank, self._rerankers, device=self.device, precision=self.precision)
+            ranked = rerank_hits(queries, ranked, ce, rerank_depth, weight, store)
         out = []
         for hits in ranked:
             docs = [(d, s, store.document(store.row_of[d])) for d, s in hits[:k]]
             out.append([Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}) for d, s, doc in docs])
         return out[0] if single else out
-
-    def _rerank(self, queries, ranked, rerank, depth: int, weight: float | None, store):
-        from twotower.retrieval.rerank import Reranker, blend
-
-        if isinstance(rerank, Reranker):
-            ce = rerank
-        else:  # loaded once per directory, then reused
-            key = str(Path(rerank).resolve())
-            if key not in self._rerankers:
-                self._rerankers[key] = Reranker(rerank, device=self.device, precision=self.precision)
-            ce = self._rerankers[key]
-
-        def text(d: str) -> str:
-            doc = store.document(store.row_of[d])
-            return f"{doc['title']} {doc['text']}".strip() if doc["title"] else doc["text"]
-
-        out = []
-        for q, hits in zip(queries, ranked):
-            top = hits[:depth]
-            scores = ce.score([(q, text(d)) for d, _ in top])
-            scored = {d: float(s) for (d, _), s in zip(top, scores)}
-            if weight is not None:  # the fitted blend with the first stage (retrieval.rerank.blend)
-                scored = blend(dict(top), scored, weight)
-            out.append(sorted(((d, scored[d]) for d, _ in top), key=lambda kv: -kv[1]))
-        return out
 
     @user_errors
     @_locked

@@ -1,0 +1,90 @@
+"""How :meth:`Index.build <twotower.Index.build>` writes, once its options are checked: by one of three routes —
+a Milvus collection (``backend="milvus"``), Ray workers encoding a corpus file into a local folder (``ray=True``), or
+a local FAISS folder — each with the encoder given (an :class:`~twotower.Encoder`, a name or a directory; a model
+fitted to a hybrid gets its BM25 side too: :func:`twotower.retrieval.indexing.spec_for_model`).
+
+Example::
+
+    from twotower.api.index_build import write_index
+    from twotower.retrieval.indexing import EncodeConfig
+    from twotower.retrieval.store import IndexSpec
+
+    model, added = write_index("tea-index", ["Green tea is steamed."], IndexSpec(), EncodeConfig(), backend="faiss",
+                               encoder=None, ids=None, metadatas=None, language_given=False, runtime="auto",
+                               device="auto", multivector=None, project=None, uri=None, collection=None, ray=False,
+                               ray_address=None, workers=None, gpus_per_worker=0.0)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twotower.api.dataset import corpus_documents
+from twotower.errors import TwoTowerError
+
+
+def _encoder_parts(encoder, device: str):
+    """(loaded DualEncoder, the name or directory the index records) for ``encoder``: an Encoder, a name, None."""
+    from twotower.api.encoder import Encoder
+    from twotower.encoders.device import resolve_device
+    from twotower.encoders.towers import DualEncoder
+
+    if isinstance(encoder, Encoder):
+        return encoder.model, encoder.source
+    if encoder is not None and not isinstance(encoder, (str, Path)):
+        raise TwoTowerError(f"encoder: give an Encoder, a model name or a directory, not {type(encoder).__name__}")
+    return DualEncoder.load(encoder, device=resolve_device(device)), \
+        (str(encoder) if encoder is not None else None)
+
+
+def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, ids, metadatas, language_given: bool,
+                runtime: str, device: str, multivector: int | None, project: int | None, uri: str | None,
+                collection: str | None, ray: bool, ray_address: str | None, workers: int | None,
+                gpus_per_worker: float):
+    """Write ``corpus`` as an index at ``path`` with ``spec`` (an ``IndexSpec``) and ``cfg`` (an ``EncodeConfig``),
+    the other arguments as :meth:`Index.build <twotower.Index.build>` takes them (``language_given``: its
+    ``language`` was given). Returns ``(encoder, ids)``: the loaded DualEncoder the index names (None when Ray's
+    workers loaded their own) and the ids written, in order (None: the index's, after a Ray build)."""
+    from twotower.encoders.runtimes import using_runtime
+    from twotower.retrieval.indexing import build_index_from, spec_for_model
+
+    if backend not in ("faiss", "milvus"):
+        raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
+    if backend == "faiss" and (uri is not None or collection is not None):
+        raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus'")
+    if backend == "milvus":
+        if ray:
+            raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
+        from twotower.retrieval.indexing import build_milvus_from
+        from twotower.retrieval.milvus.build import check_options
+
+        check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
+        model, source = _encoder_parts(encoder, device)
+        spec = spec_for_model(spec, source, language_given=language_given)
+        docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
+        with using_runtime(runtime):
+            build_milvus_from(docs, path, model, model=source, spec=spec, cfg=cfg, uri=uri,
+                              collection=collection)
+        return model, [d.id for d in docs]
+    if ray:
+        if multivector or project:
+            raise TwoTowerError("ray encodes single-vector indexes; drop multivector/project")
+        if ids is not None or metadatas is not None:
+            raise TwoTowerError("ray=True reads the corpus from a file: put ids and metadata into its records")
+        if not isinstance(corpus, (str, Path)) or not isinstance(encoder, (str, Path, type(None))):
+            raise TwoTowerError("ray=True reads the corpus and the model on every worker: give corpus and encoder "
+                                "as paths or names")
+        from twotower.scale.ray_encode import RayConfig, build_index_ray
+
+        model_name = str(encoder) if encoder is not None else None
+        spec = spec_for_model(spec, model_name, language_given=language_given)
+        build_index_ray(corpus, path, model=model_name, spec=spec, cfg=cfg, ray_cfg=RayConfig(
+            address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
+        return None, None  # the workers loaded the model; the ids written: the index's
+    docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
+    model, source = _encoder_parts(encoder, device)
+    spec = spec_for_model(spec, source, language_given=language_given)
+    with using_runtime(runtime):
+        build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
+                         cfg=cfg)
+    return model, [d.id for d in docs]
