@@ -12,6 +12,9 @@ from __future__ import annotations
 TESTS = {
     "training/losses.py": ["tests/test_mutants.py", "tests/test_losses.py", "tests/test_trainer_wiring.py"],
     "training/trainer.py": ["tests/test_mutants.py", "tests/test_trainer_wiring.py", "tests/test_training.py", "tests/test_train_hardening.py"],
+    "training/batching.py": ["tests/test_mutants.py", "tests/test_trainer_wiring.py", "tests/test_training.py",
+                             "tests/test_distributed_train.py"],
+    "training/optimizer.py": ["tests/test_mutants.py", "tests/test_training.py", "tests/test_freeze_embeddings.py"],
     "training/gradcache.py": ["tests/test_mutants.py", "tests/test_training.py", "tests/test_trainer_wiring.py"],
     "training/moco.py": ["tests/test_mutants.py", "tests/test_moco.py"],
     "training/mining.py": ["tests/test_mutants.py", "tests/test_training.py"],
@@ -76,11 +79,11 @@ MUTANTS = [
        "negatives = k if queue is None or not len(queue) else torch.cat([k, queue.float()], dim=0)",
        "negatives = k", "moco_loss ignores the key queue"),
     # ------------------------------------------------------------------ training/trainer.py
-    _m("fnmask-query-only", "training/trainer.py",
+    _m("fnmask-query-only", "training/batching.py",
        "mask = (q[:, None] == q[None, :]) | (p[:, None] == p[None, :])", "mask = (q[:, None] == q[None, :])",
        "false-negative mask misses in-batch copies of the same positive"),
     _m("trainer-no-fnmask", "training/trainer.py",
-       "return _false_negative_mask(examples, self.device) if self.world == 1 else None", "return None",
+       "return false_negative_mask(examples, self.device) if self.world == 1 else None", "return None",
        "trainer never passes the false-negative mask"),
     _m("trainer-drop-hard", "training/trainer.py",
        "return loss_fn(q, d, h, false_negative_mask=fn_mask)",
@@ -95,10 +98,10 @@ MUTANTS = [
     _m("trainer-no-bidirectional", "training/trainer.py",
        "loss_fn = InBatchSoftmaxLoss(stage.temperature, stage.bidirectional,",
        "loss_fn = InBatchSoftmaxLoss(stage.temperature, True,", "the stage's bidirectional flag ignored"),
-    _m("batch-off-by-one", "training/trainer.py",
+    _m("batch-off-by-one", "training/batching.py",
        "batch = order[pos * global_bs : (pos + 1) * global_bs]",
        "batch = order[pos * global_bs : (pos + 1) * global_bs - 1]", "each batch loses its last example"),
-    _m("decay-groups-swapped", "training/trainer.py",
+    _m("decay-groups-swapped", "training/optimizer.py",
        '(no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)',
        '(decay if p.ndim < 2 or "norm" in name.lower() else no_decay).append(p)',
        "weight decay applied to biases/norms instead of weight matrices"),
@@ -345,9 +348,8 @@ MUTANTS = [
        "b=cfg.b if cfg.b is not None else defaults.b", "b=defaults.b", "eval --b ignored"),
     # ------------------------------------------------------------------ training/fit (issue 35's audit gap)
     _m("fit-stored-lambda-mirrored", "training/fit/run.py",
-       'RetrievalDefaults(mode=best["mode"], lam=best["lambda"], norm=_norm(best),',
-       'RetrievalDefaults(mode=best["mode"], lam=None if best["lambda"] is None else 1 - best["lambda"], '
-       'norm=_norm(best),',
+       'RetrievalDefaults(mode=best["mode"], lam=best["lambda"],',
+       'RetrievalDefaults(mode=best["mode"], lam=None if best["lambda"] is None else 1 - best["lambda"],',
        "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
        note="found by an independent audit with every test of tests/test_fit.py passing; killed by "
             "test_hardening_train.py::test_fit_dev_score_is_what_eval_gives_with_the_stored_choices"),

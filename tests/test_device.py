@@ -21,8 +21,9 @@ from twotower.data.pairs import TrainExample
 from twotower.encoders.device import resolve_device
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
+from twotower.training.batching import false_negative_mask
 from twotower.training.losses import InBatchSoftmaxLoss
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, _false_negative_mask
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 # two examples share a query and one shares a positive: the duplicate mask has entries
 EXAMPLES = [
@@ -60,7 +61,7 @@ def test_a_step_builds_every_tensor_on_the_model_device(on_meta, tmp_path, tiny_
 def test_the_old_cpu_mask_fails_on_another_device(on_meta, tmp_path, tiny_bert_dir, monkeypatch):
     """The check has teeth: a mask built on the CPU (the GPU crash) fails here too."""
     trainer = _meta_trainer(tmp_path, tiny_bert_dir)
-    monkeypatch.setattr(trainer, "false_negative_mask", lambda examples: _false_negative_mask(examples))
+    monkeypatch.setattr(trainer, "false_negative_mask", lambda examples: false_negative_mask(examples))
     with pytest.raises(RuntimeError, match="device"):
         trainer._step_loss(EXAMPLES, StageConfig(bucket_size=0), InBatchSoftmaxLoss(0.05), random.Random(0))
 
@@ -94,7 +95,7 @@ def test_pretraining_step_on_the_model_device(on_meta, tmp_path, tiny_bert_dir, 
 
 
 def test_false_negative_mask_matches_a_hand_listing():
-    mask = _false_negative_mask(EXAMPLES)
+    mask = false_negative_mask(EXAMPLES)
     expected = torch.zeros(4, 4, dtype=torch.bool)
     for i, j in [(0, 1), (1, 0), (0, 3), (3, 0)]:  # same query q1; same positive d1
         expected[i, j] = True

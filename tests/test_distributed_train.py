@@ -143,7 +143,8 @@ def test_ranks_agree_and_match_one_process_with_the_global_batch(setup, tmp_path
 
 @pytest.mark.parametrize("n", [1, 5, 7, 12])
 def test_every_process_gets_an_equal_share(n):
-    from twotower.training.trainer import batch_indices, steps_for, StageConfig
+    from twotower.training.batching import batch_indices, steps_for
+    from twotower.training.config import StageConfig
 
     _, per_epoch = steps_for(StageConfig(batch_size=3), n, 2)
     seen = set()

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from twotower.data.pairs import TrainExample, save_pairs
 from twotower.encoders.towers import DualEncoder
 from twotower.training.config import RESUME_INVARIANTS
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, make_optimizer
+from twotower.training.optimizer import make_optimizer
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 PAIRS = [TrainExample(query=f"question {i} about cats", positive=f"answer {i}: cats purr and sleep") for i in range(8)]
 EMB = {f"{t}_tower.backbone.embeddings.word_embeddings.weight" for t in ("query", "doc")}  # shared (sde): both names
@@ -74,7 +75,7 @@ def test_toml_freeze_embeddings(tmp_path, tiny_bert_dir):
 
 
 def test_separate_towers_both_frozen(tmp_path, tiny_bert_dir):
-    from twotower.training.trainer import freeze_token_embeddings
+    from twotower.training.optimizer import freeze_token_embeddings
 
     model = DualEncoder.build(tiny_bert_dir, towers="ade")
     vocab, hidden = model.query_tower.backbone.get_input_embeddings().weight.shape

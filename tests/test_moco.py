@@ -15,10 +15,11 @@ from twotower.cli import app
 from twotower.data.augment import ViewConfig
 from twotower.encoders.towers import DualEncoder, EncodeOptions
 from twotower.errors import TwoTowerError
+from twotower.training.batching import batch_indices
 from twotower.training.losses import InBatchSoftmaxLoss, moco_loss
 from twotower.training.moco import KeyQueue, momentum_update
 from twotower.training.pretrain import ContrastivePretraining, PretrainConfig
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, batch_indices
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 TEXT = [
     "Cats are small domesticated felines. They purr when content. Many people keep them as pets at home.",

@@ -16,9 +16,10 @@ from twotower.data.pairs import TrainExample
 from twotower.encoders.towers import DualEncoder, EncodeOptions
 from twotower.errors import TwoTowerError
 from twotower.retrieval.multivector import document_token_vectors, encode_multivector, maxsim, maxsim_scores
+from twotower.training.batching import false_negative_mask
 from twotower.training.losses import InBatchSoftmaxLoss
 from twotower.training.multivector import MultiVectorObjective, multivector_scores
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, _false_negative_mask
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 QUERIES = [{"_id": f"q{i}", "text": t} for i, t in enumerate(
     ["which feline purrs", "loyal barking animal", "dynamic typing language", "memory safe systems language",
@@ -98,7 +99,7 @@ def test_m1_with_cls_pooling_is_the_single_vector_loss(tiny_bert_dir):
     h_texts = [d["text"] for d in TINY_CORPUS[4:]]
     examples = [TrainExample("a", "x", qid="1"), TrainExample("b", "y", qid="2"), TrainExample("c", "z", qid="1"),
                 TrainExample("d", "w", qid="3")]
-    fn_mask = _false_negative_mask(examples)
+    fn_mask = false_negative_mask(examples)
     loss_fn = InBatchSoftmaxLoss(temperature=0.05)
     with torch.no_grad():
         q = model.forward_queries(*_ids(tower, q_texts))
@@ -121,7 +122,7 @@ def test_training_step_changes_weights_and_lowers_the_loss(train_setup, tmp_path
         q = model.forward_queries(*_ids(model.query_tower, [e.query for e in examples]))
         docs = document_token_vectors(model.doc_tower, *_ids(model.doc_tower, [e.positive for e in examples]), 4)
         expected = InBatchSoftmaxLoss(0.05).from_scores(*multivector_scores(q, docs),
-                                                        false_negative_mask=_false_negative_mask(examples))
+                                                        false_negative_mask=false_negative_mask(examples))
     trainer.train()
     losses = [r["loss"] for r in json.loads((tmp_path / "run" / "train_log.json").read_text())]
     assert losses[0] == pytest.approx(expected.item(), rel=1e-4)

@@ -93,7 +93,8 @@ def test_warmup_then_linear_decay_of_the_learning_rate(model_dir, tmp_path):
 
 def test_weight_decay_on_matrices_only():
     """decay-groups-swapped: AdamW's weight decay applies to weight matrices, never to biases or norms."""
-    from twotower.training.trainer import StageConfig, make_optimizer
+    from twotower.training.optimizer import make_optimizer
+    from twotower.training.trainer import StageConfig
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     optimizer = make_optimizer(model, StageConfig(weight_decay=0.1))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import twotower as tt
-from twotower.evaluation.pipeline import EvalResult
+from twotower.evaluation.result import EvalResult
 
 
 def test_dataset_repr_is_one_line_with_counts():

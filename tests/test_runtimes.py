@@ -4,7 +4,7 @@ check, the on-disk graph cache (reuse, invalidation, pruning), and runtime= / --
 
 Tolerances (smallest cosine between a runtime's vector and torch fp32's, per text): ONNX Runtime fp32 and OpenVINO
 fp32 ≥ 0.99999 and max |Δ| ≤ 1e-4 (the same arithmetic reordered); OpenVINO bf16 ≥ 0.999 (bf16 has 8 mantissa bits);
-ONNX Runtime int8 ≥ 0.98 (runtimes.MIN_COSINE["int8"], what the int8 check enforces)."""
+ONNX Runtime int8 ≥ 0.98 (runtimes_tower.MIN_COSINE["int8"], what the int8 check enforces)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from twotower.encoders import runtimes, runtimes_graph  # noqa: E402
+from twotower.encoders import runtimes, runtimes_graph, runtimes_tower  # noqa: E402
 from twotower.encoders.inference import cpu_has_fast_bf16, encode_texts  # noqa: E402
 from twotower.encoders.towers import DualEncoder  # noqa: E402
 from twotower.errors import TwoTowerError  # noqa: E402
@@ -59,6 +59,12 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def _set_amx(monkeypatch, present: bool) -> None:
+    """AMX or not, as auto's choice (runtimes) and a graph's float precision and batch size (runtimes_tower) see it."""
+    for module in (runtimes, runtimes_tower):
+        monkeypatch.setattr(module, "has_amx", lambda: present)
+
+
 def test_onnx_fp32_matches_torch_on_real_text(minilm, docs, reference):
     graph = runtimes.graph_for(minilm, "onnx", "auto")
     assert graph.precision == "fp32" and graph.min_cosine >= 0.99999
@@ -79,7 +85,7 @@ def test_openvino_fp32_and_bf16_match_torch_on_real_text(minilm, docs, reference
     assert _cosines(got, reference).min() >= 0.99999 and np.abs(got - reference).max() <= 1e-4
     # a corpus of many batches runs on the throughput model's streams, batches in flight out of order: each row's
     # vector still lands in its own place
-    assert fp32.session._throughput is None and len(docs) >= runtimes.MANY_BATCHES * 3
+    assert fp32.session._throughput is None and len(docs) >= runtimes_tower.MANY_BATCHES * 3
     streamed = fp32.encode(docs, batch_size=3)
     assert fp32.session._throughput is not None
     assert np.abs(streamed - reference).max() <= 1e-4
@@ -101,11 +107,11 @@ def test_int8_is_quantized_close_and_checked_on_the_texts(minilm, docs, referenc
     assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention"}  # int8 matmuls
     # the MatMul weights (42 of the 90 MB) in one byte each; the 47 MB embedding table stays fp32
     assert graph.graph.stat().st_size < 0.7 * runtimes_graph.onnx_graph(minilm).stat().st_size
-    with caplog.at_level(logging.INFO, logger="twotower.encoders.runtimes"):
+    with caplog.at_level(logging.INFO, logger="twotower.encoders.runtimes_tower"):
         got = graph.encode(docs)
     assert "int8 check on the texts" in caplog.text
     cos = _cosines(got, reference)
-    assert cos.min() >= runtimes.MIN_COSINE["int8"]
+    assert cos.min() >= runtimes_tower.MIN_COSINE["int8"]
     assert cos.min() < 0.99999  # quantized: close, not equal
     with pytest.raises(TwoTowerError, match="int8; precision 'bf16'"):
         runtimes.graph_for(minilm, "onnx-int8", "bf16")
@@ -162,7 +168,7 @@ def test_missing_runtime_explicit_fails_auto_falls_back(tiny_bert_dir, home, mon
     assert graph.runtime == "onnx"  # the next in AUTO_ORDER["fp32"]
     assert "not openvino" in caplog.text and "needs openvino" in caplog.text
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     assert runtimes.graph_for(tower, "auto", "fp32", n_texts=5) is None  # torch, saying why
     assert runtimes.last_choice(tower) == {"runtime": "torch", "precision": "fp32",
                                            "reason": "auto: openvino unavailable, onnx unavailable"}
@@ -185,7 +191,7 @@ def test_a_graph_that_fails_its_check_is_refused(tiny_bert_dir, tmp_path, monkey
         for p in other.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * p.std().nan_to_num(0.1))
     path.write_bytes(runtimes_graph.onnx_graph(other).read_bytes())  # a stale / wrong graph under tower's key
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     with pytest.raises(TwoTowerError, match=r"runtime 'onnx' \(fp32\) differs from torch on probe texts: smallest "
                                             r"cosine .* < 0.999 \(graph .*\.onnx\) \(or use runtime 'torch'\)"):
         runtimes.graph_for(tower, "onnx")
@@ -247,7 +253,7 @@ def test_auto_precision_follows_the_measured_bf16_rate(tiny_bert_dir, home, monk
     tower = DualEncoder.build(tiny_bert_dir).query_tower
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)  # bf16 instructions, but no faster than fp32
-    monkeypatch.setattr(runtimes, "has_amx", lambda: False)  # the same choices on every CPU this test runs on
+    _set_amx(monkeypatch, False)  # the same choices on every CPU this test runs on
     graph = runtimes.graph_for(tower, "auto", "auto", n_texts=5)
     assert graph is not None and graph.precision == "fp32" and graph.runtime in runtimes.AUTO_ORDER["fp32"]
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
@@ -309,8 +315,8 @@ def test_openvino_int8_is_static_int8_close_and_calibrated_on_the_texts(minilm, 
     assert any(op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.i8 for op in model.get_ops())
     got = graph.encode(docs)
     cos = _cosines(got, reference)
-    assert cos.min() >= runtimes.MIN_COSINE["int8"] and cos.min() < 0.99999  # quantized: close, not equal
-    assert graph.sample_min_cosine >= runtimes.MIN_COSINE["int8"]  # its own check on 64 of the corpus
+    assert cos.min() >= runtimes_tower.MIN_COSINE["int8"] and cos.min() < 0.99999  # quantized: close, not equal
+    assert graph.sample_min_cosine >= runtimes_tower.MIN_COSINE["int8"]  # its own check on 64 of the corpus
     # the same texts find their graph again; other texts are calibrated anew
     assert small_calibration.openvino_int8_graph(minilm, corpus, 256) == graph.graph
     other = small_calibration.openvino_int8_graph(minilm, corpus[:48], 256)
@@ -325,7 +331,7 @@ def test_openvino_int8_is_static_int8_close_and_calibrated_on_the_texts(minilm, 
 def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calibration, monkeypatch, caplog):
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: False)
-    monkeypatch.setattr(runtimes, "has_amx", lambda: False)
+    _set_amx(monkeypatch, False)
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
     graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
     choice = runtimes.last_choice(minilm)
@@ -348,7 +354,7 @@ def test_auto_takes_int8_only_where_it_keeps_the_bar(minilm, corpus, small_calib
     assert "int8" not in runtimes.last_choice(minilm)["reason"]  # not tried, so not said to have failed
     # nncf missing: an explicit openvino-int8 names it, auto goes on in fp32
     monkeypatch.setitem(sys.modules, "nncf", None)
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     with pytest.raises(TwoTowerError, match=r"runtime 'openvino-int8' needs nncf.*twotower\[cpu\]"):
         runtimes.graph_for(minilm, "openvino-int8", texts=corpus[:5])
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
@@ -360,10 +366,10 @@ def test_auto_on_amx_prefers_openvino_over_torch_bf16(tiny_bert_dir, home, monke
     tower = DualEncoder.build(tiny_bert_dir).query_tower
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)
-    monkeypatch.setattr(runtimes, "has_amx", lambda: False)
+    _set_amx(monkeypatch, False)
     assert runtimes.graph_for(tower, "auto", "auto", n_texts=5) is None  # AVX512-BF16 without AMX: torch bf16
     assert runtimes.last_choice(tower)["precision"] == "bf16"
-    monkeypatch.setattr(runtimes, "has_amx", lambda: True)
+    _set_amx(monkeypatch, True)
     graph = runtimes.graph_for(tower, "auto", "auto", n_texts=5)
     assert (graph.runtime, graph.precision) == ("openvino", "bf16") and "AMX" in runtimes.last_choice(tower)["reason"]
     texts = ["green tea", "a longer text about coffee and tea, " * 20]
@@ -374,10 +380,10 @@ def test_auto_on_amx_prefers_openvino_over_torch_bf16(tiny_bert_dir, home, monke
 def test_auto_int8_on_amx_and_a_refusal_is_remembered(minilm, corpus, small_calibration, monkeypatch, caplog):
     monkeypatch.setattr(runtimes, "AUTO_MIN_TEXTS", 1)
     monkeypatch.setattr(runtimes, "bf16_pays", lambda: True)  # bf16 pays: without AMX int8 is not tried
-    monkeypatch.setattr(runtimes, "has_amx", lambda: True)
+    _set_amx(monkeypatch, True)
     monkeypatch.setattr(runtimes_graph, "_isa", lambda: "vnni")
     monkeypatch.setattr(runtimes_graph, "cpu_kind", lambda: "amx")
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
     choice = runtimes.last_choice(minilm)
     assert graph.runtime == "openvino-int8" and choice["float_precision"] == "bf16" and "AMX" in choice["reason"]
@@ -387,7 +393,7 @@ def test_auto_int8_on_amx_and_a_refusal_is_remembered(minilm, corpus, small_cali
     monkeypatch.setattr(small_calibration, "openvino_int8_graph", lambda *a, **k: calls.append(1) or real(*a, **k))
     # a bar int8 cannot keep: refused, remembered for this model on this CPU kind, OpenVINO bf16 instead
     monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99999)
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     with caplog.at_level(logging.INFO):
         graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256)
     assert (graph.runtime, graph.precision) == ("openvino", "bf16") and len(calls) == 1
@@ -395,7 +401,7 @@ def test_auto_int8_on_amx_and_a_refusal_is_remembered(minilm, corpus, small_cali
     assert "differs from torch on 64 of the texts" in json.loads(saved.read_text())["reason"]
     assert "remembered in" in caplog.text
     # the next encoding (another process: no session cached) does not calibrate again
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     graph = runtimes.graph_for(minilm, "auto", "auto", texts=corpus[:90], max_length=256)
     assert graph.runtime == "openvino" and len(calls) == 1
     assert "refused before for this model" in runtimes.last_choice(minilm)["reason"]
@@ -403,6 +409,6 @@ def test_auto_int8_on_amx_and_a_refusal_is_remembered(minilm, corpus, small_cali
     assert runtimes.graph_for(minilm, "openvino-int8", texts=corpus, max_length=256).runtime == "openvino-int8"
     monkeypatch.setattr(runtimes_graph, "cpu_kind", lambda: "vnni")
     monkeypatch.setattr(runtimes, "AUTO_INT8_MIN_COSINE", 0.99)
-    runtimes._SESSIONS.clear()
+    runtimes_tower._SESSIONS.clear()
     assert runtimes.graph_for(minilm, "auto", "auto", texts=corpus, max_length=256).runtime == "openvino-int8"
     saved.unlink()

@@ -16,8 +16,9 @@ import torch
 from conftest import copy_without_dropout
 from twotower.data.pairs import TrainExample, save_pairs
 from twotower.errors import TwoTowerError
+from twotower.training.batching import false_negative_mask
 from twotower.training.losses import InBatchSoftmaxLoss
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, _false_negative_mask
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 TAU = 0.05
 CATS = "Cats are small domesticated felines that purr."
@@ -86,7 +87,7 @@ def _trainer(out: Path, model_dir: Path, towers: str, **stage) -> Trainer:
 
 def test_false_negative_mask_by_hand():
     for with_ids in (True, False):  # ids when given, else the texts themselves
-        mask = _false_negative_mask(_examples(with_ids))
+        mask = false_negative_mask(_examples(with_ids))
         assert {(i, j) for i, j in mask.nonzero().tolist()} == DUPLICATES
 
 

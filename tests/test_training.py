@@ -17,10 +17,11 @@ from twotower.data.beir import BeirDataset
 from twotower.data.pairs import load_pairs, pairs_from_beir
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import DataError, TwoTowerError
+from twotower.training.batching import batch_indices
 from twotower.training.gradcache import cached_backward
 from twotower.training.losses import InBatchSoftmaxLoss
 from twotower.training.mining import add_hard_negatives
-from twotower.training.trainer import StageConfig, TrainConfig, Trainer, batch_indices
+from twotower.training.trainer import StageConfig, TrainConfig, Trainer
 
 
 def _grads(model):

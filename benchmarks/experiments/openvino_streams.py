@@ -1,6 +1,6 @@
-"""OpenVINO on a corpus: the throughput-compiled model's streams (``runtimes.MANY_BATCHES`` = 2, the default) against
-one request at a time on the latency-compiled model, for the runtimes ``auto`` picks on AMX (openvino-int8 with bf16
-float parts, and openvino bf16), taking turns on the same ``--docs`` SciFact documents, ``--reps`` times each; the
+"""OpenVINO on a corpus: the throughput-compiled model's streams (``runtimes_tower.MANY_BATCHES`` = 2, the default)
+against one request at a time on the latency-compiled model, for the runtimes ``auto`` picks on AMX (openvino-int8 with
+bf16 float parts, and openvino bf16), taking turns on the same ``--docs`` SciFact documents, ``--reps`` times each; the
 rows give every rep's docs/s and the best (issue #47).
 
     python benchmarks/experiments/openvino_streams.py [--docs 512] [--reps 3]
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import DATA, load_average, write_results  # noqa: E402
 from twotower.data.beir import BeirDataset  # noqa: E402
-from twotower.encoders import runtimes  # noqa: E402
+from twotower.encoders import runtimes, runtimes_tower  # noqa: E402
 from twotower.encoders.towers import DualEncoder  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main() -> None:
     start_load = load_average()
     texts = [d.full_text for d in BeirDataset.load(DATA / "scifact", "test").corpus.values()][: args.docs]
     tower = DualEncoder.load(doc_max_length=256).doc_tower
-    default_many = runtimes.MANY_BATCHES
+    default_many = runtimes_tower.MANY_BATCHES
     rows = []
     for runtime, precision in (("openvino-int8", "auto"), ("openvino", "bf16")):
         extra = {"texts": texts} if runtime == "openvino-int8" else {}
@@ -42,18 +42,18 @@ def main() -> None:
         rates: dict[str, list[float]] = {"streams (throughput model)": [], "one request (latency model)": []}
         for _ in range(args.reps):
             for name, many in (("streams (throughput model)", default_many), ("one request (latency model)", 10**9)):
-                runtimes.MANY_BATCHES = many
+                runtimes_tower.MANY_BATCHES = many
                 t0 = time.perf_counter()
                 graph.encode(texts)
                 rates[name].append(round(len(texts) / (time.perf_counter() - t0), 1))
-        runtimes.MANY_BATCHES = default_many
+        runtimes_tower.MANY_BATCHES = default_many
         for name, got in rates.items():
             rows.append({"system": f"{runtime} {graph.precision}: {name}", "docs_per_s_best": max(got),
                          "docs_per_s_each": got})
         print(rows[-2:], flush=True)
     write_results("openvino_streams", rows, notes=(
         f"all-MiniLM-L6-v2, max length 256, the first {args.docs} SciFact documents in one encode call (batches of "
-        f"{runtimes.AMX_BATCH} on AMX), the two ways taking turns, {args.reps} reps. Load average {start_load:.1f} "
+        f"{runtimes_tower.AMX_BATCH} on AMX), the two ways taking turns, {args.reps} reps. Load average {start_load:.1f} "
         f"at start, {load_average():.1f} at end."))
 
 

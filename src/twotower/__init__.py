@@ -76,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "serve_index": "twotower.api.tools",
     # evaluation
     "evaluate": "twotower.api.evaluate",
-    "EvalResult": "twotower.evaluation.pipeline",
+    "EvalResult": "twotower.evaluation.result",
     "score_run": "twotower.api.evaluate",
     "read_run": "twotower.api.evaluate",
     "read_result": "twotower.api.evaluate",

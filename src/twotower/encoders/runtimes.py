@@ -14,17 +14,18 @@ Runtimes (``runtime=`` in the API, ``--runtime`` on ``eval`` and ``index build/a
 - ``auto`` (the default): torch on a GPU, for fewer than :data:`AUTO_MIN_TEXTS` texts and with ``compile``;
   otherwise, with precision ``auto``: bf16 where it measures faster than fp32 (:func:`bf16_pays`); then, on a CPU
   with 8-bit dot-product instructions where bf16 does not pay, or on any CPU with AMX, ``openvino-int8`` if it passes
-  the int8 check on the probe texts (:data:`MIN_COSINE`) and keeps a cosine of at least :data:`AUTO_INT8_MIN_COSINE`
-  to torch fp32 on a sample of the texts themselves (a refusal is remembered per model and CPU kind); else the first
-  runtime of :data:`AUTO_ORDER` (:data:`AUTO_ORDER_AMX` on AMX) for the precision that passes its check, each
-  failure logged with its reason, torch last. A named precision (``fp32``, ``bf16``) is kept: ``auto`` never
-  quantizes what the caller pinned.
+  the int8 check on the probe texts (:data:`~twotower.encoders.runtimes_tower.MIN_COSINE`) and keeps a cosine of at
+  least :data:`AUTO_INT8_MIN_COSINE` to torch fp32 on a sample of the texts themselves (a refusal is remembered per
+  model and CPU kind); else the first runtime of :data:`AUTO_ORDER` (:data:`AUTO_ORDER_AMX` on AMX) for the
+  precision that passes its check, each failure logged with its reason, torch last. A named precision (``fp32``,
+  ``bf16``) is kept: ``auto`` never quantizes what the caller pinned.
 
-Every graph runtime is verified against the torch tower (fp32) on :data:`PROBE_TEXTS` before it is used: the
-smallest cosine between the two embeddings of a text must reach :data:`MIN_COSINE` for its precision. An explicit
-runtime that cannot be had or fails its check is a :class:`~twotower.errors.TwoTowerError`; ``auto`` logs why and
-moves on. What was chosen is logged and kept on the tower (:func:`last_choice`). Graphs are cached on disk
-(:mod:`twotower.encoders.runtimes_graph`), sessions on the tower until its weights change.
+Every graph runtime is verified against the torch tower (fp32) on probe texts before it is used
+(:mod:`twotower.encoders.runtimes_tower`): the smallest cosine between the two embeddings of a text must reach its
+precision's bar. An explicit runtime that cannot be had or fails its check is a
+:class:`~twotower.errors.TwoTowerError`; ``auto`` logs why and moves on. What was chosen is logged and kept on the
+tower (:func:`last_choice`). Graphs are cached on disk (:mod:`twotower.encoders.runtimes_graph`), sessions on the
+tower until its weights change.
 """
 
 from __future__ import annotations
@@ -33,23 +34,21 @@ import contextlib
 import contextvars
 import functools
 import logging
-import weakref
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from twotower.encoders.encoder import TextEncoder
-from twotower.encoders.inference import (cpu_has_fast_bf16, default_batch_size, encode_texts, length_sorted_batches,
-                                         resolve_precision)
+from twotower.encoders.inference import cpu_has_fast_bf16, encode_texts, resolve_precision
 from twotower.encoders.runtimes_graph import has_amx
+from twotower.encoders.runtimes_tower import (GRAPH_RUNTIMES, INT8_RUNTIMES, INT8_SAMPLE, GraphTower, QualityError,
+                                              graph_tower)
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("auto", "torch", "onnx", "openvino", "onnx-int8", "openvino-int8")
-INT8_RUNTIMES = ("onnx-int8", "openvino-int8")
+RUNTIMES = ("auto", "torch", *GRAPH_RUNTIMES)
 AUTO_MIN_TEXTS = 1000
 # auto's order of preference on a CPU, per precision. Precision auto, for a corpus: bf16 where the CPU has bf16
 # instructions *and* a bf16 matmul on the encoder's shape measures >= BF16_PAYS x the fp32 one (bf16_pays), else
@@ -60,29 +59,10 @@ AUTO_ORDER = {"bf16": ("torch",), "fp32": ("openvino", "onnx", "torch")}
 # On a CPU with AMX (cpu_backends_amx.md: a 2-core Xeon with AMX-BF16 / AMX-INT8): openvino-int8 first (its
 # float parts in bf16, at AMX_BATCH), then OpenVINO bf16, which ran faster than torch's bf16 there.
 AUTO_ORDER_AMX = {"bf16": ("openvino", "torch"), "fp32": ("openvino", "onnx", "torch")}
-# Batches from which OpenVINO encodes on its throughput model (streams: two at least, one each) rather than one at a time
-MANY_BATCHES = 2
-AMX_BATCH = 32  # texts per graph batch on AMX: 64 was 10-15% faster on one request of 2 threads, 32 is faster on two streams of one (issue #47)
 BF16_PAYS = 1.2
-# smallest cosine (graph vs torch fp32, per text) a runtime must reach on the probe texts
-MIN_COSINE = {"fp32": 0.999, "bf16": 0.999, "int8": 0.98}
 # what auto's int8 must keep on the sample of the texts it encodes (INT8_SAMPLE of them): sentence-transformers'
 # backends are compared at the same bar in benchmarks/cpu_backends.py
 AUTO_INT8_MIN_COSINE = 0.99
-INT8_SAMPLE = 64  # texts of the corpus itself, spread over it, that int8 must also encode within its bar
-PROBE_TEXTS = (
-    "what is the effect of vitamin d on bone density?",
-    "a",
-    "Mean pooling averages the token vectors of a text; padding must not count. " * 3,
-    "Dendritic cells present antigen to naive T cells in the lymph node, which then proliferate and differentiate.",
-    "Größere Städte – São Paulo, Zürich, 東京 – haben höhere Mieten.",
-    "Randomized controlled trial of aspirin for primary prevention of cardiovascular events in older adults. " * 12,
-    "COVID-19 mRNA vaccines: efficacy 95% (CI 90.3-97.6) after two doses.",
-    "The mitochondrion is the powerhouse of the cell.",
-)
-
-class QualityError(TwoTowerError):
-    """A graph runtime's vectors are further from torch fp32's than its bar allows."""
 
 
 _runtime: contextvars.ContextVar[str] = contextvars.ContextVar("twotower_runtime", default="auto")
@@ -129,131 +109,6 @@ def _record(tower: TextEncoder, choice: dict) -> None:
     tower.__dict__["_runtime_choice"] = choice
 
 
-def _weights_key(tower: torch.nn.Module) -> tuple:
-    return tuple((id(p), p._version) for p in tower.parameters())
-
-
-class GraphTower:
-    """``tower`` on a graph runtime (``onnx``, ``openvino``, ``onnx-int8`` or ``openvino-int8``) at ``precision``,
-    verified against the torch tower on :data:`PROBE_TEXTS` (each text's cosine ≥ :data:`MIN_COSINE` of the
-    precision) and, for int8, on a sample of the first texts it encodes (≥ ``min_cosine``, by default the same bar).
-    ``openvino-int8`` is calibrated on ``texts`` (at ``max_length``)."""
-
-    def __init__(self, tower: TextEncoder, runtime: str, precision: str, *, texts: Sequence[str] | None = None,
-                 max_length: int | None = None, min_cosine: float | None = None) -> None:
-        from twotower.encoders.runtimes_graph import int8_graph, onnx_graph, ort_graph
-        from twotower.encoders.runtimes_sessions import OpenVinoSession, OrtSession
-
-        if runtime not in RUNTIMES[2:]:
-            raise ValueError(runtime)
-        # the runtime's package first: a missing one is named before anything is exported
-        _import_runtime(runtime)
-        self.tower, self.runtime, self.precision = tower, runtime, precision
-        self.need = min_cosine or MIN_COSINE[precision]  # on the texts themselves
-        if runtime == "openvino-int8":
-            from twotower.encoders.runtimes_int8 import openvino_int8_graph
-
-            if not texts:
-                raise TwoTowerError("runtime 'openvino-int8' calibrates on the texts it encodes: none were given")
-            self.graph = openvino_int8_graph(tower, texts, max_length or tower.max_length)
-        else:
-            self.graph = {"onnx-int8": int8_graph, "onnx": ort_graph, "openvino": onnx_graph}[runtime](tower)
-        # int8: what stays in floating point (attention, LayerNorm, softmax, GELU) runs in bf16 on AMX
-        self.float_precision = "bf16" if runtime == "openvino-int8" and has_amx() else precision
-        self.session = (OpenVinoSession(self.graph, precision=self.float_precision) if runtime.startswith("openvino")
-                        else OrtSession(self.graph, runtime=runtime))
-        self.sample_min_cosine: float | None = None  # int8: on the sample of the texts, once checked
-        self.sample_checked = True  # the probe check encodes through encode(), which must not sample yet
-        self.min_cosine = self.check(PROBE_TEXTS, "probe texts", MIN_COSINE[precision])
-        self.sample_checked = runtime not in INT8_RUNTIMES
-
-    def check(self, texts: Sequence[str], what: str, need: float) -> float:
-        """The smallest cosine between this runtime's and torch's (fp32) embeddings of ``texts``; a
-        :class:`TwoTowerError` below ``need``."""
-        ref = encode_texts(self.tower, texts, precision="fp32", show_progress=False)
-        got = self.encode(texts, show_progress=False)
-        cos = (got * ref).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1), 1e-12)
-        worst = float(cos.min()) if len(cos) else 1.0
-        if not worst >= need:  # NaN fails too
-            raise QualityError(f"runtime '{self.runtime}' ({self.precision}) differs from torch on {what}: smallest "
-                                f"cosine {worst:.5f} < {need} (graph {self.graph})")
-        return worst
-
-    @property
-    def version(self) -> str:
-        return self.session.version
-
-    def check_sample(self, texts: Sequence[str]) -> None:
-        """An int8 graph's check on :data:`INT8_SAMPLE` of ``texts``, spread over them (once per graph)."""
-        if self.sample_checked or not len(texts):
-            return
-        picks = np.unique(np.linspace(0, len(texts) - 1, num=min(INT8_SAMPLE, len(texts))).round().astype(int))
-        self.sample_checked = True  # before check(), which encodes through encode()
-        try:
-            worst = self.check([texts[i] for i in picks], f"{len(picks)} of the texts", self.need)
-        except QualityError:
-            self.sample_checked = False
-            raise
-        self.sample_min_cosine = worst
-        log.info("int8 check on the texts: smallest cosine to torch fp32 %.4f (needs ≥ %s)", worst, self.need)
-
-    def encode(self, texts: Sequence[str], *, max_length: int | None = None, batch_size: int | None = None,
-               show_progress: bool = False, desc: str = "encoding") -> np.ndarray:
-        """Embeddings (len(texts), dim), float32, in input order: length-sorted batches as torch encodes them."""
-        self.check_sample(texts)
-        max_length = max_length or self.tower.max_length
-        batch_size = batch_size or (AMX_BATCH if self.runtime.startswith("openvino") and has_amx()
-                                    else default_batch_size(torch.device("cpu")))
-        out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
-        bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
-        batches = ((rows, ids.numpy(), mask.numpy())
-                   for rows, ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length, batch_size))
-        try:
-            if hasattr(self.session, "run_many") and len(texts) >= MANY_BATCHES * batch_size:
-                self.session.run_many(batches, out, bar.update)  # a corpus: OpenVINO's throughput streams
-            else:
-                for rows, input_ids, mask in batches:
-                    out[rows] = self.session(input_ids, mask)
-                    bar.update(len(rows))
-        finally:
-            bar.close()
-        return out
-
-
-def _import_runtime(runtime: str) -> None:
-    from twotower.encoders.runtimes_sessions import _missing
-
-    package = "openvino" if runtime.startswith("openvino") else "onnxruntime"
-    try:
-        import onnx  # noqa: F401  (torch.onnx.export writes through it)
-
-        __import__(package)
-    except ImportError as exc:
-        raise _missing(getattr(exc, "name", None) or package, runtime, exc) from exc
-
-
-# verified graph runtimes per tower (not on the tower: sessions cannot be deep-copied or pickled with it)
-_SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _graph_tower(tower: TextEncoder, runtime: str, precision: str, *, texts: Sequence[str] | None = None,
-                 max_length: int | None = None, min_cosine: float | None = None) -> GraphTower:
-    """The verified :class:`GraphTower`, cached on ``tower`` until its weights or torch's thread count change (an
-    ``openvino-int8`` one per calibration sample of ``texts``)."""
-    cache = _SESSIONS.setdefault(tower, {})
-    key = (runtime, precision, torch.get_num_threads(), min_cosine)
-    if runtime == "openvino-int8" and texts:
-        from twotower.encoders.runtimes_int8 import calibration_sample, sample_hash
-
-        key += (sample_hash(calibration_sample(texts), max_length or tower.max_length),)
-    hit = cache.get(key)
-    if hit is not None and hit[0] == _weights_key(tower):
-        return hit[1]
-    graph = GraphTower(tower, runtime, precision, texts=texts, max_length=max_length, min_cosine=min_cosine)
-    cache[key] = (_weights_key(tower), graph)
-    return graph
-
-
 def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_texts: int = 0,
               compile: bool = False, texts: Sequence[str] | None = None,
               max_length: int | None = None) -> GraphTower | None:
@@ -281,7 +136,7 @@ def graph_for(tower: TextEncoder, runtime: str, precision: str = "auto", *, n_te
     target = "int8" if runtime in INT8_RUNTIMES else "fp32" if runtime == "onnx" else resolve_precision(precision,
                                                                                                         device)
     try:
-        graph = _graph_tower(tower, runtime, target, texts=texts, max_length=max_length)
+        graph = graph_tower(tower, runtime, target, texts=texts, max_length=max_length)
     except TwoTowerError as exc:
         raise TwoTowerError(f"{exc} (or use runtime 'torch')") from exc
     _record(tower, _graph_choice(graph, "asked for"))
@@ -349,7 +204,7 @@ def _auto(tower: TextEncoder, precision: str, device: torch.device, n_texts: int
         if candidate == "torch":
             break
         try:
-            graph = _graph_tower(tower, candidate, target)
+            graph = graph_tower(tower, candidate, target)
         except TwoTowerError as exc:
             log.warning("auto runtime: not %s (%s); trying the next", candidate, exc)
             skipped.append(f"{candidate} unavailable")
@@ -374,8 +229,8 @@ def _int8_instructions() -> bool:
 
 def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None) -> tuple[GraphTower | None, str]:
     """``(openvino-int8 graph, "")`` calibrated on ``texts`` if the graph passes the int8 check on the probe texts
-    and keeps :data:`AUTO_INT8_MIN_COSINE` on :data:`INT8_SAMPLE` of ``texts``; else ``(None, why)``, logging why.
-    A failed cosine check is remembered for this model on this CPU kind (:func:`runtimes_int8.remember_refusal`):
+    and keeps :data:`AUTO_INT8_MIN_COSINE` on :data:`~twotower.encoders.runtimes_tower.INT8_SAMPLE` of ``texts``;
+    else ``(None, why)``, logging why. A failed cosine check is remembered for this model on this CPU kind (:func:`runtimes_int8.remember_refusal`):
     later encodings skip int8 instead of calibrating again (minutes each)."""
     from twotower.encoders import runtimes_int8
 
@@ -384,7 +239,7 @@ def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None)
         log.info("auto runtime: not openvino-int8 (refused before for this model on this CPU: %s)", before)
         return None, "openvino-int8 refused before for this model"
     try:
-        graph = _graph_tower(tower, "openvino-int8", "int8", texts=texts, max_length=max_length,
+        graph = graph_tower(tower, "openvino-int8", "int8", texts=texts, max_length=max_length,
                              min_cosine=AUTO_INT8_MIN_COSINE)
         graph.check_sample(texts)
     except TwoTowerError as exc:

@@ -1,10 +1,11 @@
-"""End-to-end evaluation of a retriever on a BEIR split: index, search, score, time."""
+"""End-to-end evaluation of a retriever on a BEIR split: index, search, score, time (what it returns:
+:class:`~twotower.evaluation.result.EvalResult`)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset
@@ -13,6 +14,7 @@ from twotower.encoders.device import describe, resolve_device
 from twotower.errors import TwoTowerError
 from twotower.evaluation.judgements import check_judgements
 from twotower.evaluation.metrics import DEFAULT_METRICS, check_metrics, mean_metrics, per_query
+from twotower.evaluation.result import EvalResult
 from twotower.retrieval.dense import Run, to_run
 from twotower.retrieval.index.eval_check import check_index_for_eval
 
@@ -60,79 +62,6 @@ class EvalConfig:
     rerank_weight: float | None = None  # the re-ranker's share in retrieval.rerank.blend (None: it ranks alone)
     prf_depth: int | None = None  # dense pseudo-relevance feedback (retrieval.prf): documents fed back; None: off
     prf_weight: float | None = None  # and their share (None: 1, as much as the query)
-
-
-@dataclass
-class EvalResult:
-    """What :func:`twotower.evaluate` (``twotower eval``) measured: ``metrics`` (means over the judged queries),
-    ``per_query`` (``{metric: {query_id: value}}``), the ``run`` (``{query_id: {doc_id: score}}``), ``timings``,
-    what ran (``retriever``, ``model``, ``device``; a hybrid's λ and normalisation, the re-ranker, PRF) and
-    ``warnings`` about the judgements or the index.
-
-    Example::
-
-        res = tt.evaluate("bm25", ds)
-        print(res.metrics["ndcg@10"], min(res.per_query["ndcg@10"].values()))
-        res.save("bm25.json", run_file="bm25.trec")
-    """
-
-    dataset: str
-    split: str
-    retriever: str
-    model: str | None
-    num_queries: int
-    device: str | None
-    metrics: dict[str, float]
-    timings: dict[str, float]
-    run: Run = field(repr=False, default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # not yet shown (the data set logs its own when loaded)
-    hybrid_lambda: float | None = None  # the λ a hybrid run used
-    fusion_norm: str | None = None  # and its normalisation
-    rerank: str | None = None  # the re-ranker used, if any
-    prf: dict | None = None  # {"depth", "weight"} of the dense side's pseudo-relevance feedback, if any
-    per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
-    runtime: dict | None = None  # what encoded: {"documents" | "queries": encoders.runtimes.last_choice}
-
-    def __repr__(self) -> str:  # one line: the data set, what ran, the main metrics
-        shown = ", ".join(f"{k}={v:.4f}" for k, v in list(self.metrics.items())[:3])
-        return (f"EvalResult({self.dataset}/{self.split}, {self.retriever}, {self.num_queries} queries"
-                f"{', ' + shown if shown else ''})")
-
-    def to_json(self) -> dict:
-        return {
-            "dataset": self.dataset,
-            "split": self.split,
-            "retriever": self.retriever,
-            "model": self.model,
-            "num_queries": self.num_queries,
-            "device": self.device,
-            "metrics": self.metrics,
-            "timings": self.timings,
-            **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
-            **({"runtime": self.runtime} if self.runtime else {}),
-            **({"fusion_norm": self.fusion_norm} if self.fusion_norm is not None else {}),
-            **({"rerank": self.rerank} if self.rerank else {}),
-            **({"prf": self.prf} if self.prf else {}),
-        }
-
-    def save(self, path: str | Path | None = None, *, run_file: str | Path | None = None,
-             tag: str | None = None) -> None:
-        """Write the results JSON (:meth:`to_json`, what ``twotower table`` reads) to ``path`` and/or the run as a
-        TREC run file (``qid Q0 docid rank score tag``) to ``run_file``, each atomically (a directory, link or
-        special file there is refused, before anything is written).
-
-        Example::
-
-            res.save("results.json", run_file="run.trec")
-        """
-        from twotower.evaluation.runs import write_run
-        from twotower.io import atomic_write_json, check_output_files
-
-        check_output_files(("path", path), ("run_file", run_file))
-        if path is not None:
-            atomic_write_json(path, self.to_json())
-        if run_file is not None:
-            write_run(self.run, run_file, tag=tag or f"twotower-{self.retriever}")
 
 
 def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "EvalConfig":

@@ -40,7 +40,6 @@ with an unknown operator: the message names it), 400 for metadata the metadata r
 import hmac
 import logging
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
@@ -52,19 +51,13 @@ from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
     API_KEY_HEADER, BASIC_CHALLENGE, basic_password, check_api_key, read_api_key,
 )
 from twotower.serve.body_limit import BodySizeLimit
+from twotower.serve.metrics import request_metrics
 from twotower.serve.models import build_models
+from twotower.serve.page import PAGE_FILES, add_search_page
 from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-# the search page: these files of serve/static, and nothing else, at "/" and "/static/NAME"
-PAGE_FILES = {"index.html": "text/html; charset=utf-8", "search.js": "text/javascript; charset=utf-8",
-              "search.css": "text/css; charset=utf-8"}
-PAGE_HEADERS = {  # its scripts, styles and requests come from the service alone; no frames, no inline code
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                               "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache",
-}
 METADATA_FIELDS_READ_UP_TO = 100_000  # documents; /info lists a larger index's metadata fields once a filter read them
 MAX_METADATA_FIELDS = 200
 
@@ -102,11 +95,10 @@ def create_app(
     """
     from fastapi import Depends, FastAPI, Path as PathParam, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    from fastapi.responses import JSONResponse, PlainTextResponse
     from fastapi.security import APIKeyHeader, HTTPBasic
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.exceptions import HTTPException as StarletteHTTPException
-    from starlette.routing import Match
 
     from twotower.retrieval.store import UnknownIdError
 
@@ -126,7 +118,6 @@ def create_app(
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
     Highlight, Segment, Info = m.Highlight, m.Segment, m.Info
-    page_files = {name: (resources.files("twotower.serve") / "static" / name).read_bytes() for name in PAGE_FILES}
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -136,40 +127,7 @@ def create_app(
     app.state.service = state
     app.state.limits = limits
 
-    # ---- metrics (a registry per app: no global state) --------------------------------
-    registry = CollectorRegistry()
-    requests_total = Counter("twotower_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
-    latency = Histogram("twotower_request_latency_seconds", "request latency", ["route"], registry=registry,
-                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-    docs_gauge = Gauge("twotower_index_documents", "documents in the live index version", registry=registry)
-    vectors_gauge = Gauge("twotower_index_vectors", "vectors in the live index version", registry=registry)
-    version_gauge = Gauge("twotower_index_version", "number of the live index version", registry=registry)
-    docs_gauge.set_function(lambda: len(state.searcher.store))
-    vectors_gauge.set_function(lambda: state.searcher.store.manifest["num_vectors"])
-    version_gauge.set_function(lambda: state.searcher.store.manifest["version"])
-
-    async def record(request: Request, call_next):  # registered last: outermost, so it counts every answer
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            name = _route_name(request)
-            requests_total.labels(request.method, name, str(status)).inc()
-            latency.labels(name).observe(time.perf_counter() - t0)
-
-    def _route_name(request: Request) -> str:
-        """The route template (``/documents/{doc_id}``), also for answers given before routing."""
-        route = request.scope.get("route")
-        if route is not None:
-            return route.path_format
-        for candidate in app.routes:
-            if candidate.matches(request.scope)[0] != Match.NONE:
-                return candidate.path_format
-        return "unmatched"
-
+    registry, record = request_metrics(app, state)  # a registry per app: no global state
 
     # ---- errors as JSON -----------------------------------------------------------------
     def error(status: int, kind: str, detail) -> JSONResponse:
@@ -389,22 +347,7 @@ def create_app(
             return None
         return columns_of(store).paths()[:MAX_METADATA_FIELDS]
 
-    # ---- the search page (serve/static: HTML, JS and CSS, no build step, nothing from elsewhere) -------------------
-    def page_file(name: str) -> Response:
-        return Response(page_files[name], media_type=PAGE_FILES[name], headers=PAGE_HEADERS)
-
-    @app.get("/", include_in_schema=False)
-    def page() -> Response:
-        """The search page (behind the same key as searches: the gate above)."""
-        return page_file("index.html")
-
-    @app.get("/static/{name}", include_in_schema=False)
-    def page_asset(name: str) -> Response:
-        from fastapi import HTTPException
-
-        if name not in PAGE_FILES or name == "index.html":
-            raise HTTPException(404, f"no file /static/{name}")
-        return page_file(name)
+    add_search_page(app)  # serve.page: HTML, JS and CSS at / and /static/NAME
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(reader)])
     def metrics() -> PlainTextResponse:

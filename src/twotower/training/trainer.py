@@ -1,4 +1,5 @@
-"""The training loop: stages, optimizers, schedules, mixed precision, checkpoints, exact resume.
+"""The training loop: stages, optimizers, schedules, mixed precision, checkpoints, exact resume (each stage's
+batches: training/batching.py; its optimizer: training/optimizer.py).
 
 A run is one or more *stages* (e.g. generic pre-training, then in-domain fine-tuning), each
 with its own data, steps, learning rate and temperature, sharing one model. Every
@@ -33,14 +34,16 @@ from twotower.encoders.inference import pad_id_of, pad_token_ids, resolve_precis
 from twotower.encoders.towers import DualEncoder
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
+from twotower.training.batching import batch_indices, false_negative_mask, steps_for
 from twotower.training.buckets import embed_in_buckets, embed_together
 from twotower.training.checkpoints import (
     check_resumable, check_run_dir, complete_checkpoints, newest_loadable, save_checkpoint)
 from twotower.training.config import (  # noqa: F401 (StageConfig, TrainConfig re-exported)
-    DEFAULT_BUCKET_SIZE, OPTIMIZERS, StageConfig, TrainConfig)
+    DEFAULT_BUCKET_SIZE, StageConfig, TrainConfig)
 from twotower.training.gradcache import cached_backward
 from twotower.training.losses import InBatchSoftmaxLoss, MatryoshkaLoss
 from twotower.training.objective import Objective
+from twotower.training.optimizer import freeze_token_embeddings, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -57,77 +60,6 @@ def _world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def steps_for(stage: StageConfig, n_examples: int, world: int) -> tuple[int, int]:
-    """(total steps, steps per epoch) of a stage."""
-    per_epoch = math.ceil(n_examples / (stage.batch_size * world))
-    if stage.steps:
-        return stage.steps, per_epoch
-    return max(1, round((stage.epochs or 1.0) * per_epoch)), per_epoch
-
-
-def batch_indices(seed: int, stage_idx: int, step: int, n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
-    """Example indices of this process's share of global batch ``step``: a pure function of its
-    arguments, which is what makes resuming reproduce the data order."""
-    global_bs = batch_size * world
-    per_epoch = math.ceil(n / global_bs)
-    epoch, pos = divmod(step, per_epoch)
-    order = np.random.default_rng([seed, stage_idx, epoch]).permutation(n)
-    batch = order[pos * global_bs : (pos + 1) * global_bs]
-    if world > 1 and len(batch) < global_bs:  # equal shares for the all-gather: wrap around (as DistributedSampler)
-        batch = np.concatenate([batch, np.resize(order, global_bs - len(batch))])
-    return batch[rank::world]
-
-
-def _false_negative_mask(examples: list[TrainExample], device: torch.device | str = "cpu") -> torch.Tensor:
-    """True where in-batch document j is (a copy of) a positive of query i, j ≠ i; on ``device`` (the model's:
-    the loss combines it with the scores)."""
-    def codes(keys: list[str]) -> torch.Tensor:
-        index: dict[str, int] = {}
-        return torch.tensor([index.setdefault(k, len(index)) for k in keys])
-
-    q = codes([e.qid or e.query for e in examples])
-    p = codes([e.pid or e.positive for e in examples])
-    mask = (q[:, None] == q[None, :]) | (p[:, None] == p[None, :])
-    mask.fill_diagonal_(False)
-    if torch.device(device).type == "cuda":  # from page-locked memory the copy is asynchronous: no wait on the GPU
-        mask = mask.pin_memory()
-    return mask.to(device, non_blocking=True)
-
-
-def make_optimizer(model: torch.nn.Module, stage: StageConfig) -> torch.optim.Optimizer:
-    decay, no_decay, seen = [], [], set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    groups = [{"params": decay, "weight_decay": stage.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if stage.optimizer == "adamw":
-        # on a GPU one fused kernel updates every parameter (a small model's step is bound by kernel launches)
-        fused = all(p.is_cuda and p.is_floating_point() for g in groups for p in g["params"]) or None
-        return torch.optim.AdamW(groups, lr=stage.lr, fused=fused)
-    if stage.optimizer == "adafactor":
-        from transformers.optimization import Adafactor
-
-        return Adafactor(groups, lr=stage.lr, scale_parameter=False, relative_step=False, warmup_init=False)
-    raise TwoTowerError(f"unknown optimizer '{stage.optimizer}': choose one of {', '.join(OPTIMIZERS)}")
-
-
-def freeze_token_embeddings(model: DualEncoder) -> int:
-    """Stop gradients to each backbone's token-embedding matrix (``TrainConfig.freeze_embeddings``); the
-    optimizer then holds no state for it. Returns the number of parameters frozen."""
-    frozen = 0
-    for backbone in {id(t.backbone): t.backbone for t in (model.query_tower, model.doc_tower)}.values():
-        try:
-            weight = backbone.get_input_embeddings().weight
-        except (AttributeError, NotImplementedError):
-            raise TwoTowerError(f"{switch('freeze_embeddings')}: the backbone {type(backbone).__name__} has no "
-                                "token-embedding matrix to freeze; train without the option") from None
-        weight.requires_grad_(False)
-        frozen += weight.numel()
-    return frozen
 
 
 class Trainer:
@@ -252,7 +184,7 @@ class Trainer:
 
     def false_negative_mask(self, examples: list[TrainExample]) -> torch.Tensor | None:
         """In-batch copies of a query's positives to leave out of its denominator (one process only)."""
-        return _false_negative_mask(examples, self.device) if self.world == 1 else None
+        return false_negative_mask(examples, self.device) if self.world == 1 else None
 
     def _step_loss(self, examples: list[TrainExample], stage: StageConfig, loss_fn, rng: random.Random) -> torch.Tensor:
         m = self.model

@@ -1,5 +1,5 @@
-"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (re-rank), each stage
-resumable (stages.py), every choice made on the dev part of the judged train queries (recipe.py), the result a
+"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (re-rank: reranker.py), each
+stage resumable (stages.py), every choice made on the dev part of the judged train queries (recipe.py), the result a
 model directory whose twotower.json carries the chosen retrieval (retrieval/defaults.py), and ``fit.json``.
 
 The test split is never read: only ``qrels/<recipe.split>.tsv``, the corpus and the queries are.
@@ -12,7 +12,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,8 @@ from twotower.retrieval.dense import exact_search
 from twotower.training.fit import select
 from twotower.training.fit.label_free import fit_without_labels
 from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
-from twotower.training.fit.recipe import RERANK_KEYS, RERANK_WEIGHTS, FitRecipe, split_queries
+from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
+from twotower.training.fit.reranker import drop_reranker, rerank_stage
 from twotower.training.fit.stages import StageLog
 
 log = logging.getLogger(__name__)
@@ -281,8 +282,9 @@ class _Fit:
         runs = {s: self.dev_run(s) for s in self.model_stages()}
         best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
                                              n_best=r.n_best, metric=r.metric)
-        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"], norm=_norm(best),
-                                                          rerank_depth=r.rerank_depth, language=self.bm25_language()))
+        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"],
+                                                          norm=select.stored_norm(best), rerank_depth=r.rerank_depth,
+                                                          language=self.bm25_language()))
         return {"chosen": best, "candidates": rows}
 
     def write_model(self, stage: str, defaults: RetrievalDefaults) -> None:
@@ -298,53 +300,7 @@ class _Fit:
             write_defaults(tmp, defaults)
 
     def stage_rerank(self) -> dict:
-        from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, blend, ranking, train_reranker
-
-        r = self.recipe
-        chosen = self.stages.done("select")["chosen"]
-        qrels = self.dev_qrels()
-        base = select.fused(chosen["mode"], self.dev_run(chosen["model"]), self.bm25_dev(), chosen["lambda"], r.n_best,
-                            chosen.get("norm"))
-        ce_dir = self.stages.dir("rerank") / "reranker"
-        t0 = time.perf_counter()
-        if not (ce_dir / "config.json").is_file():
-            cfg = RerankerTrainConfig(epochs=r.reranker_epochs, negatives=r.reranker_negatives, lr=r.reranker_lr,
-                                      seed=r.seed, precision=self.opts.precision, device=self.opts.device,
-                                      show_progress=self.opts.show_progress)
-            train_reranker(self.data, ce_dir, base=r.model, split=r.split, cfg=cfg, query_ids=set(self.split()["train"]))
-        train_s = time.perf_counter() - t0
-        ce = Reranker(ce_dir, batch_size=self.opts.batch_size or 32, precision=self.opts.precision,
-                      device=self.opts.device)
-        t0 = time.perf_counter()
-        alone = ce.rerank(base, self.ds.queries, self.doc_text, top_n=r.rerank_depth,
-                          show_progress=self.opts.show_progress)
-        per_query_ms = 1000 * (time.perf_counter() - t0) / max(1, len(base))
-        top = {q: ranking(docs)[: r.rerank_depth] for q, docs in base.items()}  # the documents rerank re-scored
-        weights = {}
-        for w in RERANK_WEIGHTS:  # the cross-encoder's scores once, every blend from them
-            blended = {q: blend(base[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
-            weights[w] = select.score(qrels, blended)
-        weight = max(weights, key=lambda w: (round(weights[w][r.metric], 10), w))  # a tie: more re-ranker
-        before, after = select.score(qrels, base), weights[weight]
-        kept = after[r.metric] > before[r.metric]
-        if kept:
-            defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker", norm=_norm(chosen),
-                                         rerank_depth=r.rerank_depth, language=self.bm25_language(),
-                                         rerank_weight=None if weight == 1.0 else weight)
-            shutil.copytree(ce_dir, self.out / "model" / "reranker", dirs_exist_ok=True)
-            write_defaults(self.out / "model", defaults)
-        return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
-                "weight": weight, "dev_by_weight": {str(w): v for w, v in weights.items()},
-                "train_s": round(train_s, 1), "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
-
-    def drop_reranker(self) -> None:
-        """Leave out a re-ranker an earlier run with ``--reranker`` put into the model."""
-        from twotower.retrieval.defaults import read_defaults
-
-        fitted = read_defaults(self.out / "model")
-        if fitted is not None and fitted.rerank:
-            write_defaults(self.out / "model", replace(fitted, rerank=None))
-            shutil.rmtree(self.out / "model" / fitted.rerank, ignore_errors=True)
+        return rerank_stage(self)
 
     # ------------------------------------------------------------------ driver
     def wanted(self) -> list[str]:
@@ -373,11 +329,6 @@ def _last_rate(history: list[dict]) -> float | None:
     """The last training speed (examples/s) in a run's log, rounded; None for a log without one."""
     rates = [h["examples_per_s"] for h in history if "examples_per_s" in h]
     return round(rates[-1], 2) if rates else None
-
-
-def _norm(row: dict) -> str | None:
-    """The hybrid normalisation to store: z-score only (min-max is what a model without one gets)."""
-    return row.get("norm") if row.get("norm") not in (None, "minmax") else None
 
 
 def _has_labels(data: Path, split: str) -> bool:
@@ -420,11 +371,11 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
     if _has_labels(data, recipe.split):
         stages = fit.run()
         if not recipe.reranker:
-            fit.drop_reranker()
+            drop_reranker(out)
         chosen = stages["select"]["chosen"]
         kept_ce = stages.get("rerank", {}).get("kept", False)
-        choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"], "norm": _norm(chosen),
-                   "rerank": "reranker" if kept_ce else None,
+        choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
+                   "norm": select.stored_norm(chosen), "rerank": "reranker" if kept_ce else None,
                    "rerank_weight": stages["rerank"]["weight"] if kept_ce else None, "language": fit.bm25_language(),
                    "dev": stages["rerank"]["dev_after"] if kept_ce else chosen["dev"]}
     else:

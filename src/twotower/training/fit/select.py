@@ -59,3 +59,8 @@ def choose_retriever(
     for row in rows:
         row.pop("_order")
     return best, rows
+
+
+def stored_norm(row: dict) -> str | None:
+    """The hybrid normalisation to store: z-score only (min-max is what a model without one gets)."""
+    return row.get("norm") if row.get("norm") not in (None, "minmax") else None
