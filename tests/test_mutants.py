@@ -389,3 +389,27 @@ def test_run_lines_need_exactly_six_columns(tmp_path):
     path.write_text("q1 Q0 a 1 3.0 t\nq1 Q0 doc b 2 2.0 t\n")
     with pytest.raises(DataError, match="line 2.*expected 6 columns"):
         read_run(path)
+
+
+# ------------------------------------------------------------------------------------------- the planted bugs
+def test_every_planted_bug_still_matches_its_source_line_once():
+    """benchmarks/mutants.py cannot go stale as code moves: each mutant's snippet stands exactly once in the file
+    it names (a split module or a reworded line fails here, not silently in the next mutation run), and each
+    file has its tests mapped."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import mutants
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    src = root / "src" / "twotower"
+    def count(m: dict) -> int:
+        path = src / m["file"]
+        return path.read_text(encoding="utf-8").count(m["old"]) if path.is_file() else 0
+
+    stale = {m["id"]: (m["file"], count(m)) for m in mutants.MUTANTS if count(m) != 1}
+    assert not stale, f"mutants whose snippet is not found exactly once (file, count): {stale}"
+    unmapped = {m["file"] for m in mutants.MUTANTS if "tests" not in m and m["file"] not in mutants.TESTS}
+    assert not unmapped, f"files with mutants but no tests mapped in benchmarks/mutants.py TESTS: {unmapped}"
