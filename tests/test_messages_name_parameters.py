@@ -9,49 +9,34 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 import twotower as tt
+from surfaces import cli_message, python_message
 from twotower.cli import app
 
 runner = CliRunner()
 
 
-def _python_message(call) -> str:
-    with pytest.raises((tt.TwoTowerError, ValueError)) as info:
-        call()
-    text = " ".join(str(info.value).split())
-    assert "--" not in text, text  # no command-line flag in a message a Python caller gets
-    return text
-
-
-def _cli_message(*argv) -> str:
-    res = runner.invoke(app, [str(a) for a in argv])
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    return " ".join(res.output.split())
-
-
 def test_eval_lambda_without_hybrid(tiny_beir):
-    text = _python_message(lambda: tt.evaluate("bm25", tiny_beir, lam=0.5))
+    text = python_message(lambda: tt.evaluate("bm25", tiny_beir, lam=0.5))
     assert "drop lam or pass mode='hybrid'" in text and "mode='bm25' does not use it" in text
-    text = _cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--lambda", "0.5", "--no-progress")
+    text = cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--lambda", "0.5", "--no-progress")
     assert "drop --lambda or pass --retriever hybrid" in text and "--retriever bm25 does not use it" in text
 
 
 def test_eval_fusion_norm_without_hybrid(tiny_beir):
-    text = _python_message(lambda: tt.evaluate("bm25", tiny_beir, norm="zscore"))
+    text = python_message(lambda: tt.evaluate("bm25", tiny_beir, norm="zscore"))
     assert text.startswith("norm normalises the two sides of mode='hybrid'")
-    text = _cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--fusion-norm", "zscore", "--no-progress")
+    text = cli_message("eval", "--data", tiny_beir, "--retriever", "bm25", "--fusion-norm", "zscore", "--no-progress")
     assert "--fusion-norm normalises the two sides of --retriever hybrid" in text
 
 
 def test_mine_model_with_bm25(tiny_beir, tiny_bert_dir, tmp_path):
     out = tmp_path / "m.jsonl"
-    text = _python_message(lambda: tt.mine(tiny_beir, out, split="test", model=str(tiny_bert_dir)))
+    text = python_message(lambda: tt.mine(tiny_beir, out, split="test", model=str(tiny_bert_dir)))
     assert f"model='{tiny_bert_dir}' is not used by retriever='bm25'" in text and "drop model" in text
-    text = _cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--model", tiny_bert_dir)
+    text = cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--model", tiny_bert_dir)
     assert f"--model {tiny_bert_dir} is not used by --retriever bm25" in text and "drop --model" in text
     assert not out.exists()
 
@@ -61,16 +46,16 @@ def test_train_rank_range_checked_before_any_work(tiny_beir, tiny_bert_dir, tmp_
     nothing to mine, is refused by name before a model loads or the run folder is written."""
     cfg = tt.TrainConfig(out=str(tmp_path / "py"), model=str(tiny_bert_dir), device="cpu",
                          stages=[tt.StageConfig(data=str(tiny_beir), split="test", steps=1, batch_size=2)])
-    text = _python_message(lambda: tt.train(cfg, hard_negatives="bm25", rank_from=9, rank_to=4, data=tiny_beir,
+    text = python_message(lambda: tt.train(cfg, hard_negatives="bm25", rank_from=9, rank_to=4, data=tiny_beir,
                                             split="test"))
     assert "rank_from=9 is past rank_to=4" in text
-    text = _python_message(lambda: tt.train(cfg, rank_from=1))
+    text = python_message(lambda: tt.train(cfg, rank_from=1))
     assert "hard_negatives='none' mines none" in text and "rank_from=1" in text
     out = tmp_path / "cli"
-    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+    text = cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
                         "--steps", "1", "--hard-negatives", "bm25", "--rank-from", "9", "--rank-to", "4")
     assert "--rank-from 9 is past --rank-to 4" in text
-    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+    text = cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
                         "--steps", "1", "--rank-from", "1")
     assert "--hard-negatives none mines none" in text
     assert not (tmp_path / "py").exists() and not out.exists()
@@ -79,9 +64,9 @@ def test_train_rank_range_checked_before_any_work(tiny_beir, tiny_bert_dir, tmp_
 def test_mine_reversed_rank_range_stops_before_the_data(tmp_path):
     """mine shares train's check of the rank range: a reversed one is refused by name before the data is read."""
     out = tmp_path / "m.jsonl"
-    text = _python_message(lambda: tt.mine(tmp_path / "no-such-beir", out, rank_from=9, rank_to=4))
+    text = python_message(lambda: tt.mine(tmp_path / "no-such-beir", out, rank_from=9, rank_to=4))
     assert "rank_from=9 is past rank_to=4" in text
-    text = _cli_message("mine", "--data", tmp_path / "no-such-beir", "--out", out, "--rank-from", "9", "--rank-to", "4")
+    text = cli_message("mine", "--data", tmp_path / "no-such-beir", "--out", out, "--rank-from", "9", "--rank-to", "4")
     assert "--rank-from 9 is past --rank-to 4" in text
     assert not out.exists()
 
@@ -108,20 +93,20 @@ def test_train_rank_from_reaches_the_miner(tiny_beir, tiny_bert_dir, tmp_path):
 
 def test_mine_rank_from_past_the_collection(tiny_beir, tmp_path):
     out = tmp_path / "m.jsonl"
-    text = _python_message(lambda: tt.mine(tiny_beir, out, split="test", rank_from=20, rank_to=50,
+    text = python_message(lambda: tt.mine(tiny_beir, out, split="test", rank_from=20, rank_to=50,
                                            show_progress=False))
     assert "rank_from=20: the collection has only 6 documents" in text and "give rank_from at most 6" in text
-    text = _cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--rank-from", "20",
+    text = cli_message("mine", "--data", tiny_beir, "--split", "test", "--out", out, "--rank-from", "20",
                         "--rank-to", "50", "--no-progress")
     assert "--rank-from 20: the collection has only 6 documents" in text and "give --rank-from at most 6" in text
 
 
 def test_index_build_vectors(tiny_beir, tiny_bert_dir, tmp_path):
-    text = _python_message(lambda: tt.Index.build(tmp_path / "idx", tiny_beir, encoder=str(tiny_bert_dir),
+    text = python_message(lambda: tt.Index.build(tmp_path / "idx", tiny_beir, encoder=str(tiny_bert_dir),
                                                   device="cpu", show_progress=False, vectors="binary",
                                                   kind="ivfpq"))
     assert "vectors='binary' builds a FAISS binary index of kind flat or hnsw" in text
-    text = _cli_message("index", "build", "--data", tiny_beir, "--out", tmp_path / "idx", "--model", tiny_bert_dir,
+    text = cli_message("index", "build", "--data", tiny_beir, "--out", tmp_path / "idx", "--model", tiny_bert_dir,
                         "--device", "cpu", "--no-progress", "--vectors", "binary", "--kind", "ivfpq")
     assert "--vectors binary builds a FAISS binary index of --kind flat or hnsw" in text
 
@@ -130,11 +115,11 @@ def test_index_add_existing_ids_needs_replace(tiny_beir, tiny_bert_dir, tmp_path
     index = tt.Index.build(tmp_path / "idx", tiny_beir, encoder=str(tiny_bert_dir), device="cpu",
                            show_progress=False)
     doc = {"_id": "d1", "title": "again", "text": "the same id"}
-    text = _python_message(lambda: index.add([doc]))
+    text = python_message(lambda: index.add([doc]))
     assert "(pass replace=True to overwrite them)" in text
     new = tmp_path / "new.jsonl"
     new.write_text('{"_id": "d1", "title": "again", "text": "the same id"}\n')
-    text = _cli_message("index", "add", "--index", tmp_path / "idx", "--docs", new, "--no-progress")
+    text = cli_message("index", "add", "--index", tmp_path / "idx", "--docs", new, "--no-progress")
     assert "(pass --replace to overwrite them)" in text
 
 
@@ -142,10 +127,10 @@ def test_index_into_a_folder_that_is_no_index(tiny_beir, tiny_bert_dir, tmp_path
     target = tmp_path / "run"
     target.mkdir()
     (target / "train_log.json").write_text("[]")
-    text = _python_message(lambda: tt.Index.build(target, tiny_beir, encoder=str(tiny_bert_dir), device="cpu",
+    text = python_message(lambda: tt.Index.build(target, tiny_beir, encoder=str(tiny_bert_dir), device="cpu",
                                                   show_progress=False))
     assert "is not an index directory (it holds train_log.json: a training run); choose an empty or new path" in text
-    text = _cli_message("index", "build", "--data", tiny_beir, "--out", target, "--model", tiny_bert_dir,
+    text = cli_message("index", "build", "--data", tiny_beir, "--out", target, "--model", tiny_bert_dir,
                         "--device", "cpu", "--no-progress")
     assert "is not an index directory (it holds train_log.json: a training run); choose an empty or new --out" in text
 
@@ -156,26 +141,26 @@ def test_train_into_a_run_needs_resume(tiny_beir, tiny_bert_dir, tmp_path):
     (out / "train_log.json").write_text("[]")
     cfg = tt.TrainConfig(out=str(out), model=str(tiny_bert_dir), precision="fp32", show_progress=False,
                          stages=[tt.StageConfig(data=str(tiny_beir), split="test", batch_size=2, steps=1)])
-    text = _python_message(lambda: tt.train(cfg))
+    text = python_message(lambda: tt.train(cfg))
     assert "pass resume=True to continue it, or choose another out" in text
-    text = _cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
+    text = cli_message("train", "--data", tiny_beir, "--split", "test", "--model", tiny_bert_dir, "--out", out,
                         "--steps", "1", "--batch-size", "2", "--no-progress")
     assert "pass --resume to continue it, or choose another --out" in text
 
 
 def test_models_fetch_from_a_missing_folder(tmp_path):
     missing = tmp_path / "none"
-    text = _python_message(lambda: tt.fetch_model("mpnet-base", from_dir=missing))
+    text = python_message(lambda: tt.fetch_model("mpnet-base", from_dir=missing))
     assert f"from_dir='{missing}': no such folder" in text
-    text = _cli_message("models", "fetch", "mpnet-base", "--from-dir", missing)
+    text = cli_message("models", "fetch", "mpnet-base", "--from-dir", missing)
     assert f"--from-dir {missing}: no such folder" in text
 
 
 def test_fidelity_k_grid(tiny_beir, tmp_path):
     cfg = tt.FidelityConfig(data=str(tiny_beir), k_max=100, k_step=32)
-    text = _python_message(lambda: tt.analyze_fidelity(cfg, tmp_path / "a"))
+    text = python_message(lambda: tt.analyze_fidelity(cfg, tmp_path / "a"))
     assert "k_max (100) must be a positive multiple of k_step (32)" in text
-    text = _cli_message("analyze", "fidelity", "--data", tiny_beir, "--out", tmp_path / "b", "--k-max", "100",
+    text = cli_message("analyze", "fidelity", "--data", tiny_beir, "--out", tmp_path / "b", "--k-max", "100",
                         "--k-step", "32")
     assert "--k-max (100) must be a positive multiple of --k-step (32)" in text
 
