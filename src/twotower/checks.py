@@ -82,11 +82,14 @@ def switch(name: str, option: str | None = None) -> str:
 
 
 def given(name: str, value, option: str | None = None) -> str:
-    """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``."""
+    """A parameter with its value as the caller wrote it: ``num_negatives=3`` in Python, ``--num-negatives 3``; a
+    list as ``matryoshka=[384, 192]`` in Python, ``--matryoshka 384,192`` on the command line."""
     where = option_name(name, option)
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
-    if isinstance(value, str) and len(value) <= 240:  # a choice or a path, whole: quoted in Python, bare on the CLI
+    if isinstance(value, (list, tuple)) and _CLI.get() == "cli":  # a list option: comma-separated, as typed there
+        shown = ",".join(str(v) for v in value)
+    elif isinstance(value, str) and len(value) <= 240:  # a choice or a path, whole: quoted in Python, bare on the CLI
         shown = repr(value) if where.endswith("=") else value
     else:
         shown = _show(value)

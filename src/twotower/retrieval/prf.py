@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from twotower.checks import flag, given
+from twotower.checks import flag, given, naming
 from twotower.errors import TwoTowerError
 
 
@@ -57,9 +57,8 @@ def check_prf(depth: int | None, weight: float | None, *, mode: str | None = Non
 def _modes(option: str | None) -> str:
     """The feedback modes to choose from: ``mode='dense' | 'hybrid' | 'rrf'`` in Python, ``--retriever dense | hybrid |
     rrf`` on the command line (``option``: the mode's flag there)."""
-    first = given("mode", FEEDBACK_MODES[0], option)
-    quoted = first.endswith(repr(FEEDBACK_MODES[0]))
-    return " | ".join([first, *(repr(m) if quoted else m for m in FEEDBACK_MODES[1:])])
+    rest = FEEDBACK_MODES[1:] if naming() == "cli" else map(repr, FEEDBACK_MODES[1:])
+    return " | ".join([given("mode", FEEDBACK_MODES[0], option), *rest])
 
 
 def rocchio(queries: np.ndarray, feedback: np.ndarray, weight: float) -> np.ndarray:

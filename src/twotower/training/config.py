@@ -199,9 +199,8 @@ class TrainConfig:
     def from_toml(cls, path: str | Path, **overrides) -> "TrainConfig":
         import tomllib
 
-        from twotower.io import read_input_text
-
         from twotower.checks import flag, given
+        from twotower.io import read_input_text
 
         path = Path(path)
         if not path.exists():  # anything else that is not a regular file: read_input_text names it
@@ -243,7 +242,7 @@ class TrainConfig:
 def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, multivector: int | None = None,
                      model_dim: int | None = None) -> None:
     """TwoTowerError for Matryoshka settings that cannot train (``model_dim``: the embeddings' size, once known)."""
-    from twotower.checks import check_numbers, flag
+    from twotower.checks import check_numbers, flag, given
 
     if dims is not None:
         check_numbers(dims, "matryoshka", integer=True, minimum=1)
@@ -254,27 +253,17 @@ def check_matryoshka(dims: list[int] | None, weights: list[float] | None, *, mul
             raise TwoTowerError(f"{flag('matryoshka_weights')} need {flag('matryoshka')} dimensions")
         return
     if not dims or any(m < 1 for m in dims) or len(set(dims)) != len(dims):
-        raise TwoTowerError(f"{_given_list('matryoshka', dims)}: give distinct dimensions of at least 1, e.g. "
-                            f"{_given_list('matryoshka', [384, 192, 96, 48])}")
+        raise TwoTowerError(f"{given('matryoshka', list(dims))}: give distinct dimensions of at least 1, e.g. "
+                            f"{given('matryoshka', [384, 192, 96, 48])}")
     if weights is not None and (len(weights) != len(dims) or any(not 0 <= w < float("inf") for w in weights)
                                 or not any(weights)):
-        raise TwoTowerError(f"{_given_list('matryoshka_weights', weights)}: one weight of 0 or more per dimension "
-                            f"of {_given_list('matryoshka', dims)}, not all 0")
+        raise TwoTowerError(f"{given('matryoshka_weights', list(weights))}: one weight of 0 or more per dimension "
+                            f"of {given('matryoshka', list(dims))}, not all 0")
     if multivector is not None:
         raise TwoTowerError(f"{flag('matryoshka')} trains single vectors; drop it or {flag('multivector')}")
     if model_dim is not None and max(dims) > model_dim:
-        raise TwoTowerError(f"{_given_list('matryoshka', dims)}: {max(dims)} is more than the model's {model_dim} "
+        raise TwoTowerError(f"{given('matryoshka', list(dims))}: {max(dims)} is more than the model's {model_dim} "
                             f"dimensions ({flag('matryoshka')} dimensions must be at most {model_dim})")
-
-
-def _given_list(name: str, values) -> str:
-    """A list parameter with its values as the caller writes them: ``matryoshka=[384, 192]`` in Python,
-    ``--matryoshka 384,192`` on the command line (comma-separated), ``matryoshka = [384, 192]`` in a TOML file."""
-    from twotower.checks import given, naming, option_name
-
-    if naming() == "cli":
-        return f"{option_name(name)} {','.join(str(v) for v in values)}"
-    return given(name, list(values))
 
 
 def _check_types(kind: type, values: dict, where: str) -> None:

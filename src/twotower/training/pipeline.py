@@ -9,7 +9,7 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import pairs_from_beir, save_pairs
-from twotower.checks import flag, given
+from twotower.checks import check_number, flag, given
 from twotower.errors import TwoTowerError
 from twotower.training.mining import add_hard_negatives, retrieve_for_mining
 from twotower.training.trainer import Trainer, TrainConfig
@@ -22,8 +22,6 @@ HARD_NEGATIVE_SOURCES = ("none", "bm25", "model")
 def check_rank_range(rank_range: tuple[int, int]) -> None:
     """The ranks ``rank_from``..``rank_to`` mined negatives are sampled from: whole numbers from 1, in order; a
     message naming them otherwise, before any data is read."""
-    from twotower.checks import check_number
-
     lo, hi = rank_range
     check_number(lo, "rank_from", integer=True, minimum=1)
     check_number(hi, "rank_to", integer=True, minimum=1)
@@ -86,7 +84,6 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
         raise TwoTowerError(f"{given('hard_negatives', 'model')} mines with the pooled single-vector retriever, not "
                             f"the max score that {flag('multivector')} trains; use {flag('hard_negatives')} bm25 or "
                             f"none with {flag('multivector')}")
-    from twotower.checks import check_number
 
     check_number(req.num_negatives, "num_negatives", integer=True, minimum=1)
     check_rank_range(req.rank_range)  # before round 1 trains, not when its miner starts
