@@ -68,7 +68,7 @@ _EXPORTS: dict[str, str] = {
     "align_languages": "twotower.api.tools",
     # search
     "Index": "twotower.api.index",
-    "Hit": "twotower.api.index",
+    "Hit": "twotower.api.hit",
     "Filter": "twotower.retrieval.filters",
     "parse_filter": "twotower.retrieval.filters",
     "Reranker": "twotower.retrieval.rerank",

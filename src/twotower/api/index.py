@@ -4,39 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.api._errors import user_errors
 from twotower.api.dataset import corpus_documents, stored_document
+from twotower.api.hit import Hit, hits_of
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Hit:
-    """One search result: the document's ``id``, its ``score`` (higher is better), ``title``, ``text`` and
-    ``metadata`` (the document's other fields, ``{}`` when it has none).
-
-    Example::
-
-        hit = index.search("green tea", k=1)[0]
-        print(hit.id, round(hit.score, 3), hit.title, hit.metadata, hit.document)
-    """
-
-    id: str
-    score: float
-    title: str
-    text: str
-    metadata: dict = field(default_factory=dict)
-
-    @property
-    def document(self) -> dict:
-        """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
-        return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
 
 
 def _locked(method):
@@ -110,7 +87,9 @@ class Index:
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
         compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
         workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
-        collection: str | None = None, runtime: str | None = None, **options,
+        collection: str | None = None, runtime: str | None = None, passages: bool | None = None,
+        passage_window: int | None = None, passage_overlap: int | None = None, max_passages: int | None = None,
+        **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -129,7 +108,11 @@ class Index:
         ``openvino`` | ``onnx-int8`` | ``openvino-int8`` (None: the Encoder's, else auto). Compressed vectors: ``vectors="fp16" | "int8" |
         "binary"`` (binary: Hamming search, then the top ``k × rescore_factor`` (4) rescored against ``rescore="int8"
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
-        cut alike; a Matryoshka-trained model keeps most of its quality). Everything is checked before any encoding.
+        cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on for a local index):
+        a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
+        into passages overlapping by ``passage_overlap`` (32) tokens, one vector each; it scores as its best passage,
+        which every :class:`Hit` carries. At most ``max_passages`` (1000) per document. ``passages=False`` keeps each
+        document's first window only. Everything is checked before any encoding.
 
         Example::
 
@@ -159,13 +142,14 @@ class Index:
         spec = replace(spec, **options)
         cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
                            compile=compile)
-        from twotower.api.index_build import write_index
+        from twotower.api.index_build import passage_option, write_index
 
+        split = passage_option(passages, passage_window, passage_overlap, max_passages)
         model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
                                    metadatas=metadatas, language_given=language is not None, runtime=runtime,
                                    device=device, multivector=multivector, project=project, uri=uri,
                                    collection=collection, ray=ray, ray_address=ray_address, workers=workers,
-                                   gpus_per_worker=gpus_per_worker)
+                                   gpus_per_worker=gpus_per_worker, passages=split)
         index = cls(path, device=device, precision=precision)
         if model is not None:
             index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
@@ -255,7 +239,7 @@ class Index:
     def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
                norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
-               nprobe: int | None = None, filter=None) -> list[Hit] | list[list[Hit]]:
+               nprobe: int | None = None, filter=None, passages: int = 1) -> list[Hit] | list[list[Hit]]:
         """The ``k`` best documents for a query (a list of :class:`Hit`), or for each of a list of queries (a list
         of lists, all from one index version).
 
@@ -267,6 +251,7 @@ class Index:
         ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in $nin $exists``,
         ``$and`` / ``$or``, dotted paths: :mod:`twotower.retrieval.filters`): only the documents it lets through
         are searched, in every mode — the ``k`` best of them (exact on flat indexes; fewer only when fewer match).
+        ``passages``: how many of each hit's best passages its :attr:`Hit.passages` holds (default 1).
 
         Example::
 
@@ -302,18 +287,25 @@ class Index:
             raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {mode} does not use it")
         rerank_depth = 100 if rerank_depth is None else rerank_depth
         depth = max(k, rerank_depth) if rerank is not None else k
+        from twotower.checks import check_number
+
+        check_number(passages, "passages", integer=True, minimum=1)
+        q_vecs = None
+        if mode != "bm25" and getattr(store, "passages", None):  # encoded once: the search and each hit's passage
+            from twotower.retrieval.searcher import restriction
+
+            restriction(store, filter)  # a bad filter fails before any encoding
+            q_vecs = searcher.encode_queries(queries)
         run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
                            prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store,
-                           filter=filter)
+                           filter=filter, query_vectors=q_vecs)
         # best first; equal scores keep the order the search returned them in (as the service's hits do)
         ranked = [sorted(run[str(i)].items(), key=lambda kv: -kv[1]) for i in range(len(queries))]
         if rerank is not None:
             ce = cross_encoder(rerank, self._rerankers, device=self.device, precision=self.precision)
             ranked = rerank_hits(queries, ranked, ce, rerank_depth, weight, store)
-        out = []
-        for hits in ranked:
-            docs = [(d, s, store.document(store.row_of[d])) for d, s in hits[:k]]
-            out.append([Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}) for d, s, doc in docs])
+        out = [hits_of(store, hits[:k], queries[i], None if q_vecs is None else q_vecs[i], passages)
+               for i, hits in enumerate(ranked)]
         return out[0] if single else out
 
     @user_errors

@@ -37,10 +37,35 @@ def _encoder_parts(encoder, device: str):
         (str(encoder) if encoder is not None else None)
 
 
+def passage_option(passages: bool | None, window: int | None, overlap: int | None, limit: int | None):
+    """What :meth:`Index.build <twotower.Index.build>`'s passage options ask for: None (the backend's default),
+    False (each document's first window), or a :class:`~twotower.encoders.passages.PassageSpec` (checked again
+    against the encoder's length before any encoding)."""
+    from twotower.checks import check_number, flag, switch
+    from twotower.encoders.passages import DEFAULT_OVERLAP, MAX_PASSAGES, PassageSpec
+
+    if passages is not None and not isinstance(passages, bool):
+        raise TwoTowerError(f"{flag('passages')}: True or False, not {passages!r}")
+    tuned = {name: value for name, value in (("passage_window", window), ("passage_overlap", overlap),
+                                             ("max_passages", limit)) if value is not None}
+    if passages is False:
+        if tuned:
+            off = switch("passages", "--no-passages").replace("True", "False")
+            raise TwoTowerError(f"{', '.join(flag(n) for n in tuned)} tune passages, which {off} turns off: drop "
+                                "one of them")
+        return False
+    for name, value in tuned.items():
+        check_number(value, name, integer=True, minimum=0 if name == "passage_overlap" else 1)
+    if passages is None and not tuned:
+        return None
+    return PassageSpec(window=window, overlap=DEFAULT_OVERLAP if overlap is None else overlap,
+                       max_passages=MAX_PASSAGES if limit is None else limit)
+
+
 def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, ids, metadatas, language_given: bool,
                 runtime: str, device: str, multivector: int | None, project: int | None, uri: str | None,
                 collection: str | None, ray: bool, ray_address: str | None, workers: int | None,
-                gpus_per_worker: float):
+                gpus_per_worker: float, passages=None):
     """Write ``corpus`` as an index at ``path`` with ``spec`` (an ``IndexSpec``) and ``cfg`` (an ``EncodeConfig``),
     the other arguments as :meth:`Index.build <twotower.Index.build>` takes them (``language_given``: its
     ``language`` was given). Returns ``(encoder, ids)``: the loaded DualEncoder the index names (None when Ray's
@@ -52,6 +77,12 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
     if backend == "faiss" and (uri is not None or collection is not None):
         raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus'")
+    if passages is not None and passages is not False and (backend == "milvus" or ray):
+        from twotower.checks import flag, given, switch
+
+        other = given("backend", "milvus") if backend == "milvus" else switch("ray")
+        raise TwoTowerError(f"passages are split and searched by the local FAISS backend; {other} keeps each "
+                            f"document's first window: drop {flag('passages')} (and its tuning options) or {other}")
     if backend == "milvus":
         if ray:
             raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
@@ -86,5 +117,5 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
     spec = spec_for_model(spec, source, language_given=language_given)
     with using_runtime(runtime):
         build_index_from(docs, path, model, model=source, spec=spec, multivector=multivector, project_dim=project,
-                         cfg=cfg)
+                         cfg=cfg, passages=True if passages is None else passages)
     return model, [d.id for d in docs]

@@ -69,6 +69,16 @@ def index_build(
     collection: Optional[str] = typer.Option(None, "--collection", help="--backend milvus: the collection "
                                              "(default: twotower_<name of --out>)."),
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
+    passages: Optional[bool] = typer.Option(None, "--passages/--no-passages", help="Split documents longer than "
+                                            "the encoder's window into passages, one vector each, a document scored "
+                                            "by its best (default: on for --backend faiss); --no-passages keeps "
+                                            "each document's first window."),
+    passage_window: Optional[int] = typer.Option(None, "--passage-window", help="Tokens per passage, title "
+                                                 "included (default: the encoder's document length)."),
+    passage_overlap: Optional[int] = typer.Option(None, "--passage-overlap", help="Tokens two neighbouring "
+                                                  "passages share (default 32)."),
+    max_passages: Optional[int] = typer.Option(None, "--max-passages", help="Most passages a document may make "
+                                               "(default 1000); a longer document is refused."),
 ) -> None:
     """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
     try:
@@ -79,6 +89,8 @@ def index_build(
             batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
             ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
             vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor, runtime=runtime,
+            passages=passages, passage_window=passage_window, passage_overlap=passage_overlap,
+            max_passages=max_passages,
             **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
                else {}))
     except (TwoTowerError, ValueError) as exc:
@@ -90,7 +102,10 @@ def index_build(
         stored += (", no rescoring" if v.get("rescore") == "none"
                    else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
     cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
-    console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
+    split = m.get("passages")
+    shape = (f"{m['num_vectors']} passages of up to {split['window']} tokens, vectors of" if split
+             else f"{m['num_vectors']} vectors of")
+    console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {shape} "
                   f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
 
 

@@ -77,11 +77,25 @@ def load_encoder(info: dict, override: str | None = None, device: str = "auto"):
 
 def encode_new_docs(
     encoder, docs: list[Document], cfg: EncodeConfig, *, multivector: int | None = None,
-    projection: np.ndarray | None = None,
+    projection: np.ndarray | None = None, passages: dict | None = None,
 ) -> NewDocs:
+    """``docs`` encoded for an index: one vector each, ME-BERT's first ``multivector`` token vectors, or, with
+    ``passages`` (a :class:`~twotower.encoders.passages.PassageSpec`'s manifest entry), one vector per passage
+    of each document (:mod:`twotower.encoders.passages`)."""
     from twotower.encoders.towers import EncodeOptions
 
     texts = [d.full_text for d in docs]
+    if passages is not None and not multivector:
+        from twotower.encoders.passages import PassageSpec, split_documents
+
+        spec = PassageSpec.from_manifest(passages).resolved(encoder.doc_max_length)
+        split = split_documents(encoder.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs], spec,
+                                prompt=encoder.prompts.get("document", ""), ids=[d.id for d in docs])
+        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
+                             compile=cfg.compile)
+        return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
+                       encoder.encode_documents(split.texts, opts), split.offsets,
+                       metadata=[getattr(d, "metadata", None) or {} for d in docs], spans=split.spans)
     if multivector:
         from twotower.retrieval.multivector import encode_multivector
 
@@ -167,9 +181,15 @@ def build_index_from(
     dim: int | None = None,
     rescore: str | None = None,
     rescore_factor: int | None = None,
+    passages=True,
 ) -> IndexStore:
     """Encode ``docs`` with ``encoder`` (a loaded DualEncoder; ``model``: the name or directory it came from, which
     the manifest records so that searches load it again) and write an index at ``out``.
+
+    ``passages``: True (the default) splits documents longer than the encoder's window into passages, one vector
+    each, a document scored by its best (a :class:`~twotower.encoders.passages.PassageSpec` sets the window,
+    overlap and limit); False keeps each document's first window only. Multi-vector indexes keep ME-BERT's first
+    m token vectors (passages are refused with them).
 
     ``vectors`` (fp32 | fp16 | int8 | binary), ``dim`` (keep the first ``dim`` dimensions, re-normalised),
     ``rescore`` (binary: int8 | fp32 | none) and ``rescore_factor`` (binary: k × factor Hamming candidates are
@@ -194,10 +214,31 @@ def build_index_from(
 
         projection = random_projection(encoder.doc_tower.dim, project_dim)  # token vectors are in the tower's space
     dim = projection.shape[1] if projection is not None else encoder.doc_tower.dim
+    passage_entry = passage_settings(passages, encoder, multivector=multivector)
     check_build(out, spec, cfg, dim=dim, num_docs=len(docs), multivector=multivector)
-    new = encode_new_docs(encoder, docs, cfg, multivector=multivector, projection=projection)
+    new = encode_new_docs(encoder, docs, cfg, multivector=multivector, projection=projection, passages=passage_entry)
     return IndexStore.build(out, new, model=model_info(model, encoder), spec=spec, multivector=multivector,
-                            projection=projection, show_progress=cfg.show_progress)
+                            projection=projection, show_progress=cfg.show_progress, passages=passage_entry)
+
+
+def passage_settings(passages, encoder, *, multivector: int | None = None) -> dict | None:
+    """The manifest entry of ``passages`` (True, False / None, or a
+    :class:`~twotower.encoders.passages.PassageSpec`) for ``encoder``: checked, the window filled in; None when
+    documents are not split. Refused with ME-BERT's multi-vector documents (they are a document's first m tokens)."""
+    from twotower.encoders.passages import PassageSpec
+
+    if passages is None or passages is False:
+        return None
+    if passages is True:
+        passages = PassageSpec()
+    if not isinstance(passages, PassageSpec):
+        raise TwoTowerError(f"{flag('passages')} takes True, False or a PassageSpec, not {type(passages).__name__}")
+    if multivector:
+        if passages != PassageSpec():  # asked for explicitly
+            raise TwoTowerError(f"passages apply to single-vector indexes; a multi-vector index ({flag('multivector')}"
+                                f") keeps each document's first m token vectors: drop one of them")
+        return None
+    return passages.resolved(int(encoder.doc_max_length)).manifest()
 
 
 def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
@@ -260,5 +301,6 @@ def add_documents_from(
     if not store.multivector:  # the encoder's output size against the stored vectors' (before a projection)
         check_index_encoder(index, info, model, encoder_dim=int(encoder.dim),
                             index_dim=int(vectors.get("source_dim") or store.manifest.get("dim") or encoder.dim))
-    new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection)
+    new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection,
+                          passages=getattr(store, "passages", None))
     return store.add(new, replace=replace, show_progress=cfg.show_progress)

@@ -149,9 +149,11 @@ def encode_multivector(
     return np.ascontiguousarray(vectors, dtype=np.float32), offsets
 
 
-def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, rows: Sequence[int]) -> np.ndarray:
-    """Exact ME-BERT scores (n_queries, len(rows)): max over each document's vectors (−inf for a
-    document with none). One gather and one matmul for all the rows' vectors, then a segmented max."""
+def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, rows: Sequence[int],
+                  decode=None) -> np.ndarray:
+    """Exact ME-BERT (or MaxP passage) scores (n_queries, len(rows)): max over each document's vectors (−inf for a
+    document with none). One gather and one matmul for all the rows' vectors, then a segmented max. ``decode``:
+    stored rows to float32 (an index's codec: fp16, int8, bits), default a plain cast."""
     rows = np.asarray(rows, dtype=np.int64)
     out = np.full((len(queries), len(rows)), -np.inf, dtype=np.float32)
     starts = np.asarray(offsets)[rows]
@@ -162,13 +164,13 @@ def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray,
     starts, counts = starts[has], counts[has]
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # where each document's block starts in the gather
     entry = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
-    block = np.asarray(vectors[entry], dtype=np.float32)
+    block = decode(np.asarray(vectors[entry])) if decode is not None else np.asarray(vectors[entry], dtype=np.float32)
     out[:, has] = np.maximum.reduceat(np.asarray(queries, dtype=np.float32) @ block.T, first, axis=1)
     return out
 
 
 def reduce_to_documents(
-    queries: np.ndarray, entries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int
+    queries: np.ndarray, entries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int, decode=None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Turn entry hits (n_queries, n) into the top-``k`` documents, re-scored exactly.
 
@@ -183,7 +185,7 @@ def reduce_to_documents(
         cand = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
         if len(cand) == 0:
             continue
-        s = maxsim_scores(queries[qi : qi + 1], vectors, offsets, cand)[0]
+        s = maxsim_scores(queries[qi : qi + 1], vectors, offsets, cand, decode)[0]
         top = np.argsort(-s, kind="stable")[:k]
         scores[qi, : len(top)] = s[top]
         docs[qi, : len(top)] = cand[top]

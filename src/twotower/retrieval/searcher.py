@@ -140,7 +140,7 @@ class Searcher:
         self, queries: dict[str, str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
         n_best: int = HYBRID_N_BEST, ef_search: int | None = None, nprobe: int | None = None,
         store: Store | None = None, norm: str | None = None, prf_depth: int | None = None,
-        prf_weight: float | None = None, filter=None,
+        prf_weight: float | None = None, filter=None, query_vectors: np.ndarray | None = None,
     ) -> dict[str, dict[str, float]]:
         """A run ``{query_id: {doc_id: score}}`` for ``queries`` (``{query_id: text}``), all from one
         index version (``store``, default the live one when the call starts): each query's ``k`` best
@@ -150,7 +150,9 @@ class Searcher:
         after Rocchio feedback from its ``prf_depth`` best, weighted by ``prf_weight`` (default
         ``prf.DEFAULT_WEIGHT``; ``retrieval.prf``; single-vector indexes). ``filter``: a metadata filter
         (:mod:`twotower.retrieval.filters`): every side searches only the documents it lets through, so each query
-        gets the ``k`` best matching documents (PRF's feedback comes from matching documents too)."""
+        gets the ``k`` best matching documents (PRF's feedback comes from matching documents too).
+        ``query_vectors``: the queries already encoded (:meth:`encode_queries`), so a caller that needs them too
+        (a hit's best passage) encodes once. An index of passages scores a document by its best passage."""
         mode, lam = self.resolve(mode, lam)
         if mode not in MODES:
             raise TwoTowerError(f"unknown search mode '{mode}': choose one of {', '.join(MODES)}")
@@ -166,7 +168,7 @@ class Searcher:
         depth = k if mode in ("dense", "bm25") else fusion_depth(k, n_best)
         runs = {}
         if mode != "bm25":
-            q_vecs = self.encode_queries(texts)
+            q_vecs = self.encode_queries(texts) if query_vectors is None else query_vectors
             if prf_depth:
                 q_vecs = self._feedback(store, q_vecs, prf_depth, DEFAULT_WEIGHT if prf_weight is None else prf_weight,
                                         ef_search, nprobe, only)
@@ -201,7 +203,12 @@ class Searcher:
                 return q_vecs
             depth = min(depth, matches)
         _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **only)
-        return rocchio(q_vecs, store.float_vectors(feedback_rows(rows, depth)), weight)
+        rows = feedback_rows(rows, depth)
+        if getattr(store, "passages", None):  # a document's vector is its best passage's for this query
+            from twotower.retrieval.passages import best_vector_rows
+
+            rows = best_vector_rows(store, q_vecs, rows)
+        return rocchio(q_vecs, store.float_vectors(rows), weight)
 
     def search(self, query: str, k: int = 10, **kwargs) -> list[Hit]:
         """The top ``k`` hits for one query, with titles."""

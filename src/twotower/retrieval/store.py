@@ -11,7 +11,9 @@ Layout of an index directory ``INDEX``::
                                    uint8 int8 codes, uint8 sign bits (``index.codecs``); memory-mapped
         calibration.npy            int8 storage: per-dimension (min, max) ranges, (2, dim)
         offsets.npy                int64 (num_docs + 1): document i owns vectors[offsets[i]:offsets[i+1]]
-                                   (multi-vector indexes only; single-vector: row i is document i)
+                                   (multi-vector and passage indexes; single-vector: row i is document i)
+        spans.npy                  int64 (num_vectors, 2): passage indexes only: each vector row's passage as
+                                   (start, end) character offsets into its document's text
         projection.npy             optional (hidden, dim) projection applied to queries (multi-vector)
         doc_ids.json               document ids in row order (a JSON list: the format's, read by older versions)
         doc_ids.bin, doc_ids.offsets.npy, doc_ids.lookup.npy
@@ -110,6 +112,9 @@ class IndexStore:
         self.offsets: np.ndarray | None = (
             load_npy(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
         )
+        self.spans: np.ndarray | None = (
+            load_npy(version_dir / "spans.npy", mmap_mode="r") if (version_dir / "spans.npy").is_file() else None
+        )
         self.projection: np.ndarray | None = (
             load_npy(version_dir / "projection.npy") if (version_dir / "projection.npy").is_file() else None
         )
@@ -162,6 +167,12 @@ class IndexStore:
     @property
     def multivector(self) -> int | None:
         return self.manifest.get("multivector")
+
+    @property
+    def passages(self) -> dict | None:
+        """The passage spec (``window``, ``overlap``, ``max_passages``) of an index that splits long documents into
+        passages (one vector each), or None (one vector per document, or ME-BERT's m)."""
+        return self.manifest.get("passages")
 
     @property
     def vectors(self) -> np.ndarray:
@@ -221,7 +232,7 @@ class IndexStore:
         """The vector(s) of the document in ``row``: (1, dim) or (m', dim) for multi-vector."""
         if self.offsets is None:
             return self.codec.decode(self.vectors[row : row + 1])
-        return np.asarray(self.vectors[self.offsets[row] : self.offsets[row + 1]])
+        return self.codec.decode(np.asarray(self.vectors[self.offsets[row] : self.offsets[row + 1]]))
 
     def vectors_for(self, ids: Sequence[str]) -> list[np.ndarray]:
         return [self.doc_vectors(r) for r in self.rows(ids)]
@@ -293,6 +304,7 @@ class IndexStore:
         projection: np.ndarray | None = None,
         keep: int = 2,
         show_progress: bool = True,
+        passages: dict | None = None,
     ) -> "IndexStore":
         """Write ``docs`` as a new version of the index at ``root`` (created if missing).
 
@@ -312,7 +324,7 @@ class IndexStore:
             with writer_lock(root):
                 final, manifest = writer.write_version(
                     root, previous=None, keep_mask=None, new=docs, model=model, spec=spec, multivector=multivector,
-                    projection=projection, keep=keep, show_progress=show_progress,
+                    projection=projection, keep=keep, show_progress=show_progress, passages=passages,
                 )
         except BaseException:
             if first:
@@ -365,6 +377,7 @@ class IndexStore:
         final, manifest = writer.write_version(
             self.root, previous=self, keep_mask=keep_mask, new=docs, model=self.manifest["model"], spec=self.spec(),
             multivector=self.multivector, projection=self.projection, keep=keep, show_progress=show_progress,
+            passages=self.passages,
         )
         return IndexStore._written(self.root, final, manifest)
 

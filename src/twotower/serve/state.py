@@ -111,7 +111,8 @@ class ServiceState:
                                 + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
             with self.compute_lock:
                 new = encode_new_docs(self.searcher.encoder, docs, self.cfg,
-                                      multivector=store.multivector, projection=store.projection)
+                                      multivector=store.multivector, projection=store.projection,
+                                      passages=getattr(store, "passages", None))
             try:
                 live = store.add(new, replace=replace, show_progress=False)
             except IndexStoreError as exc:

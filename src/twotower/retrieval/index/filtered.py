@@ -16,8 +16,8 @@ How, by index kind and by the share of documents that match (the *selectivity*):
   it); the hits are always matching documents.
 - **Binary** (Hamming) indexes otherwise: the Hamming search runs with the selector over ``k × rescore_factor``
   candidates, rescored as unfiltered searches are.
-- **Multi-vector** (ME-BERT): the selector covers every vector row of a matching document (through the offsets);
-  candidates reduce to documents and are rescored exactly, as unfiltered.
+- **Several rows a document** (passages, ME-BERT): the selector covers every vector row of a matching document
+  (through the offsets); candidates reduce to documents and are rescored exactly, as unfiltered (:mod:`.grouped`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def exact(store, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, n
             else:
                 from twotower.retrieval.multivector import maxsim_scores
 
-                scores[:, s : s + len(block)] = maxsim_scores(block_q, store.vectors, store.offsets, block)
+                scores[:, s : s + len(block)] = maxsim_scores(block_q, store.vectors, store.offsets, block,
+                                                              store.codec.decode)
         for i, row_scores in enumerate(scores):
             best = np.argpartition(-row_scores, take - 1)[:take] if len(rows) > 4 * take else np.arange(len(rows))
             order = best[np.lexsort((best, -row_scores[best]))][:take]  # best first, equal scores by row
@@ -125,15 +126,14 @@ def search_masked(store, q: np.ndarray, k: int, mask: np.ndarray, *, ef_search: 
                                         ef_search=ef_search, nprobe=nprobe, sel=sel, share=share)
         else:
             scores, out = index.search(q, k, params=_params(store, index, sel, ef_search, nprobe, share))
-    else:
-        from twotower.retrieval.multivector import reduce_to_documents
+    else:  # passages or ME-BERT: the selector covers every row of a matching document
+        from twotower.retrieval.index.grouped import search_grouped
 
-        counts = np.diff(store.offsets)
-        sel = _selector(np.repeat(mask, counts))
-        m = store.multivector or 1
-        n_entries = min(index.ntotal, candidates or k * m)
-        _, entries = index.search(q, max(1, n_entries), params=_params(store, index, sel, ef_search, nprobe, share))
-        scores, out = reduce_to_documents(q, entries, store.vectors, store.offsets, k)
+        sel = _selector(np.repeat(mask, np.diff(store.offsets)))
+        params = None if store.codec.vectors == "binary" else _params(store, index, sel, ef_search, nprobe, share)
+        scores, out = search_grouped(store, q, k, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
+                                     rescore_factor=rescore_factor, sel=sel, share=share, params=params,
+                                     matching=n_match)
     scores = np.where(out < 0, -np.inf, scores).astype(np.float32)
     short = np.flatnonzero((out >= 0).sum(axis=1) < min(k, n_match))
     if len(short):  # the widened ANN search still came back short: those queries exactly

@@ -15,8 +15,9 @@ from twotower.retrieval.index.errors import DimensionError, IndexStoreError
 class NewDocs:
     """Documents to put into an index, with their vectors.
 
-    Single-vector: ``vectors`` is (n, dim). Multi-vector: ``offsets`` (n + 1) says which rows of
-    ``vectors`` belong to each document.
+    Single-vector: ``vectors`` is (n, dim). Multi-vector (ME-BERT) or passages: ``offsets`` (n + 1) says which rows
+    of ``vectors`` belong to each document; with passages, ``spans`` (rows, 2) holds each row's ``(start, end)``
+    character offsets into its document's text (:mod:`twotower.encoders.passages`).
     """
 
     ids: list[str]
@@ -25,6 +26,7 @@ class NewDocs:
     vectors: np.ndarray
     offsets: np.ndarray | None = None
     metadata: list[dict] | None = None  # one JSON dict per document (checked: data.metadata); None: all empty
+    spans: np.ndarray | None = None  # passages: (rows, 2) character offsets into each document's text
 
     def __post_init__(self) -> None:
         if not (len(self.ids) == len(self.titles) == len(self.texts)):
@@ -38,6 +40,10 @@ class NewDocs:
             raise ValueError(f"offsets must have {len(self.ids) + 1} entries, got {len(self.offsets)}")
         if len(self.vectors) != expected:
             raise ValueError(f"{len(self.ids)} documents need {expected} vectors, got {len(self.vectors)}")
+        if self.spans is not None:
+            if self.offsets is None or self.spans.shape != (len(self.vectors), 2):
+                raise ValueError(f"passage spans need offsets and one (start, end) per vector row, got shape "
+                                 f"{self.spans.shape} for {len(self.vectors)} rows")
         bad = first_bad_id(self.ids)
         if bad:  # the rule every loader and the service apply (data.ids)
             raise IndexStoreError(f"document id {bad[0]!r} {bad[1]}")

@@ -2,8 +2,8 @@
 
 :func:`search_version` picks the path by what the version holds and what the search asks: a row mask (a metadata
 filter's) goes to :mod:`.filtered`, a binary index to :mod:`.binary` (Hamming, then rescored); a float index is
-searched by FAISS with the call's ``ef_search`` / ``nprobe`` and its misses padded to ``k``; a multi-vector
-(ME-BERT) index's entries are reduced to documents and re-scored exactly (``retrieval.multivector``). Queries come
+searched by FAISS with the call's ``ef_search`` / ``nprobe`` and its misses padded to ``k``; an index with several
+rows a document (passages, ME-BERT) goes to :mod:`.grouped` (entries reduced to documents, re-scored exactly). Queries come
 in already projected into the stored space (:meth:`IndexStore.project_queries
 <twotower.retrieval.store.IndexStore.project_queries>`).
 
@@ -52,6 +52,11 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
 
         return search_masked(store, q, max(1, k), mask, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
                              rescore_factor=rescore_factor)
+    if store.offsets is not None:  # passages or ME-BERT: several rows a document, scored by its best
+        from twotower.retrieval.index.grouped import search_grouped
+
+        return search_grouped(store, q, max(1, k), ef_search=ef_search, nprobe=nprobe, candidates=candidates,
+                              rescore_factor=rescore_factor)
     index = store.faiss_index
     if store.codec.vectors == "binary":
         from twotower.retrieval.index.binary import search_binary
@@ -60,15 +65,8 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
                              ef_search=ef_search, nprobe=nprobe)
     params = search_params(index, ef_search=ef_search, nprobe=nprobe)
     k = max(1, k)
-    if store.offsets is None:
-        scores, rows = index.search(q, min(k, max(1, index.ntotal)), params=params)
-        return pad(scores, rows, k)
-    from twotower.retrieval.multivector import reduce_to_documents
-
-    m = store.multivector or 1
-    n_entries = min(index.ntotal, candidates or k * m)
-    _, entries = index.search(q, max(1, n_entries), params=params)
-    return reduce_to_documents(q, entries, store.vectors, store.offsets, k)
+    scores, rows = index.search(q, min(k, max(1, index.ntotal)), params=params)
+    return pad(scores, rows, k)
 
 
 def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

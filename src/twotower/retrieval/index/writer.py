@@ -35,6 +35,7 @@ class PreviousVersion(Protocol):
     files: VersionFiles
     codec: codecs.Codec
     offsets: np.ndarray | None
+    spans: np.ndarray | None
     doc_ids: DocIds
 
     @property
@@ -59,6 +60,7 @@ def write_version(
     projection: np.ndarray | None,
     keep: int,
     show_progress: bool,
+    passages: dict | None = None,
 ) -> tuple[Path, dict]:
     """Write a complete version into a temp dir, rename it into place, then switch CURRENT (call under
     the writer lock). Returns the new version's dir and manifest."""
@@ -70,7 +72,7 @@ def write_version(
         tmp = new_temp_dir(root)
         try:
             manifest = fill_version(tmp, previous, keep_mask, new, model, spec, multivector, projection,
-                                    show_progress)
+                                    show_progress, passages=passages)
             final = publish(root, tmp, manifest)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -90,8 +92,11 @@ def fill_version(
     multivector: int | None,
     projection: np.ndarray | None,
     show_progress: bool,
+    passages: dict | None = None,
 ) -> dict:
-    """Write every file of a version into ``out`` and return its manifest (``version`` 0: see ``publish``)."""
+    """Write every file of a version into ``out`` and return its manifest (``version`` 0: see ``publish``).
+    ``passages``: the passage spec of an index that splits long documents (``encoders.passages``; its vector rows are
+    passages, with ``offsets.npy`` and ``spans.npy``)."""
     import faiss
 
     if previous is None and new is None:
@@ -117,11 +122,19 @@ def fill_version(
     if num_docs == 0:
         raise IndexStoreError("an index needs at least one document")
 
+    if passages is not None and new is not None and new.spans is None:
+        raise IndexStoreError("this index keeps passages: new documents need their passage spans")
+    old_vec = kept_vector_rows(previous, old_rows)
     new_stored = codec.encode(new_f) if new is not None else None
-    vectors = _write_vectors(out / "vectors.npy", previous, keep_mask, old_rows, new_stored, num_vectors, codec)
+    vectors = _write_vectors(out / "vectors.npy", previous, old_vec, new_stored, num_vectors, codec)
     _write_documents(out, previous, old_rows, new)
-    if multivector is not None:
+    if multivector is not None or passages is not None:
         save_npy(out / "offsets.npy", offsets)
+    if passages is not None:
+        old_spans = (np.asarray(previous.spans)[old_vec] if previous is not None and previous.spans is not None
+                     else np.empty((0, 2), dtype=np.int64))
+        new_spans = new.spans if new is not None else np.empty((0, 2), dtype=np.int64)
+        save_npy(out / "spans.npy", np.concatenate([old_spans, new_spans]).astype(np.int64))
     if projection is not None:
         save_npy(out / "projection.npy", np.asarray(projection, dtype=np.float32))
     if codec.calibration is not None:
@@ -130,7 +143,7 @@ def fill_version(
     # FAISS: add to a copy of the previous index when nothing was dropped, else rebuild
     t0 = time.perf_counter()
     if codec.vectors == "binary":
-        index, factory = _binary_index(previous, keep_mask, old_rows, new_f, spec, dim)
+        index, factory = _binary_index(previous, keep_mask, old_vec, new_f, spec, dim)
         faiss.write_index_binary(index, str(out / "faiss.index"))
     else:
         if previous is not None and keep_mask.all():
@@ -179,6 +192,8 @@ def fill_version(
         "num_docs": num_docs,
         "num_vectors": num_vectors,
         "multivector": multivector,
+        "passages": passages,
+        "num_passages": num_vectors if passages is not None else None,
         "bm25": bm25_manifest,
         "corpus": _corpus_entry(previous, keep_mask, old_rows, new),
         "faiss_build_s": round(faiss_s, 3),
@@ -211,6 +226,19 @@ class _Decoded:
         return self.codec.decode(self.stored[rows])
 
 
+def kept_vector_rows(previous, old_rows: np.ndarray) -> np.ndarray:
+    """The vector rows of the kept document rows ``old_rows`` (the same rows for a one-vector-per-document index;
+    every row a document owns, in order, for passages and ME-BERT)."""
+    if previous is None:
+        return np.empty(0, dtype=np.int64)
+    if previous.offsets is None:
+        return np.asarray(old_rows, dtype=np.int64)
+    offsets = np.asarray(previous.offsets)
+    starts, counts = offsets[old_rows], np.diff(offsets)[old_rows]
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    return (np.repeat(starts - first, counts) + np.arange(int(counts.sum()))).astype(np.int64)
+
+
 def _binary_index(previous, keep_mask, old_rows, new_f, spec: kinds.IndexSpec, dim: int):
     """The Hamming index of a version: a copy of the previous one grown by the new documents' sign bits,
     or (documents dropped) a new one over the kept rows' bits (read back from the previous index) and the new."""
@@ -235,27 +263,23 @@ def _binary_index(previous, keep_mask, old_rows, new_f, spec: kinds.IndexSpec, d
     return index, factory
 
 
-def _write_vectors(path: Path, previous, keep_mask, old_rows, new_stored, num_vectors: int,
+def _write_vectors(path: Path, previous, old_vec: np.ndarray, new_stored, num_vectors: int,
                    codec: codecs.Codec) -> np.ndarray:
-    """Kept old rows (copied in chunks from the memory map), then the new ones; returned memory-mapped."""
+    """Kept old vector rows ``old_vec`` (copied in chunks from the memory map), then the new ones; returned
+    memory-mapped."""
     vectors = np.lib.format.open_memmap(path, mode="w+", dtype=codec.dtype, shape=(num_vectors, codec.columns))
     preallocate(path)  # the map's pages get their blocks now: a full disk is ENOSPC here, not a SIGBUS later
     pos = 0
-    if previous is not None and len(old_rows):
+    if previous is not None and len(old_vec):
         old = previous.vectors
-        if previous.offsets is None:
-            for s in range(0, len(old_rows), kinds.CHUNK):
-                block = old_rows[s : s + kinds.CHUNK]
-                vectors[pos : pos + len(block)] = old[block]
-                pos += len(block)
-        elif keep_mask.all():
+        if len(old_vec) == old.shape[0]:  # everything kept: one sequential copy
             vectors[: old.shape[0]] = old
             pos = old.shape[0]
         else:
-            for r in old_rows:
-                a, b = previous.offsets[r], previous.offsets[r + 1]
-                vectors[pos : pos + (b - a)] = old[a:b]
-                pos += b - a
+            for s in range(0, len(old_vec), kinds.CHUNK):
+                block = old_vec[s : s + kinds.CHUNK]
+                vectors[pos : pos + len(block)] = old[block]
+                pos += len(block)
     if new_stored is not None:
         vectors[pos:] = new_stored
     vectors.flush()

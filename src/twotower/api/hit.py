@@ -1,0 +1,64 @@
+"""A search result as the API hands it out: :class:`Hit`, with the passage of its document that matched.
+
+Example::
+
+    from twotower.api.hit import hits_of
+
+    hits = hits_of(store, [("d1", 0.83)], "green tea", query_vector, 1)
+    print(hits[0].passage.text)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Hit:
+    """One search result: the document's ``id``, its ``score`` (higher is better), ``title``, ``text``,
+    ``metadata`` (the document's other fields, ``{}`` when it has none) and ``passages``: the part of the text that
+    matched, best first (a :class:`~twotower.retrieval.passages.Passage`: ``text``, ``start``, ``end`` with
+    ``hit.text[start:end] == passage.text``, ``score``). A long document split into passages scores as its best
+    passage; a short one's passage is its whole text.
+
+    Example::
+
+        hit = index.search("green tea", k=1)[0]
+        print(hit.id, round(hit.score, 3), hit.title, hit.metadata, hit.document)
+        print(hit.passage.text, hit.passage.start, hit.passage.end)
+    """
+
+    id: str
+    score: float
+    title: str
+    text: str
+    metadata: dict = field(default_factory=dict)
+    passages: list = field(default_factory=list)
+
+    @property
+    def passage(self):
+        """The best passage (``passages[0]``), or None when the hit carries none."""
+        return self.passages[0] if self.passages else None
+
+    @property
+    def document(self) -> dict:
+        """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
+        return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
+
+
+def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np.ndarray | None,
+            passages: int = 1) -> list[Hit]:
+    """:class:`Hit` objects for one query's ``ranked`` ``(id, score)`` pairs over ``store`` (one version), each with
+    its ``passages`` best passages, ranked by ``query_vector`` (as the search encoded it) or, without one, by the
+    words of ``query`` (:func:`twotower.retrieval.passages.best_passages`)."""
+    from twotower.retrieval.passages import best_passages
+
+    rows = [store.row_of[d] for d, _ in ranked]
+    docs = [store.document(r) for r in rows]
+    vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
+    best = best_passages(store, rows, [doc["text"] for doc in docs], n=passages, queries=vectors,
+                         query_texts=[query] * len(rows))
+    return [Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}, p)
+            for (d, s), doc, p in zip(ranked, docs, best)]

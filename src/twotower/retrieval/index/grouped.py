@@ -1,0 +1,74 @@
+"""Searching an index whose documents own several vector rows: passages of long documents (MaxP) and ME-BERT's m
+token vectors. Both score a document by its best row.
+
+The FAISS index holds rows (passages or token vectors). A search asks it for the top entries, maps each entry to
+the document that owns it (``offsets``), and scores those candidate documents exactly over all of their rows, decoded
+from the stored type (fp16, int8, bits: :mod:`.codecs`), so a document's score is its best row's, whatever the
+index kind. ME-BERT asks for ``k × m`` entries, as the paper does. Passages ask for ``k ×`` :data:`WIDEN` entries and
+widen by :data:`WIDEN` until every query has ``k`` distinct documents (or the whole index was asked): a document's
+passages can crowd the top entries, and the caller gets ``k`` documents, not ``k`` passages.
+
+Example::
+
+    from twotower.retrieval.index.grouped import search_grouped
+
+    scores, rows = search_grouped(store, store.project_queries(q), 10, ef_search=None, nprobe=None,
+                                  candidates=None, rescore_factor=None)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WIDEN = 4  # passages: first k × WIDEN entries, then × WIDEN again until k documents
+
+
+def owners(offsets: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """The document row owning each entry (vector row) of ``entries``; -1 stays -1."""
+    out = np.searchsorted(offsets, np.maximum(entries, 0), side="right") - 1
+    return np.where(entries >= 0, out, -1)
+
+
+def entry_search(store, q: np.ndarray, n: int, *, ef_search, nprobe, rescore_factor, sel=None, share: float = 1.0,
+                 params=None) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``n`` vector rows for each query: ``(scores, entries)``, -1 where fewer. ``sel``: a FAISS ID selector
+    over vector rows (a filter letting ``share`` of the documents through), with ``params`` its float index's search
+    parameters (:mod:`.filtered` widens the ANN breadth by 1 / share)."""
+    from twotower.retrieval.index.kinds import search_params
+
+    index = store.faiss_index
+    n = max(1, min(n, index.ntotal))
+    if store.codec.vectors == "binary":
+        from twotower.retrieval.index.binary import search_binary
+
+        return search_binary(index, q, n, store.codec, store.vectors, rescore_factor=rescore_factor,
+                             ef_search=ef_search, nprobe=nprobe, sel=sel, share=share)
+    if params is None:
+        params = search_params(index, ef_search=ef_search, nprobe=nprobe)
+    scores, entries = index.search(q, n, params=params)
+    return np.where(entries < 0, -np.inf, scores).astype(np.float32), entries
+
+
+def search_grouped(store, q: np.ndarray, k: int, *, ef_search, nprobe, candidates, rescore_factor, sel=None,
+                   share: float = 1.0, params=None, matching: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` documents by their best row: ``(scores, doc rows)``, each (n_queries, k), -inf / -1 where
+    fewer. ``candidates``: entries to ask for (default as the module says); ``sel`` / ``share`` / ``params``: a
+    filter's selector over vector rows (:func:`entry_search`); ``matching``: how many documents it lets through (all
+    when None)."""
+    from twotower.retrieval.multivector import reduce_to_documents
+
+    total = store.faiss_index.ntotal
+    m = store.multivector
+    n = candidates or k * (m or WIDEN)
+    wanted = min(k, len(store) if matching is None else matching)
+    while True:
+        _, entries = entry_search(store, q, n, ef_search=ef_search, nprobe=nprobe, rescore_factor=rescore_factor,
+                                  sel=sel, share=share, params=params)
+        if m or candidates or n >= total:
+            break
+        docs = owners(store.offsets, entries)
+        found = min(len(np.unique(row[row >= 0])) for row in docs) if len(docs) else wanted
+        if found >= wanted:
+            break
+        n *= WIDEN
+    return reduce_to_documents(q, entries, store.vectors, store.offsets, k, store.codec.decode)

@@ -1,0 +1,94 @@
+"""The passage of a hit: which part of a long document matched a query, with its exact place in the text.
+
+An index that splits long documents (:mod:`twotower.encoders.passages`) keeps each passage's ``(start, end)``
+character offsets into its document's text beside its vector. A hit's best passages are the document's passages
+ranked by the query vector's inner product with theirs (the same scores that ranked the document: MaxP), or, when
+the search had no query vector (``bm25`` mode), by how many of the query's words each passage holds. A document of
+one passage (short, or an index without passages) has its whole text as its passage. ``text[start:end] ==
+passage.text`` always.
+
+Example::
+
+    from twotower.retrieval.passages import best_passages
+
+    [[best]] = best_passages(store, [row], [doc["text"]], queries=q_vecs[:1], query_texts=["green tea"])
+    print(best.text, best.start, best.end, best.score)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A part of a hit's document: ``text`` is ``document_text[start:end]`` (character offsets); ``score``: the
+    query's score for it (inner product; the count of query words in ``bm25`` mode; None for a whole short
+    document)."""
+
+    text: str
+    start: int
+    end: int
+    score: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "start": self.start, "end": self.end, "score": self.score}
+
+
+def spans_of(store, row: int, text: str) -> np.ndarray:
+    """The ``(start, end)`` spans of document ``row``'s passages (one span over the whole ``text`` when the index
+    keeps no passages)."""
+    spans = getattr(store, "spans", None)
+    if spans is None or getattr(store, "offsets", None) is None:
+        return np.array([[0, len(text)]], dtype=np.int64)
+    a, b = int(store.offsets[row]), int(store.offsets[row + 1])
+    return np.asarray(spans[a:b], dtype=np.int64)
+
+
+def _word_counts(query: str, texts: list[str]) -> np.ndarray:
+    words = {w.lower() for w in _WORD.findall(query)}
+    return np.array([sum(1 for w in _WORD.findall(t) if w.lower() in words) for t in texts], dtype=np.float32)
+
+
+def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: np.ndarray | None = None,
+                  query_texts: Sequence[str] | None = None, n: int = 1) -> list[list[Passage]]:
+    """For each hit (document ``rows[i]`` with text ``texts[i]``, found for query ``i``), its ``n`` best passages,
+    best first (ties: the earlier passage). ``queries``: one query vector per hit (as encoded for the search),
+    else ``query_texts`` rank by query words."""
+    out = []
+    for i, (row, text) in enumerate(zip(rows, texts)):
+        spans = spans_of(store, int(row), text)
+        if len(spans) == 1:
+            a, b = int(spans[0, 0]), int(spans[0, 1])
+            out.append([Passage(text[a:b], a, b)])
+            continue
+        parts = [text[int(a):int(b)] for a, b in spans]
+        if queries is not None:
+            q = store.project_queries(np.asarray(queries[i : i + 1], dtype=np.float32))[0]
+            first = int(store.offsets[row])
+            vecs = store.codec.decode(np.asarray(store.vectors[first : first + len(spans)]))
+            scores = vecs @ q
+        else:
+            scores = _word_counts(query_texts[i] if query_texts is not None else "", parts)
+        order = np.argsort(-scores, kind="stable")[: max(1, n)]
+        out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j])) for j in order])
+    return out
+
+
+def best_vector_rows(store, queries: np.ndarray, doc_rows: np.ndarray) -> np.ndarray:
+    """The vector row of each document in ``doc_rows`` (n_queries, d) that scores best for its query (``queries``:
+    projected vectors, one per row of ``doc_rows``): where pseudo-relevance feedback reads a passage index's
+    document vectors."""
+    out = np.empty_like(doc_rows)
+    for i, docs in enumerate(doc_rows):
+        for j, row in enumerate(docs):
+            a, b = int(store.offsets[row]), int(store.offsets[row + 1])
+            scores = store.codec.decode(np.asarray(store.vectors[a:b])) @ queries[i]
+            out[i, j] = a + int(np.argmax(scores))
+    return out
