@@ -38,7 +38,7 @@ def evaluate(
     language: str | None = None, k1: float | None = None, b: float | None = None, strict: bool = False,
     batch_size: int | None = None, precision: str = "auto", device: str = "auto",
     query_max_length: int | None = None, doc_max_length: int | None = None, pooling: str | None = None,
-    compile: bool = False, show_progress: bool = False, runtime: str | None = None,
+    compile: bool = False, show_progress: bool = False, runtime: str | None = None, passages: bool = True,
 ) -> EvalResult:
     """Retrieve the top ``k`` documents for every judged query of ``dataset`` and score them against its qrels
     (pytrec_eval with BEIR's conventions: graded relevance, a document with the query's own id left out).
@@ -52,6 +52,9 @@ def evaluate(
     "recall@100", "map@1000", "mrr@10", "p@1", "acc@5")``; by default nDCG@10, Recall@100, MRR@10, P@1, Recall@1000.
     ``runtime``: what encodes on a CPU, ``auto`` | ``torch`` | ``onnx`` | ``openvino`` | ``onnx-int8`` |
     ``openvino-int8`` (None: an Encoder's own, else auto); what ran is in the result's ``runtime``.
+    ``passages``: a corpus encoded now splits documents longer than the model's window into passages and scores each
+    document by its best one, as an index does (``False``: each document's first window; an
+    :class:`~twotower.Index` is searched as it was built).
 
     Example::
 
@@ -112,7 +115,7 @@ def evaluate(
         query_max_length=query_max_length, doc_max_length=doc_max_length, pooling=pooling, k1=k1, b=b, strict=strict,
         metrics=metric_names, show_progress=show_progress, index=index, rerank=rerank, rerank_depth=rerank_depth,
         hybrid_lambda=lam, multivector=multivector, compile=compile, language=language, fusion_norm=norm,
-        rerank_weight=rerank_weight, prf_depth=prf_depth, prf_weight=prf_weight,
+        rerank_weight=rerank_weight, prf_depth=prf_depth, prf_weight=prf_weight, passages=bool(passages),
     )
     from twotower.encoders.runtimes import using_runtime
 

@@ -110,7 +110,7 @@ class Index:
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
         cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on for a local index):
         a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
-        into passages overlapping by ``passage_overlap`` (32) tokens, one vector each; it scores as its best passage,
+        into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each; it scores as its best passage,
         which every :class:`Hit` carries. At most ``max_passages`` (1000) per document. ``passages=False`` keeps each
         document's first window only. Everything is checked before any encoding.
 

@@ -42,7 +42,7 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
     False (each document's first window), or a :class:`~twotower.encoders.passages.PassageSpec` (checked again
     against the encoder's length before any encoding)."""
     from twotower.checks import check_number, flag, switch
-    from twotower.encoders.passages import DEFAULT_OVERLAP, MAX_PASSAGES, PassageSpec
+    from twotower.encoders.passages import MAX_PASSAGES, PassageSpec
 
     if passages is not None and not isinstance(passages, bool):
         raise TwoTowerError(f"{flag('passages')}: True or False, not {passages!r}")
@@ -58,7 +58,7 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
         check_number(value, name, integer=True, minimum=0 if name == "passage_overlap" else 1)
     if passages is None and not tuned:
         return None
-    return PassageSpec(window=window, overlap=DEFAULT_OVERLAP if overlap is None else overlap,
+    return PassageSpec(window=window, overlap=overlap,
                        max_passages=MAX_PASSAGES if limit is None else limit)
 
 

@@ -65,6 +65,9 @@ def eval_cmd(
     ),
     progress: Progress = True,
     compile_: bool = typer.Option(False, "--compile", help=COMPILE_HELP),
+    passages: bool = typer.Option(True, "--passages/--no-passages", help="Dense without --index: split documents "
+                                  "longer than the model's window into passages, each document scored by its best "
+                                  "(as an index does); --no-passages: each document's first window."),
     index: Optional[Path] = typer.Option(None, "--index", help="Search this stored index (twotower index build)."),
     rerank: Optional[str] = typer.Option(
         None, "--rerank", help="Cross-encoder directory: re-rank the top 100 (default: a fitted model's own re-ranker "
@@ -97,7 +100,7 @@ def eval_cmd(
             precision=precision, device=device, query_max_length=query_max_length, doc_max_length=doc_max_length,
             pooling=pooling, k1=k1, b=b, strict=strict, show_progress=progress, rerank=rerank,
             rerank_depth=100 if rerank_depth is None else rerank_depth, lam=hybrid_lambda, multivector=multivector,
-            compile=compile_, language=language, norm=fusion_norm, rerank_weight=rerank_weight,
+            compile=compile_, language=language, norm=fusion_norm, rerank_weight=rerank_weight, passages=passages,
             prf_depth=prf_depth, prf_weight=prf_weight, runtime=runtime)
     except (TwoTowerError, ValueError) as exc:
         fail(exc)

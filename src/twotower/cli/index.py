@@ -76,7 +76,7 @@ def index_build(
     passage_window: Optional[int] = typer.Option(None, "--passage-window", help="Tokens per passage, title "
                                                  "included (default: the encoder's document length)."),
     passage_overlap: Optional[int] = typer.Option(None, "--passage-overlap", help="Tokens two neighbouring "
-                                                  "passages share (default 32)."),
+                                                  "passages share (default: an eighth of the window, 32 for 256)."),
     max_passages: Optional[int] = typer.Option(None, "--max-passages", help="Most passages a document may make "
                                                "(default 1000); a longer document is refused."),
 ) -> None:
@@ -103,10 +103,10 @@ def index_build(
                    else f", rescored against {v.get('rescore')} × {v.get('rescore_factor')}")
     cut = f" (cut from {v['source_dim']})" if v.get("source_dim", m["dim"]) != m["dim"] else ""
     split = m.get("passages")
-    shape = (f"{m['num_vectors']} passages of up to {split['window']} tokens, vectors of" if split
-             else f"{m['num_vectors']} vectors of")
-    console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {shape} "
-                  f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}")
+    long = (f" (long documents as passages of up to {split['window']} tokens)"
+            if split and m["num_vectors"] > m["num_docs"] else "")
+    console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
+                  f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}{long}")
 
 
 @index_app.command("add")

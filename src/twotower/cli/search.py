@@ -60,7 +60,8 @@ def search_cmd(
     rerank_depth: Optional[int] = typer.Option(None, "--rerank-depth", min=1,
                                                help="Hits re-ranked (default 100); needs --rerank."),
     filter_: Optional[str] = typer.Option(None, "--filter", help=FILTER_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (rank, id, score, title, metadata) "
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (rank, id, score, title, metadata, "
+                                 "passages: the best passage's text with its start and end in the document's text) "
                                  "instead of a table."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
 ) -> None:
@@ -105,7 +106,7 @@ def search_cmd(
     if as_json:
         for rank, h in enumerate(hits, start=1):
             print(json.dumps({"rank": rank, "id": h.id, "score": round(h.score, 6), "title": h.title,
-                              "metadata": h.metadata}))
+                              "metadata": h.metadata, "passages": [p.to_dict() for p in h.passages]}))
         return
     table = Table(title=f"{mode}: {query}")
     for name in ("rank", "id", "score", "title"):

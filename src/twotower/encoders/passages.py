@@ -4,7 +4,7 @@ document, not only its first window.
 A document whose title and text fit in the document tower's window (its ``doc_max_length``, special tokens and the
 model's document prompt counted) stays one passage, encoded exactly as before (its ``full_text``). A longer one is cut
 into passages of at most ``window`` tokens of the encoder (title and prompt included: every passage is encoded behind
-the document's title, so it keeps its context), each overlapping the one before by ``overlap`` tokens. A passage
+the document's title, so it keeps its context), each overlapping the one before by ``overlap`` tokens (an eighth of the window by default). A passage
 prefers to end at a sentence end (``.``, ``!``, ``?`` …) found in its last half, so that passages read as whole
 sentences. Each passage is a span ``(start, end)`` of character offsets into the document's ``text``:
 ``text[start:end]`` is the passage, exactly, whatever the text's unicode or whitespace.
@@ -34,7 +34,7 @@ from twotower.errors import DataError, TwoTowerError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OVERLAP = 32  # tokens shared by two neighbouring passages
+OVERLAP_SHARE = 8  # by default two neighbouring passages share 1/8 of the window (32 tokens of MiniLM's 256)
 MAX_PASSAGES = 1_000  # per document (≈ 200k tokens at MiniLM's 256): more is refused unless max_passages is raised
 MIN_WINDOW = 16  # tokens: a smaller window leaves no room for text behind the title
 _SENTENCE_END = re.compile(r"[.!?;。！？…]['\")\]]*$")
@@ -43,10 +43,11 @@ _SENTENCE_END = re.compile(r"[.!?;。！？…]['\")\]]*$")
 @dataclass(frozen=True)
 class PassageSpec:
     """How documents are split: ``window`` tokens at most per passage (None: the encoder's document length),
-    ``overlap`` tokens shared by neighbours, at most ``max_passages`` passages per document."""
+    ``overlap`` tokens shared by neighbours (None: an eighth of the window), at most ``max_passages`` passages per
+    document."""
 
     window: int | None = None
-    overlap: int = DEFAULT_OVERLAP
+    overlap: int | None = None
     max_passages: int = MAX_PASSAGES
 
     def resolved(self, doc_max_length: int) -> "PassageSpec":
@@ -55,7 +56,8 @@ class PassageSpec:
         window = doc_max_length if self.window is None else check_number(
             self.window, "passage_window", integer=True, minimum=MIN_WINDOW, maximum=doc_max_length,
             hint=f"the encoder reads at most {doc_max_length} tokens of a document")
-        overlap = check_number(self.overlap, "passage_overlap", integer=True, minimum=0)
+        overlap = window // OVERLAP_SHARE if self.overlap is None else check_number(
+            self.overlap, "passage_overlap", integer=True, minimum=0)
         if overlap >= window // 2:
             raise TwoTowerError(f"{flag('passage_overlap')} {overlap} must be less than half of the passage window "
                                 f"({window} tokens), so that each passage moves on by more than it repeats")
@@ -154,8 +156,9 @@ def _passage_ends(tokens: list[tuple[int, int]], text: str, budget: int, overlap
         ranges.append((start, end))
         if end >= n:
             break
-        nxt = max(end - overlap, start + 1)
-        start = next((i for i in range(nxt, end) if word_start[i]), end)
+        nxt = max(end - overlap, start + 1)  # back to a word's first token: at least the overlap, if one is there
+        start = next((i for i in range(nxt, start, -1) if word_start[i]), None) or \
+            next((i for i in range(nxt, end) if word_start[i]), end)
     return ranges
 
 

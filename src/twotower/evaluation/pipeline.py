@@ -62,6 +62,7 @@ class EvalConfig:
     rerank_weight: float | None = None  # the re-ranker's share in retrieval.rerank.blend (None: it ranks alone)
     prf_depth: int | None = None  # dense pseudo-relevance feedback (retrieval.prf): documents fed back; None: off
     prf_weight: float | None = None  # and their share (None: 1, as much as the query)
+    passages: bool = True  # dense without --index: long documents as passages, scored by their best (MaxP)
 
 
 def apply_model_defaults(cfg: "EvalConfig", model_dir: str | None = None) -> "EvalConfig":
@@ -148,6 +149,8 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
+    if cfg.passages and not cfg.prf_depth:  # as an index with passages searches (PRF: each document's first window)
+        return _passage_run(cfg, ds, model, opts, doc_ids, timings, t0)
     doc_vecs = model.encode_documents([ds.corpus[d].full_text for d in doc_ids], replace(opts, compile=cfg.compile))
     elapsed = time.perf_counter() - t0
     timings["index_s"] = elapsed
@@ -161,6 +164,29 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
         scores, idx = search_with_feedback(q_vecs, doc_vecs, cfg.top_k, cfg.prf_depth, _prf_weight(cfg))
     else:
         scores, idx = exact_search(q_vecs, doc_vecs, cfg.top_k)
+    timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
+    return to_run(qids, doc_ids, scores, idx)
+
+
+def _passage_run(cfg: EvalConfig, ds: BeirDataset, model, opts, doc_ids: list[str], timings: dict, t0: float) -> Run:
+    """Dense retrieval over passages (:mod:`twotower.encoders.passages`, the defaults an index uses): every
+    passage encoded, each document scored by its best passage, exactly."""
+    from twotower.encoders.passages import PassageSpec, split_documents
+    from twotower.retrieval.multivector import exact_multivector_search
+
+    docs = [ds.corpus[d] for d in doc_ids]
+    split = split_documents(model.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs],
+                            PassageSpec().resolved(model.doc_max_length), prompt=model.prompts.get("document", ""),
+                            ids=doc_ids)
+    vecs = model.encode_documents(split.texts, replace(opts, compile=cfg.compile))
+    elapsed = time.perf_counter() - t0
+    timings["index_s"] = elapsed
+    timings["encode_docs_per_s"] = len(doc_ids) / elapsed
+    timings["passages"] = split.num_passages
+    qids = list(ds.queries)
+    t0 = time.perf_counter()
+    q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
+    scores, idx = exact_multivector_search(q_vecs, vecs, split.offsets, cfg.top_k)
     timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
     return to_run(qids, doc_ids, scores, idx)
 

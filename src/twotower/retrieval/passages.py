@@ -85,6 +85,8 @@ def best_vector_rows(store, queries: np.ndarray, doc_rows: np.ndarray) -> np.nda
     """The vector row of each document in ``doc_rows`` (n_queries, d) that scores best for its query (``queries``:
     projected vectors, one per row of ``doc_rows``): where pseudo-relevance feedback reads a passage index's
     document vectors."""
+    if store.offsets is None:  # every document one vector: its row
+        return doc_rows
     out = np.empty_like(doc_rows)
     for i, docs in enumerate(doc_rows):
         for j, row in enumerate(docs):

@@ -112,6 +112,8 @@ class IndexStore:
         self.offsets: np.ndarray | None = (
             load_npy(version_dir / "offsets.npy") if (version_dir / "offsets.npy").is_file() else None
         )
+        if self.offsets is not None and not self.multivector and int(self.offsets[-1]) == len(self.offsets) - 1:
+            self.offsets = None  # passages, but every document fits one: searched exactly as a one-vector index
         self.spans: np.ndarray | None = (
             load_npy(version_dir / "spans.npy", mmap_mode="r") if (version_dir / "spans.npy").is_file() else None
         )
@@ -347,7 +349,7 @@ class IndexStore:
                     f"new vectors have dimension {docs.vectors.shape[1]} but the index at {live.root} holds "
                     f"{live.dim}-d vectors (model {live.manifest['model'].get('name')}); encode with the index's model"
                 )
-            if (docs.offsets is None) != (live.offsets is None):
+            if live.passages is None and (docs.offsets is None) != (live.offsets is None):
                 raise IndexStoreError(
                     f"{live.root}: the index is {'multi' if live.offsets is not None else 'single'}-vector and "
                     f"the new documents are not; encode them the same way"

@@ -117,7 +117,7 @@ def create_app(
         m.SearchRequest, m.BatchSearchRequest, m.SearchResponse, m.BatchSearchResponse)
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
-    Highlight, Segment, Info = m.Highlight, m.Segment, m.Info
+    Highlight, Segment, Info, PassageOut = m.Highlight, m.Segment, m.Info, m.PassageOut
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -245,8 +245,11 @@ def create_app(
 
     def hits_of(store, rows, query: str | None = None) -> list[Hit]:
         """The hits; with ``query``, each with its ``highlight`` (left out otherwise: the routes skip unset fields)."""
+        def passages(found) -> list[PassageOut]:
+            return [PassageOut(text=p.text, start=p.start, end=p.end, score=p.score) for p in found]
+
         if query is None:
-            return [Hit(id=d, score=s, title=t, metadata=m) for d, s, t, m, _ in rows]
+            return [Hit(id=d, score=s, title=t, metadata=m, passages=passages(p)) for d, s, t, m, _, p in rows]
         from twotower.serve.highlight import highlighter_for
 
         marker = highlighter_for(store.manifest.get("bm25"))
@@ -256,11 +259,14 @@ def create_app(
             return [Segment(text=text, match=match) for text, match in segments]
 
         hits = []
-        for d, s, t, m, text in rows:
-            window = marker.window(text, terms)
-            hits.append(Hit(id=d, score=s, title=t, metadata=m, highlight=Highlight(
+        for d, s, t, m, text, found in rows:
+            best = found[0] if found else None
+            part = best.text if best is not None else text  # the matched passage of a long document, else its text
+            window = marker.window(part, terms)
+            hits.append(Hit(id=d, score=s, title=t, metadata=m, passages=passages(found), highlight=Highlight(
                 title=pieces(marker.title(t, terms).segments), text=pieces(window.segments),
-                cut_before=window.cut_before, cut_after=window.cut_after)))
+                cut_before=window.cut_before or (best is not None and best.start > 0),
+                cut_after=window.cut_after or (best is not None and best.end < len(text)))))
         return hits
 
     @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)],
@@ -334,7 +340,7 @@ def create_app(
         return Info(version=store.version, documents=len(store), model=store.manifest["model"].get("name"),
                     modes=modes, default_mode=state.searcher.resolve(None, None)[0],
                     metadata_fields=metadata_fields(store), max_k=limits.max_k,
-                    max_query_chars=limits.max_query_chars)
+                    max_query_chars=limits.max_query_chars, passages=store.manifest.get("num_passages"))
 
     def metadata_fields(store) -> list[str] | None:
         """The dotted metadata paths of ``store``'s documents; None when not known without reading every document

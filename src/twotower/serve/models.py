@@ -101,11 +101,21 @@ def build_models(limits) -> SimpleNamespace:
         cut_before: bool
         cut_after: bool
 
+    class PassageOut(BaseModel):
+        text: str = Field(description="the passage: the document's text[start:end]")
+        start: int = Field(description="where it starts in the document's text (characters)")
+        end: int = Field(description="where it ends (exclusive)")
+        score: float | None = Field(default=None, description="the query's score for it (null: a whole short "
+                                    "document)")
+
     class Hit(BaseModel):
         id: str
         score: float
         title: str
         metadata: Metadata = Field(default_factory=dict, description="the document's metadata")
+        passages: list[PassageOut] = Field(default_factory=list, description="the best passage of the document's "
+                                           "text (long documents are split into passages; a short one's is its "
+                                           "whole text)")
         highlight: Highlight | None = Field(default=None, description='only when the request sent "highlight": true')
 
     class SearchResponse(BaseModel):
@@ -167,6 +177,8 @@ def build_models(limits) -> SimpleNamespace:
                         "as on a Milvus index)")
         max_k: int
         max_query_chars: int
+        passages: int | None = Field(default=None, description="the passages the documents are split into (null: "
+                                     "one vector per document)")
 
     class ErrorBody(BaseModel):
         error: str

@@ -73,7 +73,8 @@ class ServiceState:
 
     def search(self, queries: list[str], k: int, mode: str | None, lam: float | None, prf_depth: int | None = None,
                prf_weight: float | None = None, filter: dict | None = None) -> tuple[object, list[list]]:
-        """``(store, [[(id, score, title, metadata, text), ...] per query])`` from one index version; ``filter``:
+        """``(store, [[(id, score, title, metadata, text, passages), ...] per query])`` from one index version (each
+        hit's best passage: :mod:`twotower.retrieval.passages`); ``filter``:
         only the documents it lets through (:mod:`twotower.retrieval.filters`)."""
         store = self.snapshot()
         check_feedback(store, mode, prf_depth, prf_weight)
@@ -86,13 +87,25 @@ class ServiceState:
         kwargs = {"mode": mode, "lam": lam,  # None: the model's fitted choice, else dense / DEFAULT_LAMBDA
                   "prf_depth": prf_depth, "prf_weight": prf_weight, "filter": filter}
         k = min(k, len(store))
+        q_vecs = None
         with self.compute_lock:
-            run = view.run({str(i): q for i, q in enumerate(queries)}, k, **kwargs)
+            if resolved != "bm25" and getattr(store, "passages", None):  # once: the search and the hits' passages
+                from twotower.retrieval.searcher import restriction
+
+                restriction(store, filter)  # a bad filter fails before any encoding
+                q_vecs = view.encode_queries(queries)
+            run = view.run({str(i): q for i, q in enumerate(queries)}, k, query_vectors=q_vecs, **kwargs)
+        from twotower.retrieval.passages import best_passages
+
         results = []
         for i in range(len(queries)):
             ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
-            docs = [(d, s, store.document(store.row_of[d])) for d, s in ranked]
-            results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"]) for d, s, doc in docs])
+            rows = [store.row_of[d] for d, _ in ranked]
+            docs = [store.document(r) for r in rows]
+            best = best_passages(store, rows, [doc["text"] for doc in docs], query_texts=[queries[i]] * len(rows),
+                                 queries=None if q_vecs is None else q_vecs[[i] * len(rows)])
+            results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"], p)
+                            for (d, s), doc, p in zip(ranked, docs, best)])
         return store, results
 
     # ---- writes -------------------------------------------------------------------------
