@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Hit:
     """One search result: the document's ``id``, its ``score`` (higher is better), ``title``, ``text`` and
-    ``metadata`` (the document's other fields, ``{}`` when it has none).
+    ``metadata`` (the document's metadata exactly as it was given, any key included, ``{}`` when it has none).
 
     Example::
 
@@ -35,8 +35,12 @@ class Hit:
 
     @property
     def document(self) -> dict:
-        """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
-        return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
+        """``{"_id", "title", "text", **metadata}``, the flat form of a BEIR corpus (:meth:`Index.add` takes it back);
+        a :class:`~twotower.DataError` naming the key when the metadata holds ``_id``, ``id``, ``title`` or ``text``,
+        which the flat form cannot tell apart from the document's own (use ``id``, ``text``, ``metadata``)."""
+        from twotower.data.metadata import flat_document
+
+        return flat_document(self.id, self.title, self.text, self.metadata, f"hit {self.id!r}")
 
 
 def _locked(method):

@@ -17,7 +17,7 @@ except ImportError as exc:
 
 from twotower.api.index import Hit
 from twotower.errors import TwoTowerError
-from twotower.integrations.search import as_index, check_filter, hit_metadata, search, search_options
+from twotower.integrations.search import as_index, check_filter, hit_metadata, joined_text, search, search_options
 
 __all__ = ["TwoTowerRetriever", "to_twotower_filter"]
 
@@ -62,10 +62,6 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
     return {condition: [to_twotower_filter(f) for f in filters.filters]}
 
 
-# shown to neither the LLM nor an embedding model when LlamaIndex renders a node's content with its metadata
-_HIDDEN = ["id", "score"]
-
-
 class TwoTowerRetriever(BaseRetriever):
     """A LlamaIndex retriever returning :meth:`twotower.Index.search`'s top ``k`` as ``NodeWithScore`` objects
     holding ``TextNode`` objects, best first.
@@ -77,9 +73,10 @@ class TwoTowerRetriever(BaseRetriever):
     filter dict (:func:`twotower.parse_filter`): only the documents it lets through are searched. They are checked
     against the index here, and a re-ranker given as a directory is loaded here, once. ``callback_manager`` and ``verbose`` go to LlamaIndex's ``BaseRetriever``.
 
-    Each node has ``id_`` = the document's id, ``text`` = the document's text and ``metadata`` = the document's own
-    metadata (:attr:`twotower.Hit.metadata`) with ``id``, ``title`` and ``score`` added; LlamaIndex shows the title
-    and the document's metadata (not the id or score) with the text when it renders the node for an LLM. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
+    Each node has ``id_`` = the document's id, ``text`` = title and text joined as twotower joins them for its
+    encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the document's metadata
+    exactly as it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed); the score is the
+    ``NodeWithScore``'s. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
     used). ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
     run one at a time (its tokenizer is not thread-safe).
 
@@ -96,7 +93,7 @@ class TwoTowerRetriever(BaseRetriever):
         from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
         teas = TwoTowerRetriever(index, k=2, filters=MetadataFilters(filters=[MetadataFilter(key="type", value="tea")]))
-        print([n.node.metadata for n in teas.retrieve("a hot drink")])  # {"type": "tea", "id", "title", "score"}
+        print([n.node.metadata for n in teas.retrieve("a hot drink")])  # [{"type": "tea"}]
     """
 
     def __init__(self, index: Any, k: int = 10, *, mode: str | None = None, lam: float | None = None,
@@ -121,9 +118,8 @@ class TwoTowerRetriever(BaseRetriever):
 
     @staticmethod
     def _node(hit: Hit) -> NodeWithScore:
-        node = TextNode(id_=hit.id, text=hit.text, metadata=hit_metadata(hit),
-                        excluded_llm_metadata_keys=list(_HIDDEN), excluded_embed_metadata_keys=list(_HIDDEN))
-        return NodeWithScore(node=node, score=hit.score)
+        return NodeWithScore(node=TextNode(id_=hit.id, text=joined_text(hit), metadata=hit_metadata(hit)),
+                             score=hit.score)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return [self._node(hit) for hit in search(self.index, query_bundle.query_str, self.k,
