@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from twotower.errors import TwoTowerError
-from twotower.integrations import missing_extra
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import model_validator
 
-try:
-    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
-    from langchain_core.documents import Document
-    from langchain_core.retrievers import BaseRetriever
-    from pydantic import model_validator
-except ImportError as exc:
-    raise missing_extra("langchain-core", "langchain", __name__, exc) from exc
+from twotower.errors import TwoTowerError
 
 from twotower.integrations.search import as_index, call_options, check_filter, hit_metadata, joined_text, search, \
     search_options
