@@ -138,6 +138,23 @@ class IndexHolder:
             rows = [store.row_of[i] for i in ids if i in store.row_of]
             return [_document(store.document(r)) for r in rows]
 
+    def ids_matching(self, filter) -> list[str]:
+        """The ids of the documents ``filter`` lets through (None: all), in row order (a local index)."""
+        with self.lock:
+            if self.index is None:
+                return []
+            self.index._searcher.refresh()
+            store = self.index.store
+            if filter is None:
+                return list(store.doc_ids)
+            if hasattr(store, "filter_expression"):
+                raise TwoTowerError("selecting documents by a filter without a query needs a local index here (a "
+                                    "Milvus-backed store selects by ids)")
+            from twotower.retrieval.searcher import filter_mask
+
+            mask = filter_mask(store, filter)
+            return list(store.doc_ids) if mask is None else [store.doc_ids[int(r)] for r in np.flatnonzero(mask)]
+
     def search(self, query=None, k: int = 4, *, filter=None, query_vector=None, **options) -> list:
         """:meth:`twotower.Index.search`'s hits for one query (a text or a vector); none when the store is empty."""
         with self.lock:

@@ -5,15 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from twotower.integrations import missing_extra
-
-try:
-    from llama_index.core.callbacks import CallbackManager
-    from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-    from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
-except ImportError as exc:
-    raise missing_extra("llama-index-core", "llama-index", __name__, exc) from exc
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from twotower.api.index import Hit
 from twotower.errors import TwoTowerError
@@ -28,12 +23,12 @@ _OPERATORS = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator
 _CONDITIONS = {FilterCondition.AND: "$and", FilterCondition.OR: "$or"}
 
 
-def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
+def to_twotower_filter(filters: MetadataFilters | MetadataFilter, prefix: str = "") -> dict:
     """LlamaIndex ``MetadataFilters`` (nested, ``FilterCondition`` AND / OR) as twotower's filter language:
     ``FilterOperator`` EQ NE GT GTE LT LTE IN NIN become ``$eq $ne $gt $gte $lt $lte $in $nin`` on the key (a
     dotted key reaches into nested metadata), AND / OR become ``$and`` / ``$or``. Other operators (TEXT_MATCH,
     CONTAINS, ANY, ALL, IS_EMPTY …) and the NOT condition have no exact counterpart: a :class:`TwoTowerError`
-    naming them.
+    naming them. ``prefix``: put before each key (where the metadata lies inside the stored metadata).
 
     Example::
 
@@ -49,7 +44,7 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
             raise TwoTowerError(f"filters: FilterOperator.{filters.operator.name} (on {filters.key!r}) has no exact "
                                 f"twotower counterpart; use one of {', '.join(o.name for o in _OPERATORS)}, or "
                                 "pass a twotower filter dict (docs: Your documents: metadata and filters)")
-        return {filters.key: {op: filters.value}}
+        return {prefix + filters.key: {op: filters.value}}
     if not isinstance(filters, MetadataFilters):
         raise TwoTowerError(f"filters: give llama_index MetadataFilters or a twotower filter dict, not "
                             f"{type(filters).__name__}")
@@ -59,7 +54,7 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
                             "or OR (negate each filter instead: NE, NIN)")
     if not filters.filters:
         return {}
-    return {condition: [to_twotower_filter(f) for f in filters.filters]}
+    return {condition: [to_twotower_filter(f, prefix) for f in filters.filters]}
 
 
 class TwoTowerRetriever(BaseRetriever):
