@@ -146,7 +146,7 @@ def stored_document(store, row: int) -> dict:
 
 def _queries(queries) -> dict[str, str]:
     out: dict[str, str] = {}
-    for where, record in _records(queries, "queries"):
+    for where, record, _ in _records(queries, "queries"):
         qid = _require_id(Path(where), None, record)
         if qid in out:
             raise DataError(where, f"duplicate query id '{qid}'", field="_id", hint="ids must be unique")
