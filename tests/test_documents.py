@@ -69,9 +69,6 @@ BAD = [
     ({"x": {"y": [1, float("inf")]}}, "x.y[1]", "not finite"),
     ({"x": {1: "a"}}, "x", "not a non-empty string"),
     ({"big": 2**60}, "big", "beyond ±2**53"),
-    ({"score": 1}, "score", "reserved"),
-    ({"title": "t2"}, "title", "reserved"),  # through metadatas= (a dict's title is its title)
-    ({"id": "z"}, "id", "reserved"),
     ({"blob": "x" * 10_000_000}, "metadata", "64 KiB"),
 ]
 
@@ -101,10 +98,13 @@ def test_beir_extra_fields_become_metadata(tiny_bert_dir, tmp_path):
     hit = index.search("tea", k=1, filter={"metadata.url": {"$exists": True}})[0]
     assert hit.id == "d1" and hit.metadata == ds.corpus["d1"].metadata
     assert hit.document == {"_id": "d1", "title": "Tea", "text": "Green tea.", **ds.corpus["d1"].metadata}
-    (data / "corpus.jsonl").write_text(json.dumps({"_id": "d3", "text": "x", "score": 3}) + "\n")
+    # the flat form: "score" is plain metadata; "id" would be a second id, refused (never a silent overwrite)
+    (data / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "Tea", "text": "x", "score": 3}) + "\n")
+    assert tt.load_beir(data).corpus["d1"].metadata == {"score": 3}
+    (data / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": "x", "id": "d9"}) + "\n")
     with pytest.raises(tt.DataError) as err:
         tt.load_beir(data)
-    assert err.value.field == "score" and "corpus.jsonl, line 1 (document 'd3')" in str(err.value)
+    assert err.value.field == "id" and "corpus.jsonl, line 1 (document 'd1')" in str(err.value)
 
 
 def test_metadata_survives_add_replace_remove_and_reopen(tiny_bert_dir, tmp_path):

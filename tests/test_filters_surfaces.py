@@ -87,15 +87,15 @@ def test_langchain_filter_gives_exactly_the_matching_documents(index, flt, expec
         for docs in (by_field.invoke(q), by_kwargs.invoke(q), per_call.invoke(q, k=len(IDS), filter=flt),
                      asyncio.run(per_call.ainvoke(q, k=len(IDS), filter=flt))):
             assert [d.id for d in docs] == [h.id for h in hits]
-            assert [d.metadata["score"] for d in docs] == [h.score for h in hits]
+            assert [d.score for d in docs] == [h.score for h in hits]
 
 
-def test_langchain_metadata_is_the_documents_metadata_plus_id_score_title(index):
+def test_langchain_metadata_is_the_documents_metadata_exactly(index):
     docs = LangChainRetriever(index, k=len(IDS)).invoke("tea")
     assert len(docs) == len(IDS)
-    for d in docs:
-        assert d.metadata == {**metadata_of(d.id), "id": d.id, "score": d.metadata["score"],
-                              "title": next(x.get("title", "") for x in DOCS if x["_id"] == d.id)}
+    for d in docs:  # nothing added: the id and the score have fields of their own
+        assert d.metadata == metadata_of(d.id)
+        assert d.page_content.startswith(next(x.get("title", "") for x in DOCS if x["_id"] == d.id))
 
 
 def test_langchain_invoke_k_and_options_per_call(index):
@@ -165,8 +165,7 @@ def test_llama_index_metadata_filters_are_translated_and_applied(index, filters,
         nodes = retriever.retrieve(q)
         assert [n.node.id_ for n in nodes] == [h.id for h in hits]
         assert [n.score for n in nodes] == [h.score for h in hits]
-        assert [n.node.metadata for n in nodes] == [{**metadata_of(h.id), "id": h.id, "title": h.title,
-                                                     "score": h.score} for h in hits]
+        assert [n.node.metadata for n in nodes] == [metadata_of(h.id) for h in hits]  # exactly: nothing added
 
 
 def test_llama_index_takes_a_twotower_filter_dict_too(index):
@@ -260,7 +259,7 @@ def test_service_bad_filters_are_422_naming_the_operator(client, flt, named):
 
 
 @pytest.mark.parametrize(("metadata", "named"), [
-    ({"id": "x"}, "'id'"), ({"score": 1}, "'score'"), ({"big": "x" * (70 * 1024)}, "64 KiB"),
+    ({"big": "x" * (70 * 1024)}, "64 KiB"), ({"n": [1, float("nan")]}, "n[1]"),
     ({"a": {"b": 1e400}}, "a.b"),  # JSON allows 1e400 and Python reads it as inf
 ])
 def test_service_bad_metadata_is_refused_naming_the_field_and_nothing_is_written(client, metadata, named):
@@ -270,6 +269,15 @@ def test_service_bad_metadata_is_refused_naming_the_field_and_nothing_is_written
     assert answer.status_code == 400 and named in answer.text and "documents[0]" in answer.text, answer.text
     assert client.get("/healthz").json()["version"] == version
     assert client.get("/documents/new").status_code == 404
+
+
+def test_service_metadata_is_its_own_namespace(client):
+    """Keys that name a document's fields elsewhere (id, score, text, title) are kept as sent (issue #53)."""
+    metadata = {"id": "x", "score": 1, "text": "not the text", "title": "not the title"}
+    body = {"documents": [{"_id": "new", "title": "T", "text": "New text.", "metadata": metadata}]}
+    assert client.post("/documents", json=body, headers=HEADERS).status_code == 200
+    got = client.get("/documents/new").json()
+    assert (got["title"], got["text"], got["metadata"]) == ("T", "New text.", metadata)
 
 
 # ------------------------------------------------------------------------------------------------ command line

@@ -18,7 +18,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 import twotower as tt
 from conftest import subprocess_env
-from twotower.integrations.langchain import TwoTowerRetriever as LangChainRetriever
+from twotower.integrations.langchain import ScoredDocument, TwoTowerRetriever as LangChainRetriever
 from twotower.integrations.llama_index import TwoTowerRetriever as LlamaRetriever
 
 CORPUS = {
@@ -63,21 +63,19 @@ def _joined(hit: tt.Hit) -> str:
 
 
 def assert_documents_are_hits(docs: list, hits: list[tt.Hit]) -> None:
-    assert [type(d) for d in docs] == [Document] * len(hits)
-    assert [d.metadata["id"] for d in docs] == [h.id for h in hits]
+    assert [type(d) for d in docs] == [ScoredDocument] * len(hits) and all(isinstance(d, Document) for d in docs)
     assert [d.id for d in docs] == [h.id for h in hits]
-    assert [d.metadata["score"] for d in docs] == [h.score for h in hits]  # exactly: the same search
-    assert [d.metadata["title"] for d in docs] == [h.title for h in hits]
+    assert [d.score for d in docs] == [h.score for h in hits]  # exactly: the same search
     assert [d.page_content for d in docs] == [_joined(h) for h in hits]
-    assert all(set(d.metadata) == {"id", "score", "title"} for d in docs)  # CORPUS has no metadata of its own
+    assert [d.metadata for d in docs] == [h.metadata for h in hits]  # exactly as given: nothing added
 
 
 def assert_nodes_are_hits(nodes: list, hits: list[tt.Hit]) -> None:
     assert all(isinstance(n, NodeWithScore) and isinstance(n.node, TextNode) for n in nodes)
     assert [n.node.id_ for n in nodes] == [h.id for h in hits]
     assert [n.score for n in nodes] == [h.score for h in hits]
-    assert [n.node.metadata for n in nodes] == [{"id": h.id, "title": h.title, "score": h.score} for h in hits]
-    assert [n.node.text for n in nodes] == [h.text for h in hits]
+    assert [n.node.metadata for n in nodes] == [h.metadata for h in hits]  # exactly as given: nothing added
+    assert [n.node.text for n in nodes] == [_joined(h) for h in hits]
 
 
 # ------------------------------------------------------------------------------- the same top k as Index.search
@@ -110,7 +108,7 @@ def test_the_options_reach_the_search(index):
     for name, options in [("dense", {"mode": "dense"}), ("bm25", {"mode": "bm25"}),
                           ("hybrid.3", {"mode": "hybrid", "lam": 0.3}), ("hybrid.9", {"mode": "hybrid", "lam": 0.9})]:
         retriever = LangChainRetriever(index, k=5, **options)
-        rankings[name] = [tuple((d.id, d.metadata["score"]) for d in retriever.invoke(q)) for q in QUERIES]
+        rankings[name] = [tuple((d.id, d.score) for d in retriever.invoke(q)) for q in QUERIES]
     assert len({tuple(r) for r in rankings.values()}) == len(rankings)
 
 
@@ -125,7 +123,7 @@ def test_dense_ranking_matches_numpy_on_the_encoders_vectors(index):
         expected = np.sort(scores)[::-1][:k]
         for got in (LangChainRetriever(index, k=k, mode="dense").invoke(q),
                     [(n.node.id_, n.score) for n in LlamaRetriever(index, k=k, mode="dense").retrieve(q)]):
-            pairs = [(d.id, d.metadata["score"]) for d in got] if isinstance(got[0], Document) else got
+            pairs = [(d.id, d.score) for d in got] if isinstance(got[0], Document) else got
             np.testing.assert_allclose([s for _, s in pairs], expected, atol=1e-4)
             np.testing.assert_allclose([s for _, s in pairs], [scores[ids.index(d)] for d, _ in pairs], atol=1e-4)
 
@@ -159,11 +157,11 @@ def test_a_reranker_directory_is_loaded_once_and_reranks_as_index_search(index, 
 
 
 def test_llama_nodes_show_the_title_not_the_id_or_score_to_an_llm(index):
-    node = LlamaRetriever(index, k=1, mode="bm25").retrieve("green tea steamed")[0].node
-    assert node.id_ == "tea1"
-    shown = node.get_content(metadata_mode=MetadataMode.LLM)
+    found = LlamaRetriever(index, k=1, mode="bm25").retrieve("green tea steamed")[0]
+    assert found.node.id_ == "tea1"
+    shown = found.node.get_content(metadata_mode=MetadataMode.LLM)
     assert "Green tea" in shown and CORPUS["tea1"]["text"] in shown
-    assert "score" not in shown and "tea1" not in shown
+    assert "score" not in shown and "tea1" not in shown and f"{found.score}" not in shown
 
 
 # ----------------------------------------------------------------------------------------------------- async

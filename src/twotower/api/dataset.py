@@ -8,7 +8,7 @@ from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata
 from twotower.data.ids import text_problem
-from twotower.data.metadata import check_metadata, document_id
+from twotower.data.metadata import check_metadata, document_id, flat_document
 from twotower.api._errors import user_errors
 from twotower.errors import DataError
 from twotower.io import atomic_directory
@@ -16,30 +16,37 @@ from twotower.io import atomic_directory
 __all__ = ["Dataset", "Document", "load_beir", "as_documents", "corpus_documents", "stored_document"]
 
 
-def _records(source, what: str) -> Iterable[tuple[str, dict]]:
-    """``(where, record)`` pairs from a list of dicts or a ``{id: ...}`` mapping (``where`` names it in errors)."""
+def _records(source, what: str) -> Iterable[tuple[str, dict, dict | None]]:
+    """``(where, record, metadata)`` from a list of dicts or :class:`Document` objects, or a ``{id: ...}`` mapping
+    (``where`` names it in errors). A flat dict's metadata is its other keys (``metadata`` None: taken from the
+    record); a :class:`Document`'s is its own ``metadata``, kept apart, so any key is allowed there."""
     if isinstance(source, Mapping):
         for key, value in source.items():
+            where = f"{what}[{key!r}]"
             if isinstance(value, Document):
-                value = {"title": value.title, "text": value.text, **value.metadata}
+                if value.id != key:
+                    raise DataError(where, f"the Document's id {value.id!r} is not its key {key!r}", field="_id",
+                                    hint="key each Document by its own id")
+                yield where, {"_id": key, "title": value.title, "text": value.text}, value.metadata
+                continue
             record = {"text": value} if isinstance(value, str) else value
             if not isinstance(record, Mapping):
-                raise DataError(f"{what}[{key!r}]", f"expected a string or a dict with 'text', got "
-                                f"{type(value).__name__}")
+                raise DataError(where, f"expected a string or a dict with 'text', got {type(value).__name__}")
             for name in ("_id", "id"):
                 if name in record and record[name] != key:
-                    raise DataError(f"{what}[{key!r}]", f"the document's {name} {record[name]!r} is not its key "
+                    raise DataError(where, f"the document's {name} {record[name]!r} is not its key "
                                     f"{key!r}", field=name, hint="drop it: the key is the id")
-            yield f"{what}[{key!r}]", {**{k: v for k, v in record.items() if k != "id"}, "_id": key}
+            yield where, {**{k: v for k, v in record.items() if k != "id"}, "_id": key}, None
     elif isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
         raise DataError(what, f"expected a list of dicts or a dict keyed by id, got {type(source).__name__}")
     else:
         for i, value in enumerate(source):
             if isinstance(value, Document):
-                value = {"_id": value.id, "title": value.title, "text": value.text, **value.metadata}
+                yield f"{what}[{i}]", {"_id": value.id, "title": value.title, "text": value.text}, value.metadata
+                continue
             if not isinstance(value, Mapping):
                 raise DataError(f"{what}[{i}]", f"expected a dict with '_id' and 'text', got {type(value).__name__}")
-            yield f"{what}[{i}]", _with_id(dict(value), f"{what}[{i}]")
+            yield f"{what}[{i}]", _with_id(dict(value), f"{what}[{i}]"), None
 
 
 def _with_id(record: dict, where: str) -> dict:
@@ -52,9 +59,9 @@ def _with_id(record: dict, where: str) -> dict:
     return {"_id": doc_id, **record}
 
 
-def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, dict]]:
-    """``(where, record)`` for a list of plain strings, with the ``ids`` (default: content ids) and ``metadatas``
-    (each a dict or None) given beside them."""
+def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, dict, dict | None]]:
+    """``(where, record, metadata)`` for a list of plain strings, with the ``ids`` (default: content ids) and
+    ``metadatas`` (each a dict or None: its own namespace, any key allowed) given beside them."""
     for name, values in (("ids", ids), ("metadatas", metadatas)):
         if values is None:
             continue
@@ -75,16 +82,15 @@ def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, d
         meta = metadatas[i] if metadatas is not None else None
         if meta is not None and not isinstance(meta, Mapping):
             raise DataError(f"metadatas[{i}]", f"expected a dict or None, got {type(meta).__name__}")
-        check_metadata(meta, where)  # its reserved keys (title, _id ...) before they merge with the document's
-        out.append((where, {**(meta or {}), "_id": doc_id, "text": text}))
+        out.append((where, {"_id": doc_id, "text": text}, meta or {}))
     return out
 
 
 def as_documents(corpus, what: str = "corpus", *, ids=None, metadatas=None) -> dict[str, Document]:
     """``{id: Document}`` from documents given as a list of strings (ids from the content:
     :func:`~twotower.document_id`, or ``ids``; metadata from ``metadatas``), ``[{"_id" or "id", "title", "text",
-    ...}]`` (every other key is metadata), ``{id: text}``, ``{id: {"title", "text", ...}}`` or :class:`Document`
-    objects, checked as a BEIR ``corpus.jsonl`` is (ids non-empty and unique, texts strings, metadata JSON:
+    ...}]`` (the flat form: every other key is metadata, ``id`` a second spelling of ``_id``), ``{id: text}``,
+    ``{id: {"title", "text", ...}}`` or :class:`Document` objects (their metadata apart: any key), checked as a BEIR ``corpus.jsonl`` is (ids non-empty and unique, texts strings, metadata JSON:
     :mod:`twotower.data.metadata`)."""
     items = list(corpus) if isinstance(corpus, Sequence) and not isinstance(corpus, (str, bytes)) else None
     if items and isinstance(items[0], str):
@@ -97,11 +103,11 @@ def as_documents(corpus, what: str = "corpus", *, ids=None, metadatas=None) -> d
         records = _records(corpus, what)
     docs: dict[str, Document] = {}
     first: dict[str, str] = {}
-    for where, record in records:
+    for where, record, meta in records:
         doc_id = _require_id(Path(where), None, record)
         doc = Document(doc_id, _require_text(Path(where), None, record, "title", required=False),
                        _require_text(Path(where), None, record, "text", required=True),
-                       record_metadata(where, None, record))
+                       record_metadata(where, None, record) if meta is None else check_metadata(meta, where))
         if doc_id in docs:
             raise DataError(where, f"duplicate document id '{doc_id}' (first: {first[doc_id]})", field="_id",
                             hint="ids must be unique" + ("; a text's id comes from its content: the same text twice?"
@@ -131,14 +137,16 @@ def corpus_documents(corpus, *, ids=None, metadatas=None) -> list:
 
 
 def stored_document(store, row: int) -> dict:
-    """The document in ``row`` as users give it: ``{"_id", "title", "text", **metadata}``."""
+    """The document in ``row`` in the flat form: ``{"_id", "title", "text", **metadata}`` (a
+    :class:`~twotower.DataError` naming the key when its metadata holds ``_id``, ``id``, ``title`` or ``text``:
+    :func:`~twotower.data.metadata.flat_document`)."""
     doc = store.document(row)
-    return {"_id": doc["_id"], "title": doc["title"], "text": doc["text"], **(doc.get("metadata") or {})}
+    return flat_document(doc["_id"], doc["title"], doc["text"], doc.get("metadata"), f"document {doc['_id']!r}")
 
 
 def _queries(queries) -> dict[str, str]:
     out: dict[str, str] = {}
-    for where, record in _records(queries, "queries"):
+    for where, record, _ in _records(queries, "queries"):
         qid = _require_id(Path(where), None, record)
         if qid in out:
             raise DataError(where, f"duplicate query id '{qid}'", field="_id", hint="ids must be unique")
@@ -243,9 +251,9 @@ class Dataset(BeirDataset):
             raise DataError(root, "exists and is not an empty folder", hint="save to a new folder: nothing is replaced")
         with atomic_directory(root) as tmp:
             with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
-                for d in self.corpus.values():
-                    f.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text, **d.metadata}, ensure_ascii=False)
-                            + "\n")
+                for d in self.corpus.values():  # the flat form: metadata holding _id, id, title or text is refused
+                    record = flat_document(d.id, d.title, d.text, d.metadata, f"corpus[{d.id!r}]")
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
             with (tmp / "queries.jsonl").open("w", encoding="utf-8") as f:
                 for qid, text in self.queries.items():
                     f.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")

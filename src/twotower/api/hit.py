@@ -1,4 +1,5 @@
-"""A search result as the API hands it out: :class:`Hit`, with the passage of its document that matched.
+"""A search result as the API hands it out (:class:`Hit`, with the passage of its document that matched), and the
+lock one :class:`~twotower.Index` takes around each call.
 
 Example::
 
@@ -14,14 +15,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+__all__ = ["Hit", "hits_of"]
+
 
 @dataclass
 class Hit:
     """One search result: the document's ``id``, its ``score`` (higher is better), ``title``, ``text``,
-    ``metadata`` (the document's other fields, ``{}`` when it has none) and ``passages``: the part of the text that
-    matched, best first (a :class:`~twotower.retrieval.passages.Passage`: ``text``, ``start``, ``end`` with
-    ``hit.text[start:end] == passage.text``, ``score``). A long document split into passages scores as its best
-    passage; a short one's passage is its whole text.
+    ``metadata`` (the document's metadata exactly as it was given, any key included, ``{}`` when it has none) and
+    ``passages``: the part of the text that matched, best first (a :class:`~twotower.retrieval.passages.Passage`:
+    ``text``, ``start``, ``end`` with ``hit.text[start:end] == passage.text``, ``score``). A long document split into
+    passages scores as its best passage; a short one's passage is its whole text.
 
     Example::
 
@@ -44,8 +47,12 @@ class Hit:
 
     @property
     def document(self) -> dict:
-        """``{"_id", "title", "text", **metadata}``, as in a BEIR corpus (:meth:`Index.add` takes it back)."""
-        return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
+        """``{"_id", "title", "text", **metadata}``, the flat form of a BEIR corpus (:meth:`Index.add` takes it back);
+        a :class:`~twotower.DataError` naming the key when the metadata holds ``_id``, ``id``, ``title`` or ``text``,
+        which the flat form cannot tell apart from the document's own (use ``id``, ``text``, ``metadata``)."""
+        from twotower.data.metadata import flat_document
+
+        return flat_document(self.id, self.title, self.text, self.metadata, f"hit {self.id!r}")
 
 
 def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np.ndarray | None,
@@ -59,6 +66,19 @@ def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np
     docs = [store.document(r) for r in rows]
     vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
     best = best_passages(store, rows, [doc["text"] for doc in docs], n=passages, queries=vectors,
-                         query_texts=[query] * len(rows))
+                         query_texts=[query or ""] * len(rows))
     return [Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}, p)
             for (d, s), doc, p in zip(ranked, docs, best)]
+
+
+def _locked(method):
+    """``method`` run under the index's lock: a tokenizer (Hugging Face's fast ones) and a version switch are not
+    safe under concurrent calls, so one Index serves one call at a time (threads may share it)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper

@@ -8,25 +8,12 @@ from pathlib import Path
 
 from twotower.api._errors import user_errors
 from twotower.api.dataset import corpus_documents, stored_document
-from twotower.api.hit import Hit, hits_of
+from twotower.api.hit import Hit, _locked, hits_of
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
 
 log = logging.getLogger(__name__)
-
-
-def _locked(method):
-    """``method`` run under the index's lock: a tokenizer (Hugging Face's fast ones) and a version switch are not
-    safe under concurrent calls, so one Index serves one call at a time (threads may share it)."""
-    import functools
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return wrapper
 
 
 class Index:
@@ -47,7 +34,7 @@ class Index:
     """
 
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-                 query_runtime: str = "torch", verify: bool = False) -> None:
+                 query_runtime: str = "torch", verify: bool = False, embedding=None) -> None:
         """Open the index at ``path`` (see :meth:`open`)."""
         from twotower.retrieval.backends import open_store
         from twotower.retrieval.searcher import Searcher
@@ -61,22 +48,26 @@ class Index:
         self._rerankers: dict[str, object] = {}  # cross-encoders loaded from a directory, by path
         self.added_ids: list[str] = []  # the ids the last build / add through this object wrote, in order
         self._searcher = Searcher(open_store(self.path, verify=verify), model=model, query_runtime=query_runtime,
-                                  precision=precision, device=device)
+                                  precision=precision, device=device, embedding=embedding)
 
     @classmethod
     @user_errors
     def open(cls, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-             query_runtime: str = "torch", verify: bool = False) -> "Index":
+             query_runtime: str = "torch", verify: bool = False, embedding=None) -> "Index":
         """Open an index written by :meth:`build` or ``twotower index build``. ``model`` overrides the encoder the
         manifest names (it must make vectors of the same size); ``query_runtime`` ``onnx`` | ``auto`` encodes
         queries with ONNX Runtime (faster at batch 1 on a CPU); ``verify`` checks every file's SHA-256 now.
+        ``embedding``: an index built with an embedding of your own needs it again (an index does not store it;
+        the manifest records its class, and another one is refused); one of precomputed vectors may take any of
+        their size, or search with ``query_vector=``.
 
         Example::
 
             index = tt.Index.open("tea-index")
             print(len(index), index.info()["dim"])
         """
-        return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime, verify=verify)
+        return cls(path, device=device, precision=precision, model=model, query_runtime=query_runtime, verify=verify,
+                   embedding=embedding)
 
     @classmethod
     @user_errors
@@ -87,7 +78,7 @@ class Index:
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
         compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
         workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
-        collection: str | None = None, runtime: str | None = None, passages: bool | None = None,
+        collection: str | None = None, runtime: str | None = None, embedding=None, passages: bool | None = None,
         passage_window: int | None = None, passage_overlap: int | None = None, max_passages: int | None = None,
         **options,
     ) -> "Index":
@@ -110,9 +101,16 @@ class Index:
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
         cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on for a local index):
         a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
-        into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each; it scores as its best passage,
-        which every :class:`Hit` carries. At most ``max_passages`` (1000) per document. ``passages=False`` keeps each
-        document's first window only. Everything is checked before any encoding.
+        into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each;
+        it scores as its best passage, which every :class:`Hit` carries. At most ``max_passages`` (1000) per
+        document. ``passages=False`` keeps each document's first window only. Everything is checked before any
+        encoding.
+
+        Your own vectors instead of a twotower encoder (:mod:`twotower.encoders.external`): ``embedding=`` a
+        function from a list of texts to vectors, a LangChain ``Embeddings`` or a LlamaIndex embedding model
+        (documents and queries encoded by it; give it again to :meth:`open`), or ``vectors=`` an array of
+        precomputed document vectors, one row per document (search with ``query_vector=``). Either is
+        L2-normalised (cosine scores) and recorded in the manifest.
 
         Example::
 
@@ -133,6 +131,9 @@ class Index:
         check_build_options(multivector=multivector, project=project, batch_size=batch_size, ray=ray,
                             ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
         runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
+        from twotower.api.index_vectors import precomputed
+
+        given_vectors = options.pop("vectors") if precomputed(options.get("vectors")) else None
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
                          bm25=bm25 or bigrams or language is not None,
                          bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
@@ -145,13 +146,15 @@ class Index:
         from twotower.api.index_build import passage_option, write_index
 
         split = passage_option(passages, passage_window, passage_overlap, max_passages)
+
         model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
                                    metadatas=metadatas, language_given=language is not None, runtime=runtime,
                                    device=device, multivector=multivector, project=project, uri=uri,
                                    collection=collection, ray=ray, ray_address=ray_address, workers=workers,
-                                   gpus_per_worker=gpus_per_worker, passages=split)
-        index = cls(path, device=device, precision=precision)
-        if model is not None:
+                                   gpus_per_worker=gpus_per_worker, embedding=embedding,
+                                   given_vectors=given_vectors, passages=split)
+        index = cls(path, device=device, precision=precision, embedding=embedding)
+        if model is not None and embedding is None:
             index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
         index.added_ids = added if added is not None else list(index.store.doc_ids)
         return index
@@ -236,10 +239,11 @@ class Index:
     # ------------------------------------------------------------------ search
     @user_errors
     @_locked
-    def search(self, query: str | Sequence[str], k: int = 10, *, mode: str | None = None, lam: float | None = None,
-               norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
-               rerank=None, rerank_depth: int | None = None, ef_search: int | None = None,
-               nprobe: int | None = None, filter=None, passages: int = 1) -> list[Hit] | list[list[Hit]]:
+    def search(self, query: str | Sequence[str] | None = None, k: int = 10, *, mode: str | None = None,
+               lam: float | None = None, norm: str | None = None, prf_depth: int | None = None,
+               prf_weight: float | None = None, rerank=None, rerank_depth: int | None = None,
+               ef_search: int | None = None, nprobe: int | None = None, filter=None,
+               query_vector=None, passages: int = 1) -> list[Hit] | list[list[Hit]]:
         """The ``k`` best documents for a query (a list of :class:`Hit`), or for each of a list of queries (a list
         of lists, all from one index version).
 
@@ -251,7 +255,10 @@ class Index:
         ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in $nin $exists``,
         ``$and`` / ``$or``, dotted paths: :mod:`twotower.retrieval.filters`): only the documents it lets through
         are searched, in every mode — the ``k`` best of them (exact on flat indexes; fewer only when fewer match).
-        ``passages``: how many of each hit's best passages its :attr:`Hit.passages` holds (default 1).
+        ``query_vector``: the query's vector (or a list, one per query) for the dense side instead of encoding the
+        text (an index of precomputed vectors: :meth:`build`); alone it searches in mode ``dense``, with ``query``
+        the text serves BM25. ``passages``: how many of each hit's best passages its :attr:`Hit.passages` holds
+        (default 1).
 
         Example::
 
@@ -260,8 +267,9 @@ class Index:
             teas = index.search("green tea", k=3, filter={"type": "tea"})
             print(hits[0].id, hits[0].score, len(batch), [h.metadata for h in teas])
         """
-        single = isinstance(query, str)
-        queries = [query] if single else list(query)
+        from twotower.api.index_vectors import query_inputs
+
+        queries, single, vectors, texts = query_inputs(query, query_vector)
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
                 raise TwoTowerError(f"query {i}: empty or not a string ({q!r}); give the text to search for")
@@ -285,20 +293,27 @@ class Index:
                                 "it or search with mode='hybrid'")
         if norm is not None and mode != "hybrid":
             raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {mode} does not use it")
+        if not texts and (mode != "dense" or rerank is not None):
+            raise TwoTowerError(f"query_vector alone searches the dense side; mode {mode}"
+                                f"{' and rerank' if rerank is not None else ''} need the query's text: give query too")
         rerank_depth = 100 if rerank_depth is None else rerank_depth
         depth = max(k, rerank_depth) if rerank is not None else k
         from twotower.checks import check_number
 
         check_number(passages, "passages", integer=True, minimum=1)
-        q_vecs = None
-        if mode != "bm25" and getattr(store, "passages", None):  # encoded once: the search and each hit's passage
-            from twotower.retrieval.searcher import restriction
+        searcher.query_vectors = vectors  # None: encode the texts
+        try:
+            q_vecs = None
+            if mode != "bm25" and getattr(store, "passages", None):  # encoded once: the search and the passages
+                from twotower.retrieval.searcher import restriction
 
-            restriction(store, filter)  # a bad filter fails before any encoding
-            q_vecs = searcher.encode_queries(queries)
-        run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
-                           prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe, store=store,
-                           filter=filter, query_vectors=q_vecs)
+                restriction(store, filter)  # a bad filter fails before any encoding
+                q_vecs = searcher.encode_queries(queries)
+            run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
+                               prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe,
+                               store=store, filter=filter, query_vectors=q_vecs)
+        finally:
+            searcher.query_vectors = None
         # best first; equal scores keep the order the search returned them in (as the service's hits do)
         ranked = [sorted(run[str(i)].items(), key=lambda kv: -kv[1]) for i in range(len(queries))]
         if rerank is not None:
@@ -329,12 +344,14 @@ class Index:
     @_locked
     def add(self, docs, *, ids=None, metadatas=None, replace: bool = False, batch_size: int | None = None,
             compile: bool = False, show_progress: bool = False, runtime: str = "auto",
-            lock_timeout: float | None = 60.0) -> "Index":
+            lock_timeout: float | None = 60.0, vectors=None) -> "Index":
         """Encode ``docs`` (any corpus form :meth:`build` takes, with its ``ids`` / ``metadatas`` for a list of
         strings) with the index's encoder and add them as a new version; ids already in the index are an error
         unless ``replace=True`` (a replaced document's metadata is replaced too); ``runtime`` as in :meth:`build`.
         ``lock_timeout``: seconds to wait while another writer holds the index (0: fail at once; None: wait).
-        Returns the index; the ids added, in order, are in :attr:`added_ids`.
+        Returns the index; the ids added, in order, are in :attr:`added_ids`. ``vectors``: the documents'
+        precomputed vectors, one row each, on an index of your own vectors (built with ``embedding=`` or
+        ``vectors=``; its embedding, if any, encodes them otherwise).
 
         Example::
 
@@ -357,9 +374,14 @@ class Index:
         new = corpus_documents(docs, ids=ids, metadatas=metadatas)
         from twotower.retrieval.index.lock import lock_timeout as waiting
 
+        if vectors is not None:
+            from twotower.api.index_vectors import add_encoder
+
+            encoder = add_encoder(searcher, vectors, len(new))
+        else:
+            encoder = searcher.encoder
         with using_runtime(runtime), waiting(lock_timeout):  # another writer: give up after lock_timeout s
-            add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=searcher.encoder,
-                               source=source)
+            add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=encoder, source=source)
         searcher.refresh()
         self.added_ids = [d.id for d in new]
         return self

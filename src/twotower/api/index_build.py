@@ -62,17 +62,44 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
                        max_passages=MAX_PASSAGES if limit is None else limit)
 
 
+def external_parts(docs: list, embedding, given_vectors):
+    """``(query encoder, document writer)`` for an index of your own vectors: an
+    :class:`~twotower.encoders.external.ExternalEncoder` over ``embedding`` (None: precomputed vectors) that
+    encodes queries, and the documents' vectors (``given_vectors``, else ``embedding``'s, encoded here once)
+    checked, one per document, for the write."""
+    from twotower.encoders.external import ExternalEncoder, GivenVectors
+
+    if not docs:
+        raise TwoTowerError("the corpus holds no documents to index")
+    base = ExternalEncoder(embedding)
+    if given_vectors is None:
+        given_vectors = base.encode_documents([d.full_text for d in docs])
+    writer = GivenVectors(given_vectors, base, len(docs))
+    return ExternalEncoder(embedding, dim=writer.dim), writer
+
+
 def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, ids, metadatas, language_given: bool,
                 runtime: str, device: str, multivector: int | None, project: int | None, uri: str | None,
                 collection: str | None, ray: bool, ray_address: str | None, workers: int | None,
-                gpus_per_worker: float, passages=None):
+                gpus_per_worker: float, passages=None, embedding=None, given_vectors=None):
     """Write ``corpus`` as an index at ``path`` with ``spec`` (an ``IndexSpec``) and ``cfg`` (an ``EncodeConfig``),
     the other arguments as :meth:`Index.build <twotower.Index.build>` takes them (``language_given``: its
-    ``language`` was given). Returns ``(encoder, ids)``: the loaded DualEncoder the index names (None when Ray's
+    ``language`` was given; ``embedding`` / ``given_vectors``: an embedding of your own or precomputed vectors,
+    :func:`external_parts`). Returns ``(encoder, ids)``: the loaded DualEncoder the index names (None when Ray's
     workers loaded their own) and the ids written, in order (None: the index's, after a Ray build)."""
     from twotower.encoders.runtimes import using_runtime
     from twotower.retrieval.indexing import build_index_from, spec_for_model
 
+    external = embedding is not None or given_vectors is not None
+    if external:
+        if encoder is not None:
+            raise TwoTowerError("give encoder (a twotower model) or embedding / vectors (your own), not both")
+        if ray or multivector or project:
+            raise TwoTowerError("ray, multivector and project need a twotower encoder; drop them with "
+                                "embedding= or vectors=")
+        if passages:
+            raise TwoTowerError("passages are split on a twotower encoder's tokens; an embedding of your own or "
+                                "precomputed vectors give one vector per document: drop passages or pass encoder=")
     if backend not in ("faiss", "milvus"):
         raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
     if backend == "faiss" and (uri is not None or collection is not None):
@@ -90,9 +117,13 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         from twotower.retrieval.milvus.build import check_options
 
         check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
+        docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
+        if external:
+            model, writer = external_parts(docs, embedding, given_vectors)
+            build_milvus_from(docs, path, writer, model=None, spec=spec, cfg=cfg, uri=uri, collection=collection)
+            return model, [d.id for d in docs]
         model, source = _encoder_parts(encoder, device)
         spec = spec_for_model(spec, source, language_given=language_given)
-        docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
         with using_runtime(runtime):
             build_milvus_from(docs, path, model, model=source, spec=spec, cfg=cfg, uri=uri,
                               collection=collection)
@@ -113,6 +144,13 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
             address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker))
         return None, None  # the workers loaded the model; the ids written: the index's
     docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
+    if external:
+        from twotower.retrieval.store import check_target
+
+        check_target(Path(path))  # before any encoding (the kind's options need the vectors' size: checked after)
+        model, writer = external_parts(docs, embedding, given_vectors)
+        build_index_from(docs, path, writer, model=None, spec=spec, cfg=cfg, passages=False)
+        return model, [d.id for d in docs]
     model, source = _encoder_parts(encoder, device)
     spec = spec_for_model(spec, source, language_given=language_given)
     with using_runtime(runtime):

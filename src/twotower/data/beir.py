@@ -147,14 +147,15 @@ _OWN_FIELDS = ("_id", "title", "text")
 
 
 def record_metadata(path: Path | str, number: int | None, record: dict, own=_OWN_FIELDS) -> dict:
-    """The metadata of a document record: every field but ``own`` (checked: :func:`check_metadata`)."""
+    """The metadata of a flat document record: every field but ``own`` (checked: :func:`check_metadata`; an ``id``
+    there clashes with the document's own id and is refused)."""
     extra = {key: value for key, value in record.items() if key not in own}
     if not extra:
         return {}
     where = f"{path}, line {number}" if number is not None else str(path)
     if "_id" in record and isinstance(record["_id"], (str, int)) and not isinstance(record["_id"], bool):
         where += f" (document '{record['_id']}')"
-    return check_metadata(extra, where)
+    return check_metadata(extra, where, flat=True)
 
 
 def _iter_numbered_documents(path: Path) -> Iterator[tuple[int, Document]]:

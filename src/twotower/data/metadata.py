@@ -1,12 +1,17 @@
 """Documents as users have them: content ids for plain strings, and the metadata a document carries.
 
-A document's **metadata** is every key of its JSON object other than the id (``_id`` or ``id``), ``title`` and
-``text``: a JSON object whose values are strings, numbers, booleans, null, lists and nested objects. It is stored
-with the document in the index (``docs.jsonl``), comes back on every hit and can be filtered on
-(:mod:`twotower.retrieval.filters`). The rules, checked before anything is encoded or written:
+A document's **metadata** is a JSON object whose values are strings, numbers, booleans, null, lists and nested
+objects, kept apart from the document's id, title and text: its own namespace. It is stored with the document in
+the index (``docs.jsonl``), comes back exactly as given on every hit (no key added, removed or renamed) and can be
+filtered on (:mod:`twotower.retrieval.filters`). Given beside the document (``metadatas=``, a
+:class:`~twotower.Document`'s ``metadata``, HTTP's ``"metadata"``), any key is allowed, ``id``, ``text``, ``title``
+and ``score`` included. Only the **flat form**, one JSON object per document (``{"_id", "title", "text", ...}``: a
+``corpus.jsonl`` line, a dict in a list), mixes the two: there the keys :data:`FLAT_KEYS` are the document's own
+fields and every other key is metadata, so metadata holding one of them cannot be written flat: a
+:class:`~twotower.DataError` naming the key (:func:`flat_document`), never a silent overwrite. The rules, checked
+before anything is encoded or written:
 
-- keys are non-empty strings; the top-level keys ``_id``, ``id``, ``text``, ``title`` and ``score`` are reserved
-  (they name the document's own fields and a hit's score);
+- keys are non-empty strings;
 - values are JSON: ``str``, ``int``, ``float``, ``bool``, ``None``, ``list``/``tuple`` (stored as a list) and
   ``dict`` with string keys; not sets, bytes, dates or other objects; numbers are finite (no NaN, no ±inf) and
   integers lie within ±2**53 (numbers compare as float64; keep larger ids as strings); nesting at most
@@ -28,7 +33,7 @@ from typing import Any
 from twotower.data.ids import text_problem
 from twotower.errors import DataError
 
-RESERVED = ("_id", "id", "text", "title", "score")
+FLAT_KEYS = ("_id", "id", "title", "text")  # a flat document's own fields: not metadata keys there
 MAX_METADATA_BYTES = 64 * 1024
 MAX_DEPTH = 32
 MAX_INT = 2**53
@@ -101,17 +106,16 @@ def _check_value(value, where: str, path: str, depth: int) -> object:
                          "bytes as a string)")
 
 
-def check_metadata(metadata, where: str) -> dict:
+def check_metadata(metadata, where: str, *, flat: bool = False) -> dict:
     """``metadata`` checked against the rules above and returned as a plain JSON dict (a copy; tuples as lists);
-    a :class:`~twotower.DataError` naming ``where`` (the document) and the field otherwise."""
+    a :class:`~twotower.DataError` naming ``where`` (the document) and the field otherwise. ``flat``: the metadata
+    came from a flat document's other keys, where :data:`FLAT_KEYS` are not metadata."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
         raise DataError(where, f"metadata must be a dict, got {type(metadata).__name__}", field="metadata")
-    for key in metadata:
-        if key in RESERVED:
-            raise DataError(where, f"metadata key {key!r} is reserved (the document's own id, title and text, "
-                            "and a hit's score)", field=key, hint=f"rename it; reserved keys: {', '.join(RESERVED)}")
+    if flat:
+        _refuse_flat_clash(metadata, where)
     out = _check_value(metadata, where, "", 0)
     size = len(json.dumps(out, ensure_ascii=False).encode("utf-8"))
     if size > MAX_METADATA_BYTES:
@@ -119,6 +123,32 @@ def check_metadata(metadata, where: str) -> dict:
                         "(64 KiB) a document may carry", field="metadata",
                         hint="store large content elsewhere and keep a reference (a path, a URL) in the metadata")
     return out
+
+
+def _refuse_flat_clash(metadata: Mapping, where: str) -> None:
+    clash = next((key for key in FLAT_KEYS if key in metadata), None)
+    if clash is not None:
+        raise DataError(where, f"metadata key {clash!r} clashes with the document's own {clash!r} in the flat form "
+                        "(one object per document: _id, id, title and text are the document's fields there)",
+                        field=clash, hint="give the metadata beside the document instead: metadatas=, "
+                        "tt.Document(id, title, text, metadata), or HTTP's \"metadata\" object")
+
+
+def flat_document(doc_id: str, title: str, text: str, metadata: Mapping | None, where: str = "document") -> dict:
+    """The flat form ``{"_id", "title", "text", **metadata}`` of a document (a BEIR ``corpus.jsonl`` line, what
+    :meth:`Index.add <twotower.Index.add>` takes back); a :class:`~twotower.DataError` naming the key when the
+    metadata holds one of :data:`FLAT_KEYS`, which the flat form cannot tell from the document's own fields.
+
+    Example::
+
+        from twotower.data.metadata import flat_document
+
+        assert flat_document("d1", "", "Green tea.", {"kind": "tea"}) == {"_id": "d1", "title": "", "text": "Green tea.",
+                                                                          "kind": "tea"}
+    """
+    metadata = metadata or {}
+    _refuse_flat_clash(metadata, where)
+    return {"_id": doc_id, "title": title, "text": text, **metadata}
 
 
 def kind(value: Any) -> str:

@@ -1,10 +1,12 @@
-"""Retrievers for RAG frameworks over a :class:`twotower.Index`, as optional extras.
+"""RAG frameworks over a :class:`twotower.Index`, as optional extras.
 
-- ``twotower.integrations.langchain.TwoTowerRetriever``: a LangChain retriever (``pip install 'twotower[langchain]'``)
-- ``twotower.integrations.llama_index.TwoTowerRetriever``: a LlamaIndex retriever
-  (``pip install 'twotower[llama-index]'``)
+- ``twotower.integrations.langchain``: ``TwoTowerRetriever``, ``TwoTowerVectorStore`` (a ``VectorStore``) and
+  ``TwoTowerEmbeddings`` (``pip install 'twotower[langchain]'``)
+- ``twotower.integrations.llama_index``: ``TwoTowerRetriever``, ``TwoTowerVectorStore`` (a
+  ``BasePydanticVectorStore``) and ``TwoTowerEmbedding`` (``pip install 'twotower[llama-index]'``)
 
-Both return exactly :meth:`twotower.Index.search`'s top ``k`` (same ids, order and scores). ``import twotower`` and
+The retrievers return exactly :meth:`twotower.Index.search`'s top ``k`` (same ids, order and scores); the stores
+keep a document's metadata exactly as given (:mod:`twotower.integrations.store`). ``import twotower`` and
 this package import neither framework: each module imports its own when it is imported, and without it raises a
 :class:`MissingExtraError` naming the extra to install.
 """

@@ -113,9 +113,11 @@ def check_filter(flt):
 
 
 def hit_metadata(hit: Hit) -> dict:
-    """A hit as framework metadata: the document's own metadata with its ``id``, ``score`` and ``title`` (reserved
-    keys: a document's metadata cannot hold them)."""
-    return {**hit.metadata, "id": hit.id, "score": hit.score, "title": hit.title}
+    """A hit's metadata for a framework's document: the document's metadata exactly as it was given (a copy; no key
+    added, removed or renamed: the id, score and title travel in the framework's own fields)."""
+    import copy
+
+    return copy.deepcopy(hit.metadata)
 
 
 def search(index: Index, query: str, k: int, options: dict) -> list[Hit]:

@@ -42,9 +42,12 @@ class EncodeConfig:
 
 
 def model_info(model_arg: str | None, encoder) -> dict:
-    """What the manifest records about the encoder."""
+    """What the manifest records about the encoder (an embedding of your own: its own record,
+    :meth:`~twotower.encoders.external.ExternalEncoder.manifest_info`)."""
     from twotower.encoders.backbone import resolve_model
 
+    if hasattr(encoder, "manifest_info"):
+        return encoder.manifest_info()
     tower = encoder.doc_tower
     path = resolve_model(model_arg)
     if Path(path).exists():  # a local directory: absolute, so the index loads it from any working directory
@@ -60,10 +63,24 @@ def model_info(model_arg: str | None, encoder) -> dict:
 
 
 def load_encoder(info: dict, override: str | None = None, device: str = "auto"):
-    """The dual encoder an index was built with (or ``override``, a model directory), on ``device``."""
+    """The dual encoder an index was built with (or ``override``, a model directory), on ``device``. An index of
+    precomputed vectors gets an :class:`~twotower.encoders.external.ExternalEncoder` without an embedding (queries
+    come as vectors); one built with an embedding of your own needs it given again (``Index.open(...,
+    embedding=...)``): it is not stored."""
     from twotower.encoders.device import resolve_device
+    from twotower.encoders.external import ExternalEncoder, is_external
     from twotower.encoders.towers import DualEncoder
 
+    if is_external(info):
+        built = info["embedding"]
+        if override:
+            raise TwoTowerError(f"model {override!r}: this index was built with {info.get('name')}, not a twotower "
+                                "model; its queries are encoded by that embedding only")
+        if built.get("kind") != "vectors":
+            raise TwoTowerError(f"this index was built with your own embedding ({built.get('kind')}: "
+                                f"{built.get('source')}), which an index does not store: give it again, "
+                                "tt.Index.open(path, embedding=...), or search with query_vector=")
+        return ExternalEncoder(None, dim=int(built["dim"]), normalize=bool(built.get("normalize", True)))
     target = resolve_device(device)
     if override:
         return DualEncoder.load(override, device=target)

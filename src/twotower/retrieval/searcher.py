@@ -58,6 +58,26 @@ def restriction(store, filter) -> dict:
     return {} if mask is None else {"mask": mask}
 
 
+def index_dim(store) -> int:
+    """The size of the vectors queries are encoded to for ``store`` (before any ``dim`` cut of the stored ones)."""
+    return int((store.manifest.get("vectors") or {}).get("source_dim") or store.manifest["dim"])
+
+
+def _external(store, embedding, model):
+    """The :class:`~twotower.encoders.external.ExternalEncoder` over ``embedding`` for ``store``: an index built
+    with an embedding of your own (or precomputed vectors), checked against what its manifest records."""
+    from twotower.encoders.external import ExternalEncoder, is_external
+
+    info = store.manifest.get("model") or {}
+    if not is_external(info):
+        raise TwoTowerError(f"embedding: {store.root} was built with the twotower encoder {info.get('name')}; an "
+                            "embedding of your own would rank noise against its vectors (leave embedding out)")
+    if model:
+        raise TwoTowerError("give embedding or model, not both")
+    return ExternalEncoder(embedding, dim=index_dim(store), normalize=bool(info["embedding"].get("normalize", True)),
+                           record=info)
+
+
 @dataclass
 class Hit:
     doc_id: str
@@ -70,19 +90,24 @@ class Searcher:
 
     def __init__(
         self, index: str | Path | Store, *, model: str | None = None, query_runtime: str = "torch",
-        precision: str = "auto", device: str = "auto",
+        precision: str = "auto", device: str = "auto", embedding=None,
     ) -> None:
         """``query_runtime``: ``torch``, ``onnx`` or ``auto`` (see :mod:`twotower.encoders.onnx_runtime`);
         ONNX Runtime pays a few seconds of export once and then encodes single queries ~2× faster (in fp32).
         ``precision`` (``auto`` | ``fp32`` | ``bf16``) is the torch query path's; ``device`` its device (auto:
-        the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU)."""
+        the GPU where there is one; ONNX Runtime runs on the CPU only, so ``auto`` keeps torch on a GPU).
+        ``embedding``: the embedding of your own an index was built with (:mod:`twotower.encoders.external`),
+        checked against the manifest's record."""
         self.store = open_store(index) if isinstance(index, (str, Path)) else index
+        self.query_vectors = None  # set for one run: the queries' vectors, given (Index.search(query_vector=))
         if model:  # another encoder's queries against these vectors rank noise: refused before any loading
             from twotower.retrieval.index.encoder_check import check_index_encoder
 
             check_index_encoder(self.store.root, self.store.manifest.get("model") or {}, model)
         self._model_override = model
         self._encoder = None
+        if embedding is not None:
+            self._encoder = _external(self.store, embedding, model)
         self.query_runtime = query_runtime
         self.precision = precision
         self.device = device
@@ -122,6 +147,8 @@ class Searcher:
     @property
     def onnx_queries(self):
         """The ONNX Runtime query tower when ``query_runtime`` resolves to onnx, else None."""
+        if self._onnx_queries is False and hasattr(self.encoder, "manifest_info") and self.query_runtime == "torch":
+            self._onnx_queries = None  # an embedding of your own encodes its queries (ExternalEncoder)
         if self._onnx_queries is False:
             from twotower.encoders.onnx_runtime import query_runtime
 
@@ -132,6 +159,13 @@ class Searcher:
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         from twotower.encoders.towers import EncodeOptions
 
+        if self.query_vectors is not None:
+            from twotower.encoders.external import check_vectors, is_external
+
+            info = self.store.manifest.get("model") or {}
+            normalize = bool(info["embedding"].get("normalize", True)) if is_external(info) else False
+            return check_vectors(self.query_vectors, len(queries), "query_vector", index_dim(self.store),
+                                 normalize=normalize)
         if self.onnx_queries is not None:
             return self.onnx_queries.encode(self.encoder.query_texts(queries))
         return self.encoder.encode_queries(queries, EncodeOptions(precision=self.precision, show_progress=False))

@@ -133,7 +133,8 @@ def build_models(limits) -> SimpleNamespace:
         title: Annotated[str, Field(max_length=limits.max_title_chars), Text] = ""
         text: DocText
         metadata: Metadata = Field(default_factory=dict, description="JSON metadata stored with the document and "
-                                   "returned with it (at most 64 KiB; keys _id, id, text, title, score reserved)")
+                                   "returned with it exactly as sent (its own namespace: any key, id and text "
+                                   "included; at most 64 KiB)")
 
     class AddRequest(Strict):
         documents: Annotated[list[DocumentIn | DocText], Field(

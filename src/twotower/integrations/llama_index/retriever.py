@@ -5,19 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from twotower.integrations import missing_extra
-
-try:
-    from llama_index.core.callbacks import CallbackManager
-    from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-    from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
-except ImportError as exc:
-    raise missing_extra("llama-index-core", "llama-index", __name__, exc) from exc
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from twotower.api.index import Hit
 from twotower.errors import TwoTowerError
-from twotower.integrations.search import as_index, check_filter, hit_metadata, search, search_options
+from twotower.integrations.search import as_index, check_filter, hit_metadata, joined_text, search, search_options
 
 __all__ = ["TwoTowerRetriever", "to_twotower_filter"]
 
@@ -28,12 +23,12 @@ _OPERATORS = {FilterOperator.EQ: "$eq", FilterOperator.NE: "$ne", FilterOperator
 _CONDITIONS = {FilterCondition.AND: "$and", FilterCondition.OR: "$or"}
 
 
-def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
+def to_twotower_filter(filters: MetadataFilters | MetadataFilter, prefix: str = "") -> dict:
     """LlamaIndex ``MetadataFilters`` (nested, ``FilterCondition`` AND / OR) as twotower's filter language:
     ``FilterOperator`` EQ NE GT GTE LT LTE IN NIN become ``$eq $ne $gt $gte $lt $lte $in $nin`` on the key (a
     dotted key reaches into nested metadata), AND / OR become ``$and`` / ``$or``. Other operators (TEXT_MATCH,
     CONTAINS, ANY, ALL, IS_EMPTY …) and the NOT condition have no exact counterpart: a :class:`TwoTowerError`
-    naming them.
+    naming them. ``prefix``: put before each key (where the metadata lies inside the stored metadata).
 
     Example::
 
@@ -49,7 +44,7 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
             raise TwoTowerError(f"filters: FilterOperator.{filters.operator.name} (on {filters.key!r}) has no exact "
                                 f"twotower counterpart; use one of {', '.join(o.name for o in _OPERATORS)}, or "
                                 "pass a twotower filter dict (docs: Your documents: metadata and filters)")
-        return {filters.key: {op: filters.value}}
+        return {prefix + filters.key: {op: filters.value}}
     if not isinstance(filters, MetadataFilters):
         raise TwoTowerError(f"filters: give llama_index MetadataFilters or a twotower filter dict, not "
                             f"{type(filters).__name__}")
@@ -59,11 +54,7 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter) -> dict:
                             "or OR (negate each filter instead: NE, NIN)")
     if not filters.filters:
         return {}
-    return {condition: [to_twotower_filter(f) for f in filters.filters]}
-
-
-# shown to neither the LLM nor an embedding model when LlamaIndex renders a node's content with its metadata
-_HIDDEN = ["id", "score"]
+    return {condition: [to_twotower_filter(f, prefix) for f in filters.filters]}
 
 
 class TwoTowerRetriever(BaseRetriever):
@@ -77,9 +68,10 @@ class TwoTowerRetriever(BaseRetriever):
     filter dict (:func:`twotower.parse_filter`): only the documents it lets through are searched. They are checked
     against the index here, and a re-ranker given as a directory is loaded here, once. ``callback_manager`` and ``verbose`` go to LlamaIndex's ``BaseRetriever``.
 
-    Each node has ``id_`` = the document's id, ``text`` = the document's text and ``metadata`` = the document's own
-    metadata (:attr:`twotower.Hit.metadata`) with ``id``, ``title`` and ``score`` added; LlamaIndex shows the title
-    and the document's metadata (not the id or score) with the text when it renders the node for an LLM. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
+    Each node has ``id_`` = the document's id, ``text`` = title and text joined as twotower joins them for its
+    encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the document's metadata
+    exactly as it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed); the score is the
+    ``NodeWithScore``'s. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
     used). ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
     run one at a time (its tokenizer is not thread-safe).
 
@@ -96,7 +88,7 @@ class TwoTowerRetriever(BaseRetriever):
         from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
         teas = TwoTowerRetriever(index, k=2, filters=MetadataFilters(filters=[MetadataFilter(key="type", value="tea")]))
-        print([n.node.metadata for n in teas.retrieve("a hot drink")])  # {"type": "tea", "id", "title", "score"}
+        print([n.node.metadata for n in teas.retrieve("a hot drink")])  # [{"type": "tea"}]
     """
 
     def __init__(self, index: Any, k: int = 10, *, mode: str | None = None, lam: float | None = None,
@@ -121,9 +113,8 @@ class TwoTowerRetriever(BaseRetriever):
 
     @staticmethod
     def _node(hit: Hit) -> NodeWithScore:
-        node = TextNode(id_=hit.id, text=hit.text, metadata=hit_metadata(hit),
-                        excluded_llm_metadata_keys=list(_HIDDEN), excluded_embed_metadata_keys=list(_HIDDEN))
-        return NodeWithScore(node=node, score=hit.score)
+        return NodeWithScore(node=TextNode(id_=hit.id, text=joined_text(hit), metadata=hit_metadata(hit)),
+                             score=hit.score)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return [self._node(hit) for hit in search(self.index, query_bundle.query_str, self.k,

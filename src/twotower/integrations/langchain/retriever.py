@@ -5,25 +5,34 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from twotower.errors import TwoTowerError
-from twotower.integrations import missing_extra
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import model_validator
 
-try:
-    from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
-    from langchain_core.documents import Document
-    from langchain_core.retrievers import BaseRetriever
-    from pydantic import model_validator
-except ImportError as exc:
-    raise missing_extra("langchain-core", "langchain", __name__, exc) from exc
+from twotower.errors import TwoTowerError
 
 from twotower.integrations.search import as_index, call_options, check_filter, hit_metadata, joined_text, search, \
     search_options
 
-__all__ = ["TwoTowerRetriever"]
+__all__ = ["ScoredDocument", "TwoTowerRetriever"]
 
 _OPTIONS = ("mode", "lam", "norm", "prf_depth", "prf_weight", "rerank", "rerank_depth", "ef_search", "nprobe")
 # what search_kwargs and invoke(query, **kwargs) may set: k, the filter and every search option
 _PER_CALL = ("k", "filter", *_OPTIONS)
+
+
+class ScoredDocument(Document):
+    """A LangChain ``Document`` with the search's ``score`` in a field of its own (higher is better), so that its
+    ``metadata`` stays the document's metadata exactly as it was given.
+
+    Example::
+
+        doc = ScoredDocument(page_content="Green tea is steamed.", id="d1", metadata={"id": 7}, score=0.83)
+        print(doc.id, doc.score, doc.metadata)
+    """
+
+    score: float
 
 
 class TwoTowerRetriever(BaseRetriever):
@@ -44,10 +53,10 @@ class TwoTowerRetriever(BaseRetriever):
     for that call (a filter given there replaces the retriever's, as in LangChain's vector-store retrievers); they
     are checked as the constructor checks them.
 
-    Each ``Document`` has ``id`` = the document's id, ``page_content`` = title and text joined as twotower joins
-    them for its encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the
-    document's own metadata (:attr:`twotower.Hit.metadata`) with ``id``, ``score`` and ``title`` added (metadata
-    keys cannot collide with them: they are reserved). ``ainvoke`` runs the search in a worker thread, so the event
+    Each hit is a :class:`ScoredDocument` (a LangChain ``Document``) with ``id`` = the document's id, ``score`` =
+    its score, ``page_content`` = title and text joined as twotower joins them for its encoder (``"title text"``;
+    the text alone when there is no title) and ``metadata`` = the document's metadata exactly as it was given
+    (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed; any key, ``id`` included). ``ainvoke`` runs the search in a worker thread, so the event
     loop keeps running; searches of one index run one at a time (its tokenizer is not thread-safe).
 
     Example::
@@ -59,7 +68,7 @@ class TwoTowerRetriever(BaseRetriever):
                                              {"_id": "d2", "text": "Coffee is roasted.", "type": "coffee"}], bm25=True)
         retriever = TwoTowerRetriever(index, k=1, mode="hybrid", lam=0.6)  # or TwoTowerRetriever("tea-index")
         docs = retriever.invoke("green tea")           # await retriever.ainvoke("green tea") in async code
-        print(docs[0].metadata["id"], docs[0].metadata["score"], docs[0].metadata["type"], docs[0].page_content)
+        print(docs[0].id, docs[0].score, docs[0].metadata["type"], docs[0].page_content)
         coffee = retriever.invoke("a hot drink", k=2, filter={"type": "coffee"})  # per call: k, filter, mode ...
         teas = TwoTowerRetriever(index, search_kwargs={"k": 2, "filter": {"type": {"$in": ["tea"]}}})
     """
@@ -116,14 +125,14 @@ class TwoTowerRetriever(BaseRetriever):
         options = search_options(index, k, **given)
         return {**data, "index": index, "k": k, "filter": flt, **options}  # a re-ranker directory: loaded
 
-    def _documents(self, query: str, kwargs: dict) -> list[Document]:
+    def _documents(self, query: str, kwargs: dict) -> list[ScoredDocument]:
         options = {name: getattr(self, name) for name in _OPTIONS}
         k, flt = self.k, self.filter
         if kwargs:
             call = call_options(kwargs, _PER_CALL, "invoke")
             k, flt = call.pop("k", k), check_filter(call.pop("filter")) if "filter" in call else flt
             options = search_options(self.index, k, **{**options, **call})
-        return [Document(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit))
+        return [ScoredDocument(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit), score=hit.score)
                 for hit in search(self.index, query, k, {**options, "filter": flt})]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,

@@ -1,0 +1,145 @@
+"""LangChain's own standard suites against twotower: ``VectorStoreIntegrationTests`` for
+:class:`TwoTowerVectorStore` with twotower's encoder (the tiny test BERT) and with LangChain's fake embeddings
+(``get_embeddings()``, the suite's own), and ``EmbeddingsIntegrationTests`` for :class:`TwoTowerEmbeddings`; then
+what the suites leave out: metadata keys that name a document's own fields elsewhere, filters, MMR, reopening."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_tests.integration_tests import EmbeddingsIntegrationTests, VectorStoreIntegrationTests
+
+from twotower.integrations.langchain import TwoTowerEmbeddings, TwoTowerVectorStore
+
+
+class _Anyio:
+    """The suites' async tests run under anyio, on asyncio."""
+
+    pytestmark = pytest.mark.anyio
+
+    @pytest.fixture
+    def anyio_backend(self):
+        return "asyncio"
+
+
+class TestWithFakeEmbeddings(_Anyio, VectorStoreIntegrationTests):
+    """The suite's own store set-up: LangChain's DeterministicFakeEmbedding."""
+
+    @pytest.fixture
+    def vectorstore(self, tmp_path):
+        store = TwoTowerVectorStore(tmp_path / "store", embedding=self.get_embeddings())
+        yield store
+        store.delete()
+
+
+class TestWithTwoTowerEncoder(_Anyio, VectorStoreIntegrationTests):
+    """twotower's own encoder (embedding=None): the tiny test BERT, in fp32."""
+
+    @pytest.fixture
+    def vectorstore(self, tiny_bert_dir):
+        store = TwoTowerVectorStore(encoder=str(tiny_bert_dir), precision="fp32")  # a temporary folder
+        yield store
+        store.delete()
+
+
+class TestTwoTowerEmbeddings(_Anyio, EmbeddingsIntegrationTests):
+    @pytest.fixture(autouse=True)
+    def _model_dir(self, tiny_bert_dir):
+        type(self).model_dir = str(tiny_bert_dir)
+
+    @property
+    def embeddings_class(self):
+        return TwoTowerEmbeddings
+
+    @property
+    def embedding_model_params(self) -> dict:
+        return {"encoder": self.model_dir, "precision": "fp32"}
+
+
+# ------------------------------------------------------------------------ beyond the standard suites
+
+import numpy as np  # noqa: E402
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
+from langchain_core.vectorstores.utils import maximal_marginal_relevance  # noqa: E402
+
+import twotower as tt  # noqa: E402
+
+TEXTS = [f"note {i} on {w}" for i, w in enumerate("tea coffee cats dogs rain sun moon bones genes stars".split())]
+METAS = [{"group": i % 3, "id": i} for i in range(len(TEXTS))]
+IDS = [f"n{i}" for i in range(len(TEXTS))]
+FAKE = DeterministicFakeEmbedding(size=16)
+
+
+def cosine_ranking(query: str, keep=lambda i: True) -> list[tuple[str, float]]:
+    """The reference: the fake embedding's vectors, cosine, brute force in numpy."""
+    docs = np.array(FAKE.embed_documents(TEXTS))
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    q = np.array(FAKE.embed_query(query))
+    scores = docs @ (q / np.linalg.norm(q))
+    return [(IDS[i], float(scores[i])) for i in np.argsort(-scores, kind="stable") if keep(i)]
+
+
+@pytest.fixture
+def filled(tmp_path):
+    return TwoTowerVectorStore.from_texts(TEXTS, FAKE, metadatas=METAS, ids=IDS, path=tmp_path / "s", bm25=True)
+
+
+def test_scores_and_filters_match_numpy(filled):
+    for flt, keep in ((None, lambda i: True), ({"group": 1}, lambda i: METAS[i]["group"] == 1),
+                      ({"id": {"$gte": 7}}, lambda i: i >= 7)):
+        got = filled.similarity_search_with_score("warm drinks", k=3, filter=flt)
+        want = cosine_ranking("warm drinks", keep)[:3]
+        assert [d.id for d, _ in got] == [i for i, _ in want]
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+        assert all(d.metadata == METAS[IDS.index(d.id)] for d, _ in got)
+    assert [d.id for d in filled.similarity_search("warm drinks", k=2, mode="hybrid")]  # index options per call
+    rel = filled.similarity_search_with_relevance_scores("warm drinks", k=3)
+    assert all(0.0 <= s <= 1.0 for _, s in rel)
+    by_vector = filled.similarity_search_by_vector(FAKE.embed_query("warm drinks"), k=3)
+    assert [d.id for d in by_vector] == [i for i, _ in cosine_ranking("warm drinks")[:3]]
+
+
+def test_mmr_matches_langchains_own_selection(filled):
+    q = FAKE.embed_query("animals")
+    fetched = [i for i, _ in cosine_ranking("animals")[:6]]
+    vecs = np.array(FAKE.embed_documents([TEXTS[IDS.index(i)] for i in fetched]))
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    want = [fetched[j] for j in maximal_marginal_relevance(np.array(q) / np.linalg.norm(q), vecs, lambda_mult=0.3,
+                                                           k=3)]
+    got = filled.max_marginal_relevance_search("animals", k=3, fetch_k=6, lambda_mult=0.3)
+    assert [d.id for d in got] == want
+    assert [d.id for d in filled.max_marginal_relevance_search("animals", k=3, fetch_k=6, lambda_mult=1.0)] == \
+        fetched[:3]  # relevance alone: the nearest
+
+
+def test_reopen_retriever_and_emptying(filled, tmp_path):
+    again = TwoTowerVectorStore(tmp_path / "s", embedding=FAKE)
+    assert [d.id for d in again.get_by_ids(["n3", "nope", "n1"])] == ["n3", "n1"]
+    with pytest.raises(tt.TwoTowerError, match="give it again"):
+        TwoTowerVectorStore(tmp_path / "s").similarity_search("x")
+    retriever = again.as_retriever(search_kwargs={"k": 2, "filter": {"group": 0}})
+    assert [d.id for d in retriever.invoke("rain")] == [i for i, _ in cosine_ranking(
+        "rain", lambda i: METAS[i]["group"] == 0)[:2]]
+    again.delete()
+    assert again.similarity_search("x") == [] and again.index is None and not (tmp_path / "s").exists()
+    again.add_documents([Document(page_content="back again", metadata={"id": "z"}, id="z")])
+    assert again.get_by_ids(["z"]) == [Document(page_content="back again", metadata={"id": "z"}, id="z")]
+
+
+def test_unknown_options_and_wrong_embeddings_are_named(tmp_path):
+    with pytest.raises(tt.TwoTowerError, match="unknown bm_25"):
+        TwoTowerVectorStore(bm_25=True)
+    with pytest.raises(tt.TwoTowerError, match="a LangChain Embeddings"):
+        TwoTowerVectorStore(embedding=lambda texts: texts)
+
+
+def test_a_milvus_backed_store(tmp_path):
+    pytest.importorskip("milvus_lite", reason="Milvus Lite (pip install milvus-lite) is not installed")
+    store = TwoTowerVectorStore.from_texts(TEXTS, FAKE, metadatas=METAS, ids=IDS, path=tmp_path / "m",
+                                           backend="milvus", uri=str(tmp_path / "m.db"), collection="lc")
+    got = store.similarity_search_with_score("warm drinks", k=3, filter={"group": 2})
+    want = cosine_ranking("warm drinks", lambda i: METAS[i]["group"] == 2)[:3]
+    assert [d.id for d, _ in got] == [i for i, _ in want]
+    store.delete(["n2", "missing"])
+    store.add_texts(["replaced"], [{"id": 99}], ids=["n5"])
+    assert store.get_by_ids(["n2", "n5"]) == [Document(page_content="replaced", metadata={"id": 99}, id="n5")]
