@@ -289,3 +289,28 @@ def test_http_search_and_added_documents_carry_passages(tmp_path, tiny_bert_dir,
         assert shown in new["passages"][0]["text"] and new["highlight"]["cut_before"] == (new["passages"][0]["start"] > 0)
     store = tt.Index.open(index.path).store
     assert np.diff(store.offsets)[store.row_of["new"]] > 1  # the service split it as the index asks
+
+
+def test_langchain_and_llama_index_return_passages(tmp_path, tiny_bert_dir, docs):
+    from twotower.integrations.langchain import TwoTowerRetriever as LangChainRetriever
+    from twotower.integrations.llama_index import TwoTowerRetriever as LlamaRetriever
+
+    index = _build(tmp_path, tiny_bert_dir, docs)
+    texts = {d["_id"]: d["text"] for d in docs}
+    metadata = {d["_id"]: {"year": d["year"]} for d in docs}
+    whole = LangChainRetriever(index, k=3).invoke("tea cat purr")
+    assert len(whole) == 3 and all(d.metadata == metadata[d.id] for d in whole)
+    for d in whole:
+        p = d.passages[0]
+        assert texts[d.id][p["start"]:p["end"]] == p["text"]
+    parts = LangChainRetriever(index, k=3, passages=2).invoke("tea cat purr")
+    assert list(dict.fromkeys(d.id for d in parts)) == [d.id for d in whole]  # each hit's passages, hit by hit
+    for d in parts:
+        p = d.passages[0]
+        assert d.page_content == p["text"] == texts[d.id][p["start"]:p["end"]] and d.metadata == metadata[d.id]
+    nodes = LlamaRetriever(index, k=3, passages=2).retrieve("tea cat purr")
+    assert len(nodes) == len(parts)
+    for n in nodes:
+        source = n.node.source_node.node_id
+        assert texts[source][n.node.start_char_idx:n.node.end_char_idx] == n.node.text
+        assert n.node.metadata == metadata[source]

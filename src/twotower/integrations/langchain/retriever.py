@@ -33,6 +33,7 @@ class ScoredDocument(Document):
     """
 
     score: float
+    passages: list[dict] = []  # the best passage(s) of the document: {"text", "start", "end", "score"}
 
 
 class TwoTowerRetriever(BaseRetriever):
@@ -56,7 +57,10 @@ class TwoTowerRetriever(BaseRetriever):
     Each hit is a :class:`ScoredDocument` (a LangChain ``Document``) with ``id`` = the document's id, ``score`` =
     its score, ``page_content`` = title and text joined as twotower joins them for its encoder (``"title text"``;
     the text alone when there is no title) and ``metadata`` = the document's metadata exactly as it was given
-    (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed; any key, ``id`` included). ``ainvoke`` runs the search in a worker thread, so the event
+    (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed; any key, ``id`` included); its ``passages``
+    hold the document's best passage (``{"text", "start", "end", "score"}``, ``text[start:end]`` of the document's
+    text). ``passages=N``: one :class:`ScoredDocument` per passage instead, each hit's N best, for a RAG context
+    window: ``page_content`` is the passage, ``score`` the passage's. ``ainvoke`` runs the search in a worker thread, so the event
     loop keeps running; searches of one index run one at a time (its tokenizer is not thread-safe).
 
     Example::
@@ -86,18 +90,19 @@ class TwoTowerRetriever(BaseRetriever):
     nprobe: int | None = None
     filter: Any = None
     search_kwargs: dict = {}
+    passages: int | None = None
 
     def __init__(self, index: Any = None, /, k: int = 10, *, mode: str | None = None, lam: float | None = None,
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
                  nprobe: int | None = None, filter: Any = None, search_kwargs: dict | None = None,
-                 **fields: Any) -> None:
+                 passages: int | None = None, **fields: Any) -> None:
         """``fields``: LangChain's own (``name``, ``tags``, ``metadata``), or ``index=`` by keyword."""
         if index is not None:
             fields["index"] = index
         super().__init__(k=k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth, prf_weight=prf_weight,
                          rerank=rerank, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe, filter=filter,
-                         search_kwargs={} if search_kwargs is None else search_kwargs, **fields)
+                         search_kwargs={} if search_kwargs is None else search_kwargs, passages=passages, **fields)
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +127,10 @@ class TwoTowerRetriever(BaseRetriever):
                                     f"{value!r}: give it once")
             given[name] = value
         k, flt = given.pop("k"), check_filter(given.pop("filter"))
+        if data.get("passages") is not None:
+            from twotower.checks import check_number
+
+            check_number(data["passages"], "passages", integer=True, minimum=1)
         options = search_options(index, k, **given)
         return {**data, "index": index, "k": k, "filter": flt, **options}  # a re-ranker directory: loaded
 
@@ -132,8 +141,13 @@ class TwoTowerRetriever(BaseRetriever):
             call = call_options(kwargs, _PER_CALL, "invoke")
             k, flt = call.pop("k", k), check_filter(call.pop("filter")) if "filter" in call else flt
             options = search_options(self.index, k, **{**options, **call})
-        return [ScoredDocument(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit), score=hit.score)
-                for hit in search(self.index, query, k, {**options, "filter": flt})]
+        hits = search(self.index, query, k, {**options, "filter": flt, "passages": self.passages or 1})
+        if self.passages:  # one document per passage: the part a RAG prompt needs
+            return [ScoredDocument(page_content=p.text, id=hit.id, metadata=hit_metadata(hit),
+                                   score=hit.score if p.score is None else p.score, passages=[p.to_dict()])
+                    for hit in hits for p in hit.passages]
+        return [ScoredDocument(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit), score=hit.score,
+                               passages=[p.to_dict() for p in hit.passages]) for hit in hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **kwargs: Any) -> list[Document]:

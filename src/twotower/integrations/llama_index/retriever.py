@@ -72,7 +72,10 @@ class TwoTowerRetriever(BaseRetriever):
     encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the document's metadata
     exactly as it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed); the score is the
     ``NodeWithScore``'s. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
-    used). ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
+    used). ``passages=N``: one node per passage instead, each hit's N best, for a RAG context window: ``text`` is the
+    passage, ``start_char_idx`` / ``end_char_idx`` its place in the document's text, ``id_`` the document's id with
+    the span (``"d1:120-480"``) and its source relationship the document's id; the score is the passage's.
+    ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
     run one at a time (its tokenizer is not thread-safe).
 
     Example::
@@ -95,15 +98,21 @@ class TwoTowerRetriever(BaseRetriever):
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
                  nprobe: int | None = None, filters: MetadataFilters | dict | None = None,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False, **unknown: Any) -> None:
+                 callback_manager: CallbackManager | None = None, verbose: bool = False,
+                 passages: int | None = None, **unknown: Any) -> None:
         if unknown:  # a misspelt option (ef_serach=) is named here, as LangChain's retriever names it
             from twotower.errors import TwoTowerError
 
             raise TwoTowerError(f"TwoTowerRetriever: unknown option(s) {', '.join(sorted(unknown))}; it takes k, "
                                 "mode, lam, norm, prf_depth, prf_weight, rerank, rerank_depth, ef_search, nprobe, "
-                                "filters, callback_manager, verbose")
+                                "filters, callback_manager, verbose, passages")
         self.index = as_index(index)
         self.k = k
+        if passages is not None:
+            from twotower.checks import check_number
+
+            check_number(passages, "passages", integer=True, minimum=1)
+        self.passages = passages
         self.filter = check_filter(filters if filters is None or isinstance(filters, dict)
                                    else to_twotower_filter(filters))
         self.options = search_options(self.index, k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth,
@@ -116,9 +125,21 @@ class TwoTowerRetriever(BaseRetriever):
         return NodeWithScore(node=TextNode(id_=hit.id, text=joined_text(hit), metadata=hit_metadata(hit)),
                              score=hit.score)
 
+    @staticmethod
+    def _passage_nodes(hit: Hit) -> list[NodeWithScore]:
+        from llama_index.core.schema import NodeRelationship, RelatedNodeInfo
+
+        return [NodeWithScore(node=TextNode(
+            id_=f"{hit.id}:{p.start}-{p.end}", text=p.text, metadata=hit_metadata(hit), start_char_idx=p.start,
+            end_char_idx=p.end, relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.id)}),
+            score=hit.score if p.score is None else p.score) for p in hit.passages]
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [self._node(hit) for hit in search(self.index, query_bundle.query_str, self.k,
-                                                        {**self.options, "filter": self.filter})]
+        hits = search(self.index, query_bundle.query_str, self.k,
+                      {**self.options, "filter": self.filter, "passages": self.passages or 1})
+        if self.passages:
+            return [node for hit in hits for node in self._passage_nodes(hit)]
+        return [self._node(hit) for hit in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)
