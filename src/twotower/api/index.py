@@ -9,6 +9,7 @@ from pathlib import Path
 
 from twotower.api._errors import user_errors
 from twotower.api.dataset import corpus_documents, stored_document
+from twotower.api.index_manage import Managing, locked as _locked
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
@@ -39,25 +40,13 @@ class Hit:
         return {"_id": self.id, "title": self.title, "text": self.text, **self.metadata}
 
 
-def _locked(method):
-    """``method`` run under the index's lock: a tokenizer (Hugging Face's fast ones) and a version switch are not
-    safe under concurrent calls, so one Index serves one call at a time (threads may share it)."""
-    import functools
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return wrapper
-
-
-class Index:
+class Index(Managing):
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
     even while another process adds documents. Documents carry metadata (every field but id, title and text),
     returned on each :class:`Hit` and filtered on with ``search(..., filter=...)``; ``added_ids`` holds the ids the
-    last :meth:`build` / :meth:`add` through this object wrote, in order.
+    last :meth:`build` / :meth:`add` through this object wrote, in order. Without a query: :meth:`list`,
+    :meth:`count`, :meth:`get`, :meth:`delete` (by filter) and :meth:`update` (metadata only).
 
     Example::
 
