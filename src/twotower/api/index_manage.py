@@ -63,33 +63,6 @@ def _documents(records) -> list:
     return [Document(r["_id"], r["title"], r["text"], r.get("metadata") or {}) for r in records]
 
 
-def _change(metadata, ids: list[str] | None, merge: bool, unset: Sequence[str]):
-    """``(id, old metadata) -> new metadata``, checked by the metadata rules (:mod:`twotower.data.metadata`)."""
-    from twotower.data.metadata import check_metadata
-
-    if isinstance(unset, str):
-        raise TwoTowerError(f"unset takes a list of keys, not a single string: unset=[{unset!r}]")
-    if metadata is None and not unset:
-        raise TwoTowerError("update needs metadata (a dict for every document, or one per id) or keys to unset")
-    per_id: dict | None = None
-    if isinstance(metadata, (list, tuple)):
-        if ids is None or len(metadata) != len(ids):
-            raise TwoTowerError(f"metadata as a list needs ids of the same length ({len(metadata)} dicts, "
-                                f"{'no' if ids is None else len(ids)} ids)")
-        per_id = {d: check_metadata(m, f"metadata[{i}]") for i, (d, m) in enumerate(zip(ids, metadata))}
-    elif metadata is not None:
-        metadata = check_metadata(metadata, "metadata")
-
-    def change(doc_id: str, old: dict) -> dict:
-        given = (per_id[doc_id] if per_id is not None else metadata) or {}
-        new = {**old, **given} if merge else dict(given)
-        for key in unset:
-            new.pop(key, None)
-        return check_metadata(new, f"document '{doc_id}'")
-
-    return change
-
-
 class Managing:
     """The document-management methods of :class:`~twotower.Index` (``self._searcher``, ``self._lock``)."""
 
@@ -193,9 +166,10 @@ class Managing:
             index.update(["c2"], unset=["origin"])
         """
         ids = _ids(ids, "update")
-        change = _change(metadata, ids, merge, unset)
+        from twotower.retrieval.manage import metadata_change, update
+
+        change = metadata_change(metadata, ids, merge, unset)
         from twotower.retrieval.index.lock import lock_timeout as waiting
-        from twotower.retrieval.manage import update
 
         with waiting(lock_timeout):
             _, updated = update(self._live(), change, filter, ids)

@@ -22,7 +22,7 @@ import numpy as np
 
 from twotower.errors import TwoTowerError
 from twotower.retrieval.filters import parse_filter
-from twotower.retrieval.index.errors import IndexStoreError
+from twotower.retrieval.index.errors import WouldEmptyError
 from twotower.retrieval.index.lock import writer_lock
 
 Records = list[dict]  # {"_id", "title", "text"[, "metadata"]} per document, as store.document gives them
@@ -115,7 +115,7 @@ def records(store, ids: Sequence[str]) -> Records:
 
 def _nothing_left(store, n: int) -> None:
     if n and n >= len(store):
-        raise IndexStoreError(f"{store.root}: the selection holds all {len(store)} documents, and an index keeps at "
+        raise WouldEmptyError(f"{store.root}: the selection holds all {len(store)} documents, and an index keeps at "
                               "least one: narrow the filter (or build a new index)")
 
 
@@ -138,6 +138,35 @@ def delete(store, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
         keep_mask[rows] = False
         deleted = [live.doc_ids[int(r)] for r in rows]
         return live._write(keep_mask, None, keep, False), deleted
+
+
+def metadata_change(metadata, ids: list[str] | None, merge: bool, unset: Sequence[str]):
+    """The change :func:`update` applies: ``(id, old metadata) -> new metadata`` — ``metadata`` (one dict, or a list
+    of dicts aligned with ``ids``) set over the old metadata (``merge``) or instead of it, then the keys ``unset``
+    removed; the result checked by the metadata rules (:mod:`twotower.data.metadata`)."""
+    from twotower.data.metadata import check_metadata
+
+    if isinstance(unset, str):
+        raise TwoTowerError(f"unset takes a list of keys, not a single string: unset=[{unset!r}]")
+    if metadata is None and not unset:
+        raise TwoTowerError("update needs metadata (a dict for every document, or one per id) or keys to unset")
+    per_id: dict | None = None
+    if isinstance(metadata, (list, tuple)):
+        if ids is None or len(metadata) != len(ids):
+            raise TwoTowerError(f"metadata as a list needs ids of the same length ({len(metadata)} dicts, "
+                                f"{'no' if ids is None else len(ids)} ids)")
+        per_id = {d: check_metadata(m, f"metadata[{i}]") for i, (d, m) in enumerate(zip(ids, metadata))}
+    elif metadata is not None:
+        metadata = check_metadata(metadata, "metadata")
+
+    def change(doc_id: str, old: dict) -> dict:
+        given = (per_id[doc_id] if per_id is not None else metadata) or {}
+        new = {**old, **given} if merge else dict(given)
+        for key in unset:
+            new.pop(key, None)
+        return check_metadata(new, f"document '{doc_id}'")
+
+    return change
 
 
 Change = Callable[[str, dict], dict]  # (id, old metadata) -> new metadata (checked by the caller)
@@ -165,4 +194,5 @@ def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *,
         return type(live)._written(live.root, final, manifest), [live.doc_ids[r] for r in rows.tolist()]
 
 
-__all__ = ["count", "delete", "is_milvus", "page", "records", "rows_by_id", "selected_ids", "update"]
+__all__ = ["count", "delete", "is_milvus", "metadata_change", "page", "records", "rows_by_id", "selected_ids",
+           "update"]

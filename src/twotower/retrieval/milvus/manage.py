@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from twotower.retrieval.filters import parse_filter
-from twotower.retrieval.index.errors import IndexStoreError, UnknownIdError
+from twotower.retrieval.index.errors import UnknownIdError, WouldEmptyError
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.writes import BATCH, query_all
@@ -74,7 +74,7 @@ def read_records(store, ids: Sequence[str], *, vectors: bool = False) -> list[di
 
 def _check_left(store, n: int) -> None:
     if n >= len(store):
-        raise IndexStoreError(f"{store.root}: the selection holds all {len(store)} documents, and an index keeps at "
+        raise WouldEmptyError(f"{store.root}: the selection holds all {len(store)} documents, and an index keeps at "
                               "least one: narrow the filter (or build a new index)")
 
 
