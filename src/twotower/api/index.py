@@ -254,7 +254,8 @@ class Index(Managing):
         ``rerank``: a cross-encoder directory or :class:`Reranker` re-scoring the top ``rerank_depth`` (default
         100), ``"none"`` to leave a fitted one out. ``ef_search``/``nprobe``: HNSW / IVF search breadth.
         ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in $nin $exists``,
-        ``$and`` / ``$or``, dotted paths: :mod:`twotower.retrieval.filters`): only the documents it lets through
+        ``$and`` / ``$or`` / ``$not``, dotted paths, ``{"$text": {"$contains": "phrase"}}`` on the text:
+        :mod:`twotower.retrieval.filters`): only the documents it lets through
         are searched, in every mode — the ``k`` best of them (exact on flat indexes; fewer only when fewer match).
 
         Example::
