@@ -216,3 +216,24 @@ def test_http_service(index):
     res = client.post("/documents/delete", json={"filter": {"$not": {"src": "none"}}}, headers=key)
     assert res.status_code == 409
     assert client.post("/list", json={"ids": ["nope"]}).status_code == 404
+
+
+@pytest.mark.parametrize("options", [{"multivector": 2}, {"vectors": "binary"}, {"vectors": "int8", "kind": "hnsw"}],
+                         ids=["multivector", "binary", "int8-hnsw"])
+def test_update_and_delete_on_other_index_kinds(tiny_bert_dir, tmp_path, options):
+    """Every file a version has (offsets, calibration, sign bits, …) is carried by a metadata update, unchanged."""
+    docs = corpus()[:20]
+    index = tt.Index.build(tmp_path / "index", docs, encoder=str(tiny_bert_dir), bm25=True, precision="fp32",
+                           show_progress=False, **options)
+    sums, before = _file_sums(index), index.search(["green tea", "cats"], k=8)
+    flt = {"$not": {"src": "wiki"}}
+    assert sorted(index.update(filter=flt, metadata={"u": 1})) == expected(docs, flt)
+    after = _file_sums(index)
+    assert {n for n in set(sums) | set(after) if sums.get(n) != after.get(n)} == {"docs.jsonl", "docs.offsets.npy"}
+    assert [[(h.id, h.score) for h in q] for q in index.search(["green tea", "cats"], k=8)] == \
+        [[(h.id, h.score) for h in q] for q in before]
+    assert tt.Index.open(index.path, verify=True).count({"u": 1}) == len(expected(docs, flt))
+    assert sorted(index.delete(filter={"u": 1})) == expected(docs, flt)
+    hits = index.search("green tea", k=20)
+    assert {h.id for h in hits} == set(expected(docs, {"src": "wiki"})) and all(h.metadata.get("src") == "wiki"
+                                                                                  for h in hits)
