@@ -352,7 +352,9 @@ def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
     Where Milvus (Lite 3.2, checked by ``tests/test_filters.py``) differs from :meth:`Filter.matches`: a range
     operator on a list-valued field (Milvus compares the field, not its elements); a boolean equals the numbers
     1 / 0 there (``{"ok": 1}`` finds ``"ok": true``); a field holding null counts as missing (``$exists``).
-    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. A Milvus index
+    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. ``$not`` is pushed
+    down to the conditions, each negated so that a missing field passes, and ``$text`` becomes ``text like``
+    (:mod:`twotower.retrieval.filter_ops`). A Milvus index
     searches with :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where
     the collection's documents could meet them.
 

@@ -105,8 +105,8 @@ def add_store_routes(app, state, limits, *, reader, writer, errors) -> None:
 
         store = state.snapshot()
         if req.ids is not None:
-            chosen = selected_ids(store, req.filter, req.ids)[req.offset:req.offset + req.limit]
-            total, nxt = len(chosen), None
+            passing = selected_ids(store, req.filter, req.ids)  # in the order of "ids"; paged by offset alone
+            chosen, total, nxt = passing[req.offset:req.offset + req.limit], len(passing), None
         else:
             chosen, total, nxt = page(store, req.filter, offset=req.offset, limit=req.limit, after=req.after)
         docs = records(store, chosen) if req.documents and chosen else []
