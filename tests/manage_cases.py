@@ -36,7 +36,8 @@ def corpus() -> list[dict]:
         text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
         if i % 4 == 1:
             text += " " + ODD[(i // 4) % len(ODD)]
-        docs.append({"_id": f"g{i:02d}", "title": "tea notes" if i in (3, 7) else "", "text": text + "."})
+        doc_id = {10: "Zeta", 20: "éclair", 30: "中文-1"}.get(i, f"g{i:02d}")  # id order: code points, not letters
+        docs.append({"_id": doc_id, "title": "tea notes" if i in (3, 7) else "", "text": text + "."})
     return [dict(d, **_metadata(i)) for i, d in enumerate(docs)]
 
 
@@ -93,12 +94,14 @@ def expected(docs: list[dict], flt) -> list[str]:
 
 def walk_pages(index, flt, limit: int) -> list[str]:
     """Every id :meth:`Index.list` gives, page by page through the ``next`` cursor (checking each page's ``total``)."""
-    out, after = [], None
+    out, after, totals = [], None, set()
     while True:
         page = index.list(flt, limit=limit, after=after, documents=False)
         out += page.ids
+        totals.add(page.total)
         assert len(page.ids) <= limit
         if page.next is None:
+            assert totals == {len(out)}, (flt, totals, len(out))
             return out
         assert page.next == page.ids[-1]
         after = page.next

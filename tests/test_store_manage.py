@@ -79,7 +79,8 @@ def test_count_list_get_equal_the_reference(index):
     assert [d.id for d in index.get(filter={"src": "web"}, limit=2)] == expected(docs, {"src": "web"})[:2]
     with pytest.raises(tt.TwoTowerError, match="nope"):
         index.get(["d1", "nope"])
-    assert index.list(limit=2, after="zzzz").ids == [] and index.count() == len(docs)
+    assert index.list(limit=2, after="zzzz").ids == ["éclair", "中文-1"] and index.count() == len(docs)
+    assert index.list(after="中文-1").ids == [] and index.list(after="中文-1").next is None
 
 
 def test_delete_by_filter_is_one_version(index):

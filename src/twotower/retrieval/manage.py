@@ -94,14 +94,18 @@ def page(store, flt=None, *, offset: int = 0, limit: int | None = None,
     """``(ids, total, next)``: the ids of one page of the documents passing ``flt`` in id order — those after the id
     ``after`` (a cursor), then ``offset`` skipped, at most ``limit`` —, how many pass in all, and the cursor of the
     next page (None when this is the last)."""
-    if is_milvus(store):
-        ordered: Sequence[str] = selected_ids(store, flt)
+    if is_milvus(store):  # Milvus selects the ids above the cursor itself
+        from twotower.retrieval.milvus.manage import matching_ids
+
+        ordered: Sequence[str] = matching_ids(store, flt, after=after)
+        start, total = 0, (count(store, flt) if after is not None else len(ordered))
     else:
         ordered = _IdsInOrder(store.doc_ids, _local_selected(store, flt, None))
-    start = bisect.bisect_right(ordered, after) if after is not None else 0
+        start = bisect.bisect_right(ordered, after) if after is not None else 0
+        total = len(ordered)
     stop = len(ordered) if limit is None else min(len(ordered), start + offset + limit)
     ids = [ordered[i] for i in range(min(start + offset, stop), stop)]
-    return ids, len(ordered), (ids[-1] if ids and stop < len(ordered) else None)
+    return ids, total, (ids[-1] if ids and stop < len(ordered) else None)
 
 
 def records(store, ids: Sequence[str]) -> Records:

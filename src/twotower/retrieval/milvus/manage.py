@@ -32,10 +32,13 @@ def _expr(store, flt) -> str:
     return store.filter_expression(parse_filter(flt))
 
 
-def matching_ids(store, flt=None, ids: Sequence[str] | None = None) -> list[str]:
+def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: str | None = None) -> list[str]:
     """The ids selected: of ``ids`` (all known, else an error) those the filter lets through, in their order; without
-    ``ids`` every matching id, sorted."""
+    ``ids`` every matching id, sorted — with ``after``, only those above it (Milvus compares strings by their UTF-8
+    bytes, which is code point order)."""
     expr = _expr(store, flt)
+    if after is not None and ids is None:
+        expr = f"(id > {mc.quote(after)})" + (f" and ({expr})" if expr else "")
     if ids is not None:
         ids = list(ids)
         store.rows(ids)  # unknown ids: an error naming them
