@@ -30,12 +30,12 @@ def text_phrase(value: Any) -> str:
     """The phrase of ``{"$text": {"$contains": phrase}}`` (a non-empty string), or a DataError naming ``$text``."""
     example = '{"$text": {"$contains": "green tea"}}'
     if not isinstance(value, dict) or set(value) != {"$contains"}:
-        raise DataError("filter", f"$text takes {{\"$contains\": \"phrase\"}}, got {json.dumps(value, default=str)[:60]}",
-                        field="$text", hint=f"e.g. {example}")
+        raise DataError("filter", f"$text takes {{\"$contains\": \"phrase\"}}, got "
+                        f"{json.dumps(value, default=str)[:60]}", field="$text", hint=f"e.g. {example}")
     phrase = value["$contains"]
     if not isinstance(phrase, str) or not phrase:
-        raise DataError("filter", f"$text.$contains takes a non-empty string, got {json.dumps(phrase, default=str)[:60]}",
-                        field="$text.$contains", hint=f"e.g. {example}")
+        raise DataError("filter", "$text.$contains takes a non-empty string, got "
+                        f"{json.dumps(phrase, default=str)[:60]}", field="$text.$contains", hint=f"e.g. {example}")
     return phrase
 
 

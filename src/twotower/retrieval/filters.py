@@ -10,8 +10,8 @@ A filter is a JSON object over a document's metadata (:mod:`twotower.data.metada
 Operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists`` on a field; ``$and`` / ``$or`` over a non-empty list of
 filters; ``$not`` over one filter (the documents it does not let through, missing fields included: see
 :mod:`twotower.retrieval.filter_ops`); ``{"$text": {"$contains": "phrase"}}`` on the document's text (an exact,
-case-sensitive substring of the text, not of the title). A field may take several operators at once (``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no
-filter (every document matches).
+case-sensitive substring of the text, not of the title). A field may take several operators at once
+(``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no filter (every document matches).
 
 The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` and in every search mode):
 
@@ -354,9 +354,9 @@ def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
     1 / 0 there (``{"ok": 1}`` finds ``"ok": true``); a field holding null counts as missing (``$exists``).
     Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. ``$not`` is pushed
     down to the conditions, each negated so that a missing field passes, and ``$text`` becomes ``text like``
-    (:mod:`twotower.retrieval.filter_ops`). A Milvus index
-    searches with :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where
-    the collection's documents could meet them.
+    (:mod:`twotower.retrieval.filter_ops`). A Milvus index searches with
+    :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where the
+    collection's documents could meet them.
 
     Example::
 

@@ -3,7 +3,8 @@
     POST   /list              {"filter", "ids", "limit", "offset", "after", "documents"}
                               → {version, ids, total, next, documents}: a page in id order
     POST   /count             {"filter"}                         → {version, count}
-    POST   /documents/delete  {"filter" (required, non-empty), "ids"}       → the new version, the ids deleted (API key)
+    POST   /documents/delete  {"filter" (required, non-empty), "ids"}
+                              → the new version, the ids deleted   (API key)
     PATCH  /documents         {"ids" and/or "filter", "metadata", "merge", "unset"}
                               → the new version, the ids updated: metadata only, no re-encoding   (API key)
 
