@@ -238,3 +238,29 @@ def test_update_and_delete_on_other_index_kinds(tiny_bert_dir, tmp_path, options
     hits = index.search("green tea", k=20)
     assert {h.id for h in hits} == set(expected(docs, {"src": "wiki"})) and all(h.metadata.get("src") == "wiki"
                                                                                   for h in hits)
+
+
+def test_a_failed_metadata_update_leaves_the_index_as_it_was(index, monkeypatch):
+    from twotower.retrieval.index import relabel
+
+    version, docs_before = _version(index), {d.id: d.metadata for d in index.get()}
+
+    def broken(out, previous, updates):
+        (out / "docs.jsonl").write_bytes(b"half")
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(relabel, "_write_docs", broken)
+    with pytest.raises(OSError, match="disk gone"):
+        index.update(filter={"src": "wiki"}, metadata={"x": 1})
+    reopened = tt.Index.open(index.path, verify=True)
+    assert _version(reopened) == version and {d.id: d.metadata for d in reopened.get()} == docs_before
+    assert not list((index.path / "versions").glob(".tmp-*"))
+
+
+def test_a_reader_of_the_old_version_keeps_its_metadata(index):
+    old = tt.Index.open(index.path).store  # a reader's snapshot
+    row = old.row_of["d1"]
+    before = old.document(row).get("metadata") or {}
+    index.update(["d1"], metadata={"fresh": True}, merge=False)
+    assert (old.document(row).get("metadata") or {}) == before  # its own version: unchanged
+    assert old.refresh().document(old.refresh().row_of["d1"])["metadata"] == {"fresh": True}
