@@ -246,7 +246,8 @@ def test_service_documents_carry_metadata_and_strings_get_content_ids(client):
 
 @pytest.mark.parametrize(("flt", "named"), [
     ({"year": {"$gtx": 1}}, "$gtx"), ({"topic": {"$in": "tea"}}, "$in"), ({"$or": []}, "$or"),
-    ({"year": {"$exists": 1}}, "$exists"), ({"src..kind": 1}, "src..kind"), ({"$not": {"topic": "tea"}}, "$not"),
+    ({"year": {"$exists": 1}}, "$exists"), ({"src..kind": 1}, "src..kind"), ({"$not": {}}, "$not"),
+    ({"$nor": {"topic": "tea"}}, "$nor"),
 ])
 def test_service_bad_filters_are_422_naming_the_operator(client, flt, named):
     for path, body in (("/search", {"query": "tea", "filter": flt}), ("/search/batch", {"queries": ["tea"],

@@ -116,6 +116,11 @@ def _label(body: str) -> str:
     return body[1:].split(".")[-1] if body.startswith("~") else body
 
 
+# classes whose public methods partly come from a base class of their own (tt.Index: list, count, get, delete,
+# update from api.index_manage.Managing): their pages show inherited members too
+INHERITING = {"Index"}
+
+
 def page_markdown(name: str, target: str) -> str:
     return "\n".join([
         f'<span id="twotower.{name}"></span>',
@@ -125,6 +130,7 @@ def page_markdown(name: str, target: str) -> str:
         f'      heading: "{name}"',
         f'      toc_label: "{name}"',
         "      heading_level: 1",
+        *(["      inherited_members: true"] if name in INHERITING else []),
         "",
         f"Import it as `import twotower as tt`, then `tt.{name}`. All names: [Python API](../python.md).",
         "",

@@ -40,3 +40,20 @@ def check_run_queries(queries, k) -> None:
     if not isinstance(queries, dict):
         raise TwoTowerError(f"queries: a dict {{query_id: text}}, not {type(queries).__name__}")
     check_texts(queries.values(), "queries")
+
+
+def resolve_search(searcher, mode, lam, norm, *, has_text: bool, rerank, passages) -> tuple[str, float]:
+    """``(mode, λ)`` an :meth:`Index.search <twotower.Index.search>` runs with (a fitted model's own unless given),
+    after refusing the options that mode would not use."""
+    asked_lam = lam
+    mode, lam = searcher.resolve(mode, lam)
+    if asked_lam is not None and mode != "hybrid":
+        raise TwoTowerError(f"lambda weighs dense against BM25 in mode hybrid; mode {mode} does not use it: drop "
+                            "it or search with mode='hybrid'")
+    if norm is not None and mode != "hybrid":
+        raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {mode} does not use it")
+    if not has_text and (mode != "dense" or rerank is not None):
+        raise TwoTowerError(f"query_vector alone searches the dense side; mode {mode}"
+                            f"{' and rerank' if rerank is not None else ''} need the query's text: give query too")
+    check_number(passages, "passages", integer=True, minimum=1)
+    return mode, lam

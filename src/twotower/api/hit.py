@@ -1,5 +1,4 @@
-"""A search result as the API hands it out (:class:`Hit`, with the passage of its document that matched), and the
-lock one :class:`~twotower.Index` takes around each call.
+"""A search result as the API hands it out: :class:`Hit`, with the passage of its document that matched.
 
 Example::
 
@@ -71,14 +70,13 @@ def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np
             for (d, s), doc, p in zip(ranked, docs, best)]
 
 
-def _locked(method):
-    """``method`` run under the index's lock: a tokenizer (Hugging Face's fast ones) and a version switch are not
-    safe under concurrent calls, so one Index serves one call at a time (threads may share it)."""
-    import functools
 
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
+def passage_query_vectors(searcher, store, mode: str, filter, queries: list[str]) -> np.ndarray | None:
+    """The queries' vectors, encoded once for both the search and each hit's best passage, when ``store`` keeps
+    passages and ``mode`` encodes queries (a bad ``filter`` fails first, before any encoding); else None."""
+    if mode == "bm25" or not getattr(store, "passages", None):
+        return None
+    from twotower.retrieval.searcher import restriction
 
-    return wrapper
+    restriction(store, filter)
+    return searcher.encode_queries(queries)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from twotower.api._errors import user_errors
 from twotower.api.dataset import corpus_documents, stored_document
-from twotower.api.hit import Hit, _locked, hits_of
+from twotower.api.hit import Hit, hits_of
+from twotower.api.index_manage import Managing, locked as _locked
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
@@ -16,12 +17,13 @@ __all__ = ["Hit", "Index", "corpus_documents"]
 log = logging.getLogger(__name__)
 
 
-class Index:
+class Index(Managing):
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
     even while another process adds documents. Documents carry metadata (every field but id, title and text),
     returned on each :class:`Hit` and filtered on with ``search(..., filter=...)``; ``added_ids`` holds the ids the
-    last :meth:`build` / :meth:`add` through this object wrote, in order.
+    last :meth:`build` / :meth:`add` through this object wrote, in order. Without a query: :meth:`list`,
+    :meth:`count`, :meth:`get`, :meth:`delete` (by filter) and :meth:`update` (metadata only).
 
     Example::
 
@@ -253,7 +255,8 @@ class Index:
         ``rerank``: a cross-encoder directory or :class:`Reranker` re-scoring the top ``rerank_depth`` (default
         100), ``"none"`` to leave a fitted one out. ``ef_search``/``nprobe``: HNSW / IVF search breadth.
         ``filter``: a metadata filter (``{"field": value}``, ``$eq $ne $gt $gte $lt $lte $in $nin $exists``,
-        ``$and`` / ``$or``, dotted paths: :mod:`twotower.retrieval.filters`): only the documents it lets through
+        ``$and`` / ``$or`` / ``$not``, dotted paths, ``{"$text": {"$contains": "phrase"}}`` on the text:
+        :mod:`twotower.retrieval.filters`): only the documents it lets through
         are searched, in every mode — the ``k`` best of them (exact on flat indexes; fewer only when fewer match).
         ``query_vector``: the query's vector (or a list, one per query) for the dense side instead of encoding the
         text (an index of precomputed vectors: :meth:`build`); alone it searches in mode ``dense``, with ``query``
@@ -268,7 +271,6 @@ class Index:
             print(hits[0].id, hits[0].score, len(batch), [h.metadata for h in teas])
         """
         from twotower.api.index_vectors import query_inputs
-
         queries, single, vectors, texts = query_inputs(query, query_vector)
         for i, q in enumerate(queries):
             if not isinstance(q, str) or not q.strip():
@@ -286,29 +288,15 @@ class Index:
 
         rerank, rerank_depth, weight = chosen_reranker(rerank, rerank_depth, mode=mode, fitted=searcher.defaults,
                                                        store=store)
-        asked_lam = lam
-        mode, lam = searcher.resolve(mode, lam)  # a fitted model's own mode and λ unless given
-        if asked_lam is not None and mode != "hybrid":
-            raise TwoTowerError(f"lambda weighs dense against BM25 in mode hybrid; mode {mode} does not use it: drop "
-                                "it or search with mode='hybrid'")
-        if norm is not None and mode != "hybrid":
-            raise TwoTowerError(f"norm normalises the two sides of mode hybrid; mode {mode} does not use it")
-        if not texts and (mode != "dense" or rerank is not None):
-            raise TwoTowerError(f"query_vector alone searches the dense side; mode {mode}"
-                                f"{' and rerank' if rerank is not None else ''} need the query's text: give query too")
+        from twotower.api._checks import resolve_search
+        mode, lam = resolve_search(searcher, mode, lam, norm, has_text=bool(texts), rerank=rerank, passages=passages)
         rerank_depth = 100 if rerank_depth is None else rerank_depth
         depth = max(k, rerank_depth) if rerank is not None else k
-        from twotower.checks import check_number
-
-        check_number(passages, "passages", integer=True, minimum=1)
         searcher.query_vectors = vectors  # None: encode the texts
         try:
-            q_vecs = None
-            if mode != "bm25" and getattr(store, "passages", None):  # encoded once: the search and the passages
-                from twotower.retrieval.searcher import restriction
+            from twotower.api.hit import passage_query_vectors
 
-                restriction(store, filter)  # a bad filter fails before any encoding
-                q_vecs = searcher.encode_queries(queries)
+            q_vecs = passage_query_vectors(searcher, store, mode, filter, queries)
             run = searcher.run({str(i): q for i, q in enumerate(queries)}, depth, mode=mode, lam=lam, norm=norm,
                                prf_depth=prf_depth, prf_weight=prf_weight, ef_search=ef_search, nprobe=nprobe,
                                store=store, filter=filter, query_vectors=q_vecs)

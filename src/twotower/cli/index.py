@@ -1,4 +1,4 @@
-"""``twotower index build|add|remove|attach|info``: persistent index directories (``tt.Index``)."""
+"""``twotower index build|add|remove|attach|info`` (and ``list|count|get|delete|update``: cli.index_manage): persistent index directories (``tt.Index``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ index_app = typer.Typer(help="Build and grow a persistent index directory.", no_
 
 
 def register(app: typer.Typer) -> None:
+    from twotower.cli.index_manage import add_commands
+
+    add_commands(index_app)  # list, count, get, delete, update
     app.add_typer(index_app, name="index")
 
 

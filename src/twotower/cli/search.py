@@ -13,7 +13,8 @@ from twotower.cli.console import DEVICE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP, c
 from twotower.errors import TwoTowerError
 
 FILTER_HELP = ('Only documents whose metadata pass this filter: JSON such as \'{"source": "wiki", "year": {"$gte": '
-               '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, dotted paths), or @FILE.json '
+               '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, $not, dotted paths, '
+               '{"$text": {"$contains": "phrase"}}: an exact substring of the text), or @FILE.json '
                'to read it from a file. Docs: "Your documents: metadata and filters".')
 
 

@@ -129,6 +129,14 @@ class MetadataColumns:
             metadata = [json.loads(line).get("metadata") or {} for line in lines]
         return cls(metadata, num_docs)
 
+    text_source = None  # phrase -> row mask over the documents' text (set by columns_of: retrieval.text_filter)
+
+    def contains(self, phrase: str) -> np.ndarray:
+        """The rows whose text holds ``phrase`` (a ``$text`` filter's mask)."""
+        if self.text_source is None:
+            raise ValueError("these metadata columns were built without the documents' text")
+        return self.text_source(phrase)
+
     def paths(self) -> list[str]:
         """The dotted paths present in any document."""
         return sorted(".".join(p) for p in self._columns)
@@ -201,5 +209,8 @@ def columns_of(store) -> MetadataColumns:
     if cols is None:  # a version's files never change: read once
         with _no_gc():
             cols = MetadataColumns.from_docs_jsonl((store.dir / "docs.jsonl").read_bytes(), len(store))
+        from twotower.retrieval.text_filter import TextScan
+
+        cols.text_source = TextScan(store)
         store._metadata_columns = cols
     return cols

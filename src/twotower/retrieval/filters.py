@@ -8,8 +8,10 @@ A filter is a JSON object over a document's metadata (:mod:`twotower.data.metada
     {"author.name": {"$ne": "Ann"}}                      a dotted path into nested objects
 
 Operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists`` on a field; ``$and`` / ``$or`` over a non-empty list of
-filters. A field may take several operators at once (``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no
-filter (every document matches).
+filters; ``$not`` over one filter (the documents it does not let through, missing fields included: see
+:mod:`twotower.retrieval.filter_ops`); ``{"$text": {"$contains": "phrase"}}`` on the document's text (an exact,
+case-sensitive substring of the text, not of the title). A field may take several operators at once
+(``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no filter (every document matches).
 
 The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` and in every search mode):
 
@@ -50,6 +52,7 @@ import numpy as np
 from twotower.data.metadata import kind
 from twotower.errors import DataError
 from twotower.retrieval.filter_columns import RANGES, MetadataColumns
+from twotower.retrieval.filter_ops import negated_expr, text_expr, text_phrase
 
 
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
@@ -81,8 +84,9 @@ class Filter:
         assert f.matches({"type": "tea", "year": 2021}) and not f.matches({"type": "tea"})
     """
 
-    def matches(self, metadata: dict) -> bool:
-        """Whether one document's metadata passes (the reference the vectorised :meth:`mask` is tested against)."""
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
+        """Whether one document's metadata (and ``text``, for a ``$text`` filter) passes (the reference the
+        vectorised :meth:`mask` is tested against)."""
         raise NotImplementedError
 
     def mask(self, columns: "MetadataColumns") -> np.ndarray:
@@ -111,7 +115,7 @@ class Condition(Filter):
             node = node[part]
         return node
 
-    def matches(self, metadata: dict) -> bool:
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
         value = self.resolve(metadata)
         if self.op == "$exists":
             return (value is not _MISSING) == self.value
@@ -136,8 +140,8 @@ class And(Filter):
 
     parts: tuple[Filter, ...]
 
-    def matches(self, metadata: dict) -> bool:
-        return all(p.matches(metadata) for p in self.parts)
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
+        return all(p.matches(metadata, text) for p in self.parts)
 
     def mask(self, columns: "MetadataColumns") -> np.ndarray:
         out = np.ones(columns.num_docs, dtype=bool)
@@ -156,14 +160,51 @@ class Or(Filter):
 
     parts: tuple[Filter, ...]
 
-    def matches(self, metadata: dict) -> bool:
-        return any(p.matches(metadata) for p in self.parts)
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
+        return any(p.matches(metadata, text) for p in self.parts)
 
     def mask(self, columns: "MetadataColumns") -> np.ndarray:
         out = np.zeros(columns.num_docs, dtype=bool)
         for part in self.parts:
             out |= part.mask(columns)
         return out
+
+
+@dataclass(frozen=True)
+class Not(Filter):
+    """The documents ``part`` does not let through (``{"$not": {...}}``): a document that lacks a field ``part``
+    tests passes (unlike ``$ne``)."""
+
+    part: Filter
+
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
+        return not self.part.matches(metadata, text)
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        return ~self.part.mask(columns)
+
+
+@dataclass(frozen=True)
+class Text(Filter):
+    """The document's text holds ``phrase`` (``{"$text": {"$contains": phrase}}``): an exact, case-sensitive
+    substring of the text (the title and the metadata are not searched)."""
+
+    phrase: str
+
+    def matches(self, metadata: dict, text: str | None = None) -> bool:
+        if text is None:
+            raise _fail("a $text filter needs the document's text; pass matches(metadata, text)", "$text")
+        return self.phrase in text
+
+    def mask(self, columns: "MetadataColumns") -> np.ndarray:
+        return columns.contains(self.phrase)
+
+
+def _parse_not(value: Any, parse) -> Filter:
+    if not isinstance(value, dict) or not value:
+        raise _fail(f"$not takes one non-empty filter object, got {json.dumps(value, default=str)[:60]}", "$not",
+                    '{"$not": {"kind": "tea"}}')
+    return Not(parse(value, "$not"))
 
 
 def _scalar(value: Any, field: str) -> Any:
@@ -201,7 +242,7 @@ def _condition(path: tuple[str, ...], op: str, value: Any, name: str) -> Conditi
 
 def _field(name: str, spec: Any) -> Filter:
     if name.startswith("$"):
-        known = ", ".join(LOGICAL)
+        known = ", ".join(LOGICAL + ("$not", "$text"))
         raise _fail(f"unknown operator {name!r} where a field name or one of {known} belongs", name,
                     f"field operators ({', '.join(COMPARISONS)}) go inside a field: {{\"field\": {{\"$gt\": 1}}}}")
     path = tuple(name.split("."))
@@ -231,7 +272,9 @@ def _parse(obj: Any, where: str) -> Filter:
     for key, value in obj.items():
         if not isinstance(key, str):
             raise _fail(f"key {key!r} is not a string", where)
-        if key in LOGICAL:
+        if key in ("$not", "$text"):
+            parts.append(_parse_not(value, _parse) if key == "$not" else Text(text_phrase(value)))
+        elif key in LOGICAL:
             if not isinstance(value, (list, tuple)) or not value:
                 raise _fail(f"{key} takes a non-empty list of filters, got {json.dumps(value, default=str)[:60]}",
                             key, f'e.g. {{"{key}": [{{"a": 1}}, {{"b": 2}}]}}')
@@ -309,9 +352,11 @@ def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
     Where Milvus (Lite 3.2, checked by ``tests/test_filters.py``) differs from :meth:`Filter.matches`: a range
     operator on a list-valued field (Milvus compares the field, not its elements); a boolean equals the numbers
     1 / 0 there (``{"ok": 1}`` finds ``"ok": true``); a field holding null counts as missing (``$exists``).
-    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. A Milvus index
-    searches with :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where
-    the collection's documents could meet them.
+    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. ``$not`` is pushed
+    down to the conditions, each negated so that a missing field passes, and ``$text`` becomes ``text like``
+    (:mod:`twotower.retrieval.filter_ops`). A Milvus index searches with
+    :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where the
+    collection's documents could meet them.
 
     Example::
 
@@ -322,10 +367,15 @@ def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
     if flt.empty:
         return ""
 
-    def walk(f: Filter) -> str:
+    def walk(f: Filter, negated: bool = False) -> str:
         if isinstance(f, Condition):
-            return _milvus_condition(f, field)
-        joiner = " and " if isinstance(f, And) else " or "
-        return "(" + joiner.join(walk(p) for p in f.parts) + ")"
+            expr = _milvus_condition(f, field)
+            return negated_expr(expr, f.op, _milvus_path(field, f.path)) if negated else expr
+        if isinstance(f, Not):
+            return walk(f.part, not negated)
+        if isinstance(f, Text):
+            return text_expr(f.phrase, negated)
+        joiner = " and " if isinstance(f, And) != negated else " or "  # De Morgan under $not
+        return "(" + joiner.join(walk(p, negated) for p in f.parts) + ")"
 
     return walk(flt)

@@ -10,6 +10,10 @@ Endpoints (OpenAPI schema at ``/openapi.json``, docs at ``/docs``)::
     POST   /documents         {"documents": [...], "replace"}   → the new version and the "ids" written   (API key)
                               (each document {"_id", "title", "text", "metadata"} or a plain string)
     DELETE /documents/{id}                                      → the new version   (API key)
+    POST   /list, /count      {"filter", ...}                   → a page of documents in id order / how many
+    POST   /documents/delete  {"filter": non-empty}             → the ids deleted   (API key)
+    PATCH  /documents         {"ids" / "filter", "metadata"}    → metadata only, no re-encoding   (API key)
+    (the last four: serve.manage)
     GET    /healthz                                             → status, version, documents
     GET    /metrics                                             → Prometheus text
     GET    /info                                                → modes, metadata fields, limits (for clients)
@@ -51,6 +55,7 @@ from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
     API_KEY_HEADER, BASIC_CHALLENGE, basic_password, check_api_key, read_api_key,
 )
 from twotower.serve.body_limit import BodySizeLimit
+from twotower.serve.manage import add_store_routes
 from twotower.serve.metrics import request_metrics
 from twotower.serve.models import build_models
 from twotower.serve.page import PAGE_FILES, add_search_page
@@ -354,6 +359,7 @@ def create_app(
         return columns_of(store).paths()[:MAX_METADATA_FIELDS]
 
     add_search_page(app)  # serve.page: HTML, JS and CSS at / and /static/NAME
+    add_store_routes(app, state, limits, reader=reader, writer=writer, errors=errors)  # /list /count, serve.manage
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(reader)])
     def metrics() -> PlainTextResponse:

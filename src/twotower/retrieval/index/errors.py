@@ -15,3 +15,7 @@ class UnknownIdError(IndexStoreError):
 
 class DimensionError(IndexStoreError):
     """Vectors whose dimension differs from the index's."""
+
+
+class WouldEmptyError(IndexStoreError):
+    """A delete that would leave the index without documents (an index holds at least one)."""

@@ -16,7 +16,9 @@ condition only where a document could be answered differently:
 - a number compared (``$eq $ne $gt $gte $lt $lte $in $nin``) on a path that has held a boolean (as a value or a list
   element), or a boolean compared on a path that has held a number;
 - ``$gt $gte $lt $lte`` on a path that has held a list;
-- ``$exists``, ``$ne`` or ``$nin`` on a path that has held null.
+- ``$exists``, ``$ne`` or ``$nin`` on a path that has held null;
+- under ``$not``, ``$gt $gte $lt $lte`` on a path that has held values of another kind than the compared one
+  (:mod:`twotower.retrieval.filter_ops`); and a ``$text`` phrase holding a backslash.
 
 The refusal is a :class:`~twotower.DataError` naming the path, the operator and what to do instead. Everything else
 (the tests hold a table of such filters against the local index) selects the same documents as locally.
@@ -29,7 +31,7 @@ from typing import Any
 from twotower.checks import given
 from twotower.data.metadata import kind
 from twotower.errors import DataError
-from twotower.retrieval.filters import And, Condition, Filter, Or, parse_filter, to_milvus_expr
+from twotower.retrieval.filters import And, Condition, Filter, Not, Or, parse_filter, to_milvus_expr
 
 FIELD = "metadata"  # the collection's JSON field
 RANGE_OPS = ("$gt", "$gte", "$lt", "$lte")
@@ -88,6 +90,19 @@ def _check(c: Condition, kinds: dict[str, list[str]]) -> None:
                       f"{given('backend', 'faiss')}")
 
 
+def _check_negated(c: Condition, kinds: dict[str, list[str]]) -> None:
+    """Under ``$not``, a range on a path that has held values of another kind than the compared one (Milvus answers
+    "unknown" there, and its ``not`` keeps it unknown: :mod:`twotower.retrieval.filter_ops`)."""
+    if c.op not in RANGE_OPS:
+        return
+    other = set(kinds.get(".".join(c.path), ())) - {kind(c.value), "null"}
+    if other:
+        name = ".".join(c.path)
+        raise _refuse(c, f"under $not, documents hold {', '.join(sorted(other))} in '{name}', which Milvus cannot "
+                      f"compare with a {kind(c.value)}", "keep one kind of value per field, or use "
+                      f"{given('backend', 'faiss')}")
+
+
 def milvus_filter(flt: Filter | dict | str | None, kinds: dict[str, list[str]]) -> str:
     """The Milvus expression of ``flt`` over the ``metadata`` field (``""`` for no filter), after refusing the
     conditions Milvus would answer differently given the ``kinds`` the collection's documents have held (see the
@@ -100,12 +115,16 @@ def milvus_filter(flt: Filter | dict | str | None, kinds: dict[str, list[str]]) 
     """
     flt = parse_filter(flt)
 
-    def walk(f: Filter) -> None:
+    def walk(f: Filter, negated: bool = False) -> None:
         if isinstance(f, Condition):
             _check(f, kinds)
+            if negated:
+                _check_negated(f, kinds)
         elif isinstance(f, (And, Or)):
             for part in f.parts:
-                walk(part)
+                walk(part, negated)
+        elif isinstance(f, Not):
+            walk(f.part, not negated)
 
     walk(flt)
     return to_milvus_expr(flt, FIELD)
