@@ -134,8 +134,10 @@ def test_update_changes_metadata_only(index):
     got = {d.id: d.metadata for d in index.get(["d1", "g00", "g01"])}
     assert got["d1"] == {"a": 1} and got["g00"] == {"b": 2}
     assert got["g01"] == {k: v for k, v in want["g01"].items() if k not in ("src", "tags")}
-    with pytest.raises(tt.DataError, match="reserved"):
-        index.update(["d1"], metadata={"title": "x"})
+    title = index.get(["d1"])[0].title
+    index.update(["d1"], metadata={"title": "x", "text": "y"})  # metadata is its own namespace (#53 item 2)
+    d1 = index.get(["d1"])[0]
+    assert d1.metadata == {"a": 1, "title": "x", "text": "y"} and d1.title == title and d1.text != "y"
     with pytest.raises(tt.TwoTowerError, match="same length"):
         index.update(["d1"], metadata=[{}, {}])
     assert index.update(filter={"src": "nothing"}, metadata={"x": 1}) == []
