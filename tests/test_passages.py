@@ -314,3 +314,75 @@ def test_langchain_and_llama_index_return_passages(tmp_path, tiny_bert_dir, docs
         source = n.node.source_node.node_id
         assert texts[source][n.node.start_char_idx:n.node.end_char_idx] == n.node.text
         assert n.node.metadata == metadata[source]
+
+
+_KILL_PASSAGES = """
+import sys, time
+import numpy as np
+from twotower.retrieval import store as st
+from twotower.retrieval.index import writer
+
+root, op = sys.argv[1], sys.argv[2]
+target = writer.fill_version
+
+
+def hang(*args, **kwargs):
+    out = target(*args, **kwargs)  # every file of the new version written into its temp folder
+    print("MIDWAY", flush=True)
+    time.sleep(120)
+    return out
+
+
+writer.fill_version = hang
+live = st.IndexStore.open(root)
+if op == "remove":
+    live.remove(["p1"], show_progress=False)
+else:  # replace p2 (3 passages) by a document of 5
+    v = np.random.default_rng(9).standard_normal((5, 16)).astype(np.float32)
+    spans = np.array([[0, 2], [1, 3], [2, 4], [3, 5], [4, 6]])
+    live.add(st.NewDocs(["p2"], [""], ["abcdef"], v, np.array([0, 5]), spans=spans), replace=True,
+             show_progress=False)
+"""
+
+
+@pytest.mark.parametrize("op", ["remove", "replace"])
+def test_sigkill_during_a_write_leaves_every_passage_of_the_version_before(tmp_path, op):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from twotower.retrieval.store import IndexStore, NewDocs
+
+    root = tmp_path / "idx"
+    rng = np.random.default_rng(4)
+    counts = [1, 2, 3, 1]
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    spans = np.array([[0, 4], [0, 3], [2, 5], [0, 2], [1, 3], [2, 4], [0, 1]])
+    texts = ["abcd", "abcde", "abcd", "a"]
+    IndexStore.build(root, NewDocs(["p0", "p1", "p2", "p3"], [""] * 4, texts,
+                                   rng.standard_normal((7, 16)).astype(np.float32), offsets, spans=spans),
+                     model={"name": "test"}, show_progress=False, passages={"window": 8, "overlap": 1,
+                                                                            "max_passages": 10})
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_PASSAGES, str(root), op], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout.readline().strip() == "MIDWAY", proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = IndexStore.open(root, verify=True)
+    assert store.version == "v000001" and list(store.doc_ids) == ["p0", "p1", "p2", "p3"]
+    assert store.offsets.tolist() == offsets.tolist() and np.asarray(store.spans).tolist() == spans.tolist()
+    after = store.remove(["p1"], show_progress=False) if op == "remove" else store.add(
+        NewDocs(["p2"], [""], ["ab"], rng.standard_normal((1, 16)).astype(np.float32), np.array([0, 1]),
+                spans=np.array([[0, 2]])), replace=True, show_progress=False)
+    kept = {"p0": [[0, 4]], "p1": [[0, 3], [2, 5]], "p2": [[0, 2], [1, 3], [2, 4]], "p3": [[0, 1]]}
+    if op == "remove":
+        del kept["p1"]
+    else:
+        kept["p2"] = [[0, 2]]
+    assert {d: np.asarray(after.spans[after.offsets[after.row_of[d]]:after.offsets[after.row_of[d] + 1]]).tolist()
+            for d in after.doc_ids} == kept
