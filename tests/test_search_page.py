@@ -157,7 +157,7 @@ def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, ti
                     "max_query_chars": 2048}
     assert c.post("/documents", json={"documents": [MARKUP]}, headers=HEADERS).status_code == 200
     info = c.get("/info").json()
-    assert info["metadata_fields"] == ["cohort", "cohort.size", "tags", "year"] and info["documents"] == 7
+    assert info["metadata_fields"] == ["cohort.size", "tags", "year"] and info["documents"] == 7
     assert info["version"] == "v000002"
 
     from twotower.retrieval.indexing import EncodeConfig, build_index

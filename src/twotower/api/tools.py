@@ -75,10 +75,9 @@ def fetch_beir(name: str = "scifact", cache: str | Path = ".cache/data") -> Path
 
 
 # ---------------------------------------------------------------- the HTTP service
-def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: str | Path | None = None,
-               keyed_reads: bool = False,
-               model: str | None = None, precision: str = "auto", device: str = "auto",
-               query_runtime: str = "auto", max_k: int = 1000, max_batch: int = 64,
+def create_app(index, *, api_key: str | None = None, api_key_file: str | Path | None = None,
+               keyed_reads: bool = False, model: str | None = None, precision: str | None = None,
+               device: str | None = None, query_runtime: str | None = None, max_k: int = 1000, max_batch: int = 64,
                max_body_bytes: int = 4 * 1024 * 1024):
     """The search service over an index as a FastAPI app (run it with any ASGI server): ``POST /search`` and
     ``/search/batch``, ``GET /documents/{id}``, ``POST /documents`` and ``DELETE /documents/{id}`` (with
@@ -86,6 +85,12 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
     ``/info``, and a search page for browsers at ``/``. ``keyed_reads`` requires the key for reads too (the page's
     browser sends it as the password of HTTP Basic authentication).
     Needs the ``serve`` extra (``pip install 'twotower[serve]'``).
+
+    ``index``: an index folder, or an open :class:`~twotower.Index` (from :meth:`~twotower.Index.build` or
+    :meth:`~twotower.Index.open`), served as it is: its live version, its encoder (loaded once, shared with the
+    ``Index``), its ``model``, ``device`` and ``precision`` unless given here; writes through the service reach
+    the same store, so the ``Index`` sees them on its next call. ``precision`` / ``device`` / ``query_runtime``
+    left out: the ``Index``'s, else ``auto``.
 
     Example::
 
@@ -112,8 +117,46 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
 
         api_key = check_api_key(api_key)
     limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
-    return _create(index, api_key=api_key, open_reads=not keyed_reads, limits=limits, model=model,
-                   precision=precision, query_runtime=query_runtime, device=device)
+    served, lock, options = _served(index, model=model, precision=precision, device=device,
+                                    query_runtime=query_runtime, api_key=api_key, keyed_reads=keyed_reads)
+    return _create(served, api_key=api_key, open_reads=not keyed_reads, limits=limits, compute_lock=lock, **options)
+
+
+def _served(index, *, model, precision, device, query_runtime, api_key, keyed_reads):
+    """What :func:`create_app` serves: ``(folder or Searcher, the lock around its encoder or None, options)``. An
+    open Index gives a searcher of its own over the same store, sharing the Index's encoder (and its lock) where
+    the model and device are the Index's. The service's own option checks run first, before any loading."""
+    import copy
+    import os
+
+    from twotower.api.index import Index
+    from twotower.errors import TwoTowerError
+    from twotower.serve.app import check_access, check_options
+
+    if not isinstance(index, (str, os.PathLike, Index)):
+        raise TwoTowerError(f"index: an index folder (a str or pathlib.Path) or an open twotower.Index "
+                            f"(tt.Index.build / tt.Index.open), not {type(index).__name__}")
+    if not isinstance(index, Index):
+        return index, None, {"model": model, "precision": precision or "auto", "device": device or "auto",
+                             "query_runtime": query_runtime or "auto"}
+    base = index._searcher
+    options = {"model": None, "precision": precision or index.precision, "device": device or index.device,
+               "query_runtime": query_runtime or base.query_runtime}
+    check_options(precision=options["precision"], query_runtime=options["query_runtime"])
+    check_access(api_key, open_reads=not keyed_reads)  # before the encoder is loaded
+    with index._lock:
+        base.refresh()
+        if model in (None, base._model_override) and options["device"] == index.device:
+            base.encoder  # loaded once, the Index's and the service's
+            searcher = copy.copy(base)
+            searcher.precision, searcher.query_runtime = options["precision"], options["query_runtime"]
+            searcher._onnx_queries = base._onnx_queries if base.query_runtime == searcher.query_runtime else False
+            return searcher, index._lock, options
+    from twotower.retrieval.searcher import Searcher
+
+    searcher = Searcher(base.store, model=model or base._model_override, query_runtime=options["query_runtime"],
+                        precision=options["precision"], device=options["device"])
+    return searcher, None, options
 
 
 def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:

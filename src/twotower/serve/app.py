@@ -75,8 +75,23 @@ def check_options(*, precision: str = "auto", query_runtime: str = "auto") -> No
     check_query_runtime(query_runtime)
 
 
+def leaf_paths(paths: list[str]) -> list[str]:
+    """The sorted dotted ``paths`` that no other path continues: ``["a", "a.b", "c"]`` → ``["a.b", "c"]``."""
+    parents = {p[:i] for p in paths for i, c in enumerate(p) if c == "."}
+    return sorted(p for p in paths if p not in parents)
+
+
+def check_access(api_key: str | None, open_reads: bool) -> None:
+    """The key's form, and keyed reads refused without a key: checked before the index and the model are loaded."""
+    key = flag("api_key", "--api-key-file")  # api_key from Python, --api-key-file on the command line
+    if api_key is not None:
+        check_api_key(api_key, key)
+    if not open_reads and api_key is None:
+        raise TwoTowerError(f"keyed reads ({switch('keyed_reads')}) need an API key ({key})")
+
+
 def create_app(
-    index_path: str | Path,
+    index_path,
     api_key: str | None = None,
     open_reads: bool = True,
     limits: ServeLimits | None = None,
@@ -85,8 +100,10 @@ def create_app(
     precision: str = "auto",
     query_runtime: str = "auto",
     device: str = "auto",
+    compute_lock=None,
 ):
-    """A FastAPI app serving the index at ``index_path``.
+    """A FastAPI app serving the index at ``index_path`` (a folder; or a ``Searcher`` to share, with the lock its
+    owner holds around the encoder, ``compute_lock``: :class:`~twotower.serve.state.ServiceState`).
 
     ``api_key``: the key writes (and, with ``open_reads=False``, reads) must send in the
     ``X-API-Key`` header; without one, writes are refused (403). ``model`` overrides the encoder
@@ -104,13 +121,11 @@ def create_app(
 
     limits = limits or ServeLimits()
     check_options(precision=precision, query_runtime=query_runtime)
+    check_access(api_key, open_reads)  # before the index and the model are loaded
     key = flag("api_key", "--api-key-file")  # api_key from Python, --api-key-file on the command line
-    if api_key is not None:  # checked before the index and the model are loaded
-        check_api_key(api_key, key)
-    if not open_reads and api_key is None:
-        raise TwoTowerError(f"keyed reads ({switch('keyed_reads')}) need an API key ({key})")
     no_key = f"writes are disabled: start the server with {key} to allow them"  # requests run outside this context
-    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
+    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device,
+                         compute_lock=compute_lock)
 
     m = build_models(limits)
     SearchRequest, BatchSearchRequest, SearchResponse, BatchSearchResponse = (
@@ -337,7 +352,8 @@ def create_app(
                     max_query_chars=limits.max_query_chars)
 
     def metadata_fields(store) -> list[str] | None:
-        """The dotted metadata paths of ``store``'s documents; None when not known without reading every document
+        """The dotted paths of ``store``'s documents' leaf metadata fields (a field that holds objects shows as the paths
+        inside it); None when not known without reading every document
         of a large index (or at all: Milvus)."""
         from twotower.retrieval.filter_columns import columns_of
 
@@ -345,7 +361,7 @@ def create_app(
             return None
         if getattr(store, "_metadata_columns", None) is None and len(store) > METADATA_FIELDS_READ_UP_TO:
             return None
-        return columns_of(store).paths()[:MAX_METADATA_FIELDS]
+        return leaf_paths(columns_of(store).paths())[:MAX_METADATA_FIELDS]
 
     add_search_page(app)  # serve.page: HTML, JS and CSS at / and /static/NAME
 

@@ -163,8 +163,8 @@ def build_models(limits) -> SimpleNamespace:
         modes: list[Mode] = Field(description="the search modes this index supports")
         default_mode: Mode = Field(description="the mode a search without one uses")
         metadata_fields: list[str] | None = Field(
-            description="the dotted paths of the documents' metadata (empty: none has metadata; null: not known, "
-                        "as on a Milvus index)")
+            description="the dotted paths of the documents' leaf metadata fields (a field holding objects shows as "
+                        "the paths inside it; empty: none has metadata; null: not known, as on a Milvus index)")
         max_k: int
         max_query_chars: int
 

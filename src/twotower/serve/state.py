@@ -43,20 +43,27 @@ class ServiceState:
     """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
 
     def __init__(
-        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
-        device: str = "auto",
+        self, index, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
+        device: str = "auto", compute_lock=None,
     ) -> None:
+        """``index``: an index folder, or a :class:`~twotower.retrieval.searcher.Searcher` to serve as it is (an
+        open ``twotower.Index``'s, whose encoder, model and store the service then shares: ``api.tools``), with the
+        lock its owner holds around the encoder (``compute_lock``), so that the two never run it at once."""
         from twotower.retrieval.indexing import EncodeConfig
         from twotower.retrieval.searcher import Searcher
 
-        self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
-                                 device=device)
+        if isinstance(index, Searcher):
+            self.searcher = index
+            self.index = Path(index.store.root)
+        else:
+            self.index = Path(index)
+            self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
+                                     device=device)
         self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
         self.cfg = EncodeConfig(precision=precision, show_progress=False, device=device)
         # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
         # and FAISS use every core anyway: one search or encode at a time.
-        self.compute_lock = threading.Lock()
+        self.compute_lock = compute_lock if compute_lock is not None else threading.Lock()
         self.write_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
 
