@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,14 @@ class Index:
 
         import threading
 
+        from twotower.api.encoder import model_argument
+
+        if isinstance(path, Index):  # another Index over the same folder, with this call's settings
+            path = path.path
+        elif not isinstance(path, (str, os.PathLike)):
+            raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not "
+                                f"{type(path).__name__}")
+        model = model_argument(model, "model")
         self.path = Path(path)
         self.device = device
         self.precision = precision
@@ -144,6 +153,13 @@ class Index:
         from twotower.retrieval.store import IndexSpec
         from twotower.encoders.runtimes import check_runtime
 
+        from twotower.api.encoder import model_argument
+        from twotower.api.encoder import Encoder
+
+        if isinstance(path, Index):  # a new version of an open index's folder
+            path = path.path
+        if encoder is not None and not isinstance(encoder, Encoder):
+            encoder = model_argument(encoder, "encoder")  # a FitResult: its model
         check_output_dir(path, "path")  # before any loading or encoding
         from twotower.api._checks import check_build_options
 

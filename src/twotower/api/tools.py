@@ -40,21 +40,26 @@ def fetch_model(name: str, *, dest: str | Path | None = None, from_dir: str | Pa
                   install=install, force=force)
 
 
-def align_languages(model: str | None, data: str | Path, out: str | Path, *, per_language: int = 1000,
+def align_languages(model, data, out: str | Path, *, per_language: int = 1000,
                     directions: int | None = None, precision: str = "auto", show_progress: bool = True) -> dict:
     """Remove the language directions from a multilingual model (LIR): encode up to ``per_language`` documents of
     each language in ``data``'s corpus, take each language's mean, and project the directions that separate them out
     of the model's output, so that a question ranks answers in every language alike. Writes a model directory at
-    ``out`` (new or empty) and returns the report (languages, directions removed).
+    ``out`` (new or empty) and returns the report (languages, directions removed). ``model``: a name or directory,
+    an :class:`~twotower.Encoder` or a :class:`~twotower.FitResult`; ``data``: a BEIR folder or a loaded
+    :class:`~twotower.Dataset`.
 
     Example::
 
         report = tt.align_languages("multilingual-e5-small", "xquad-r/pool", "e5-aligned")
         enc = tt.Encoder.load("e5-aligned")
     """
+    from twotower.api.dataset import data_folder
+    from twotower.api.encoder import model_argument
     from twotower.encoders.language_bias import align_languages as _align
     from twotower.encoders.towers import EncodeOptions
 
+    model, data = model_argument(model, "model"), data_folder(data, "data")
     return _align(model, data, out, per_language=per_language, directions=directions,
                   opts=EncodeOptions(precision=precision, show_progress=show_progress))
 
@@ -133,6 +138,9 @@ def _served(index, *, model, precision, device, query_runtime, api_key, keyed_re
     from twotower.errors import TwoTowerError
     from twotower.serve.app import check_access, check_options
 
+    from twotower.api.encoder import model_argument
+
+    model = model_argument(model, "model")
     if not isinstance(index, (str, os.PathLike, Index)):
         raise TwoTowerError(f"index: an index folder (a str or pathlib.Path) or an open twotower.Index "
                             f"(tt.Index.build / tt.Index.open), not {type(index).__name__}")
@@ -169,6 +177,9 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
     """
     from twotower.errors import TwoTowerError
 
+    if not callable(app):  # an Index or a folder: uvicorn would start and answer every request with a 500
+        raise TwoTowerError(f"app: an app from tt.create_app, not {type(app).__name__}; for an index: "
+                            "tt.serve_index(tt.create_app(index))")
     try:
         import uvicorn
     except ImportError as exc:
