@@ -137,7 +137,11 @@ def test_the_script_calls_endpoints_that_answer_with_the_fields_it_reads(served_
     assert fields_read("answer") <= set(answer)
     hit = answer["hits"][0]
     assert (fields_read("hit") - {"highlight"}) <= set(hit) and {"id", "score", "title", "metadata"} <= fields_read("hit")
-    assert fields_read("highlight") <= set(hit["highlight"]) == {"title", "text", "cut_before", "cut_after"}
+    assert fields_read("highlight") == {"title", "text", "cut_before", "cut_after", "lead"}
+    assert set(hit["highlight"]) == {"title", "text", "cut_before", "cut_after"}  # a titled document: no lead
+    untitled = c.post("/search", json={"query": "mitochondria", "highlight": True, "k": 1, "mode": "bm25"}).json()
+    assert set(untitled["hits"][0]["highlight"]) == {"title", "text", "cut_before", "cut_after", "lead"}
+    assert fields_read("lead") == set(untitled["hits"][0]["highlight"]["lead"]) == {"text", "cut_after"}
     assert fields_read("piece") == {"text", "match"} and set(hit["highlight"]["text"][0]) == {"text", "match"}
     # what the error display reads: detail, a list of {loc, msg} for a 422
     bad = c.post("/search", json={"query": "x", "filter": {"year": {"$after": 1}}})

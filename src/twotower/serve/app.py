@@ -52,7 +52,7 @@ from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
 )
 from twotower.serve.body_limit import BodySizeLimit
 from twotower.serve.metrics import request_metrics
-from twotower.serve.models import build_models
+from twotower.serve.models import build_models, named_errors
 from twotower.serve.page import PAGE_FILES, add_search_page
 from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
 
@@ -132,7 +132,7 @@ def create_app(
         m.SearchRequest, m.BatchSearchRequest, m.SearchResponse, m.BatchSearchResponse)
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
-    Highlight, Segment, Info = m.Highlight, m.Segment, m.Info
+    Highlight, Segment, Lead, Info = m.Highlight, m.Segment, m.Lead, m.Info
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -156,7 +156,7 @@ def create_app(
             return error(422, "invalid_request", f"send the request body as JSON with the header 'Content-Type: "
                                                  f"application/json' (this request sent {content_type or 'none'!r})")
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-        return error(422, "invalid_request", detail)
+        return error(422, "invalid_request", named_errors(detail, getattr(exc, "body", None)))  # documents named
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException):
@@ -273,9 +273,13 @@ def create_app(
         hits = []
         for d, s, t, m, text in rows:
             window = marker.window(text, terms)
+            extra = {}
+            if not t.strip():  # untitled (a plain string): the text's start stands for the title
+                lead = marker.lead(text, terms)
+                extra["lead"] = Lead(text=pieces(lead.segments), cut_after=lead.cut_after)
             hits.append(Hit(id=d, score=s, title=t, metadata=m, highlight=Highlight(
                 title=pieces(marker.title(t, terms).segments), text=pieces(window.segments),
-                cut_before=window.cut_before, cut_after=window.cut_after)))
+                cut_before=window.cut_before, cut_after=window.cut_after, **extra)))
         return hits
 
     @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)],

@@ -146,12 +146,12 @@ def request_documents(items: list) -> list:
     """A ``POST /documents`` body's documents as :class:`~twotower.data.beir.Document` objects: a plain string gets
     its content id (:func:`twotower.document_id`, as the Python API gives it), a document object its own id, title,
     text and metadata, checked by the metadata rules (:mod:`twotower.data.metadata`; errors name
-    ``documents[i]`` and the field)."""
+    ``documents[i]``, its id and the field)."""
     from twotower.data.beir import Document
     from twotower.data.metadata import check_metadata, document_id
 
     return [Document(document_id(d), "", d, {}) if isinstance(d, str)
-            else Document(d.id, d.title, d.text, check_metadata(d.metadata, f"documents[{i}]"))
+            else Document(d.id, d.title, d.text, check_metadata(d.metadata, f"documents[{i}] (id {d.id!r})"))
             for i, d in enumerate(items)]
 
 
