@@ -177,9 +177,6 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
     """
     from twotower.errors import TwoTowerError
 
-    if not callable(app):  # an Index or a folder: uvicorn would start and answer every request with a 500
-        raise TwoTowerError(f"app: an app from tt.create_app, not {type(app).__name__}; for an index: "
-                            "tt.serve_index(tt.create_app(index))")
     try:
         import uvicorn
     except ImportError as exc:
@@ -190,4 +187,7 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
     from twotower.serve.port import check_port
 
     check_port(host, port)
+    if not callable(app):  # an Index or a folder: uvicorn would start and answer every request with a 500
+        raise TwoTowerError(f"app: an app from tt.create_app, not {type(app).__name__}; for an index: "
+                            "tt.serve_index(tt.create_app(index))")
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)
