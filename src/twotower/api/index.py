@@ -80,12 +80,9 @@ class Index:
 
         from twotower.api.encoder import model_argument
 
-        if isinstance(path, Index):  # another Index over the same folder, with this call's settings
-            path = path.path
-        elif not isinstance(path, (str, os.PathLike)):
-            raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not "
-                                f"{type(path).__name__}")
-        model = model_argument(model, "model")
+        path, model = (path.path if isinstance(path, Index) else path), model_argument(model, "model")  # objects too
+        if not isinstance(path, (str, os.PathLike)):
+            raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not {type(path).__name__}")
         self.path = Path(path)
         self.device = device
         self.precision = precision
@@ -153,13 +150,10 @@ class Index:
         from twotower.retrieval.store import IndexSpec
         from twotower.encoders.runtimes import check_runtime
 
-        from twotower.api.encoder import model_argument
-        from twotower.api.encoder import Encoder
+        from twotower.api.encoder import Encoder, model_argument
 
-        if isinstance(path, Index):  # a new version of an open index's folder
-            path = path.path
-        if encoder is not None and not isinstance(encoder, Encoder):
-            encoder = model_argument(encoder, "encoder")  # a FitResult: its model
+        path = path.path if isinstance(path, Index) else path  # an open Index: a new version of its folder
+        encoder = encoder if isinstance(encoder, (Encoder, type(None))) else model_argument(encoder, "encoder")
         check_output_dir(path, "path")  # before any loading or encoding
         from twotower.api._checks import check_build_options
 
