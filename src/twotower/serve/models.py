@@ -202,7 +202,7 @@ def named_errors(errors: list[dict], body) -> list[dict]:
     documents named by :func:`document_name` and told once: a document is an object or a plain string, and pydantic
     answers for both forms; only the form the document has is kept (both, as one message, for neither)."""
     docs = body.get("documents") if isinstance(body, dict) else None
-    out, told = [], set()
+    out, told, dropped = [], set(), []
     for e in errors:
         loc = list(e.get("loc", ()))
         if (not isinstance(docs, list) or loc[:2] != ["body", "documents"] or len(loc) < 4
@@ -220,8 +220,11 @@ def named_errors(errors: list[dict], body) -> list[dict]:
                                    f"string, not {kind}"})
             continue
         if isinstance(item, dict) != as_object:  # pydantic trying the form this document does not have
+            dropped.append(e)
             continue
         field = [str(p) for p in loc[4:]] if as_object else []
         out.append({**e, "loc": ["body", "documents", i, *field],
                     "msg": f"{name}{': ' + '.'.join(field) if field else ''}: {e.get('msg', '')}"})
-    return out
+        told.add(i)
+    # a document none of whose errors was kept (pydantic naming its forms otherwise): its errors as they came
+    return out + [e for e in dropped if e["loc"][2] not in told]

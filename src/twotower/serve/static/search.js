@@ -222,7 +222,7 @@ function renderTitle(hit) {
   const title = el("h2", "title");
   const highlight = hit.highlight || null;
   let pieces, more = false;
-  if (hit.title) {
+  if (hit.title.trim()) {
     pieces = highlight ? highlight.title : [{text: hit.title, match: false}];
   } else if (highlight && highlight.lead && highlight.lead.text.length) {
     title.classList.add("lead");
