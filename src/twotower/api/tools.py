@@ -134,13 +134,13 @@ def _served(index, *, model, precision, device, query_runtime, api_key, keyed_re
     import copy
     import os
 
+    from twotower.api.encoder import model_argument
     from twotower.api.index import Index
     from twotower.errors import TwoTowerError
     from twotower.serve.app import check_access, check_options
 
-    from twotower.api.encoder import model_argument
-
-    model = model_argument(model, "model")
+    model = model_argument(model, "model")  # an Encoder's source, a FitResult's model
+    model = None if model is None else str(model)
     if not isinstance(index, (str, os.PathLike, Index)):
         raise TwoTowerError(f"index: an index folder (a str or pathlib.Path) or an open twotower.Index "
                             f"(tt.Index.build / tt.Index.open), not {type(index).__name__}")
