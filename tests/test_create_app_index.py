@@ -108,3 +108,24 @@ def test_an_encoder_is_refused_before_anything_loads(built):
         tt.create_app(built, precision="fp8")
     with pytest.raises(tt.TwoTowerError, match="keyed reads"):
         tt.create_app(built, keyed_reads=True)
+
+
+def test_an_index_on_milvus_is_served_as_it_is(tmp_path, tiny_bert_dir):
+    """The same on the Milvus backend (Milvus Lite): the service shares the Index's store, so a write through either
+    is the other's next version."""
+    pytest.importorskip("pymilvus")
+    pytest.importorskip("milvus_lite")
+    ix = tt.Index.build(tmp_path / "mil", TEXTS, metadatas=KINDS, encoder=str(tiny_bert_dir), bm25=True,
+                        precision="fp32", show_progress=False, backend="milvus", uri=str(tmp_path / "m.db"),
+                        collection="served_object")
+    c = client(tt.create_app(ix, api_key=KEY))
+    for mode in ("dense", "bm25"):
+        r = c.post("/search", json={"query": "tea", "k": 4, "mode": mode, "filter": {"kind": "tea"}})
+        assert r.status_code == 200, r.text
+        assert [h["id"] for h in r.json()["hits"]] == [h.id for h in ix.search("tea", k=4, mode=mode,
+                                                                                 filter={"kind": "tea"})]
+    r = c.post("/documents", json={"documents": ["Oolong tea is partly oxidised."]}, headers={"X-API-Key": KEY})
+    assert r.status_code == 200, r.text
+    assert ix.search("oolong", k=1, mode="bm25")[0].id == r.json()["ids"][0]
+    ix.add(["Matcha is ground green tea."])
+    assert c.get("/healthz").json()["documents"] == len(TEXTS) + 2
