@@ -37,7 +37,8 @@ SWEPT = {
     "Reranker": "model_dir: a cross-encoder's folder; FitResult is path-like (its model), refused as not one",
     "Dataset.from_lists": "corpus: documents in memory, no path", "parse_filter": "obj: a filter, no path",
     "fetch_beir": "name: a BEIR name, no object", "fetch_model": "name: a registry name, no object",
-    "TrainConfig.from_toml": "path: a TOML file, no object", "document_id": "text, no path", "document_ids": "texts, no path",
+    "TrainConfig.from_toml": "path: a TOML file, no object", "document_id": "text, no path",
+    "document_ids": "texts, no path",
 }
 
 
@@ -100,7 +101,8 @@ def test_create_app_and_serve_index(world):
 
     ix, enc = world["ix"], world["enc"]
     query = {"query": "cats purr", "k": 3, "mode": "dense"}
-    want = TestClient(tt.create_app(ix.path, query_runtime="torch", precision="fp32")).post("/search", json=query).json()
+    served = TestClient(tt.create_app(ix.path, query_runtime="torch", precision="fp32"))
+    want = served.post("/search", json=query).json()
     for app in (tt.create_app(ix), tt.create_app(ix.path, model=enc, query_runtime="torch", precision="fp32"),
                 tt.create_app(ix.path, model=world["fr"], query_runtime="torch", precision="fp32")):
         assert TestClient(app).post("/search", json=query).json()["hits"] == want["hits"]

@@ -13,8 +13,8 @@ __all__ = ["analyze_doclength", "analyze_fidelity", "analyze_latency", "analyze_
 
 
 def _taken(config):
-    """``config`` with the objects the API hands out taken as paths (api.dataset.data_folder, api.encoder.model_argument): a loaded Dataset as ``data``
-    (its split the config's, where the config has one), Encoders and FitResults in ``models``."""
+    """``config`` with the objects the API hands out taken as paths (``data_folder``, ``model_argument``): a loaded
+    Dataset as ``data`` (its split the config's, where the config has one), Encoders and FitResults in ``models``."""
     import dataclasses
 
     from twotower.api.dataset import data_folder
@@ -127,12 +127,11 @@ def build_report(folder: str | Path, page: str | Path | None = None) -> Path:
         path = tt.build_report("analysis")
     """
     from twotower.analysis.report import build_report as _build
-    from twotower.checks import flag
-    from twotower.io import check_not_inputs, check_output_file
-
     import os
 
+    from twotower.checks import flag
     from twotower.errors import TwoTowerError
+    from twotower.io import check_not_inputs, check_output_file
 
     if not isinstance(folder, (str, os.PathLike)):
         raise TwoTowerError(f"folder: the analyses' output folder (a str or pathlib.Path), not {type(folder).__name__}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-import os
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata

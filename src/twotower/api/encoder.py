@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np

@@ -178,7 +178,8 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     if isinstance(path, EvalResult):  # read already: its run
         return {q: dict(docs) for q, docs in path.run.items()}
     if not isinstance(path, (str, os.PathLike)):
-        raise TwoTowerError(f"path: a TREC run file (a str or pathlib.Path) or an EvalResult, not {type(path).__name__}")
+        raise TwoTowerError(f"path: a TREC run file (a str or pathlib.Path) or an EvalResult, not "
+                            f"{type(path).__name__}")
     return _read(path)
 
 

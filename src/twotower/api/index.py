@@ -82,7 +82,8 @@ class Index:
 
         path, model = (path.path if isinstance(path, Index) else path), model_argument(model, "model")  # objects too
         if not isinstance(path, (str, os.PathLike)):
-            raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not {type(path).__name__}")
+            raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not "
+                                f"{type(path).__name__}")
         self.path = Path(path)
         self.device = device
         self.precision = precision

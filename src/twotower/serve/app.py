@@ -40,7 +40,6 @@ with an unknown operator: the message names it), 400 for metadata the metadata r
 import hmac
 import logging
 import time
-from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
 
