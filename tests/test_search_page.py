@@ -137,7 +137,11 @@ def test_the_script_calls_endpoints_that_answer_with_the_fields_it_reads(served_
     assert fields_read("answer") <= set(answer)
     hit = answer["hits"][0]
     assert (fields_read("hit") - {"highlight"}) <= set(hit) and {"id", "score", "title", "metadata"} <= fields_read("hit")
-    assert fields_read("highlight") <= set(hit["highlight"]) == {"title", "text", "cut_before", "cut_after"}
+    assert fields_read("highlight") == {"title", "text", "cut_before", "cut_after", "lead"}
+    assert set(hit["highlight"]) == {"title", "text", "cut_before", "cut_after"}  # a titled document: no lead
+    untitled = c.post("/search", json={"query": "mitochondria", "highlight": True, "k": 1, "mode": "bm25"}).json()
+    assert set(untitled["hits"][0]["highlight"]) == {"title", "text", "cut_before", "cut_after", "lead"}
+    assert fields_read("lead") == set(untitled["hits"][0]["highlight"]["lead"]) == {"text", "cut_after"}
     assert fields_read("piece") == {"text", "match"} and set(hit["highlight"]["text"][0]) == {"text", "match"}
     # what the error display reads: detail, a list of {loc, msg} for a 422
     bad = c.post("/search", json={"query": "x", "filter": {"year": {"$after": 1}}})
@@ -157,7 +161,7 @@ def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, ti
                     "max_query_chars": 2048}
     assert c.post("/documents", json={"documents": [MARKUP]}, headers=HEADERS).status_code == 200
     info = c.get("/info").json()
-    assert info["metadata_fields"] == ["cohort", "cohort.size", "tags", "year"] and info["documents"] == 7
+    assert info["metadata_fields"] == ["cohort.size", "tags", "year"] and info["documents"] == 7
     assert info["version"] == "v000002"
 
     from twotower.retrieval.indexing import EncodeConfig, build_index
@@ -403,7 +407,7 @@ def test_the_page_in_headless_chromium(live_server):
     assert "<mark>purr</mark>" in dom and "<mark>Cats</mark>" in dom and "<mark>Purrs</mark>" in dom
     assert "&lt;img src=x onerror=alert(1)&gt; <mark>Purrs</mark> &amp; &lt;b&gt;<mark>cats</mark>&lt;/b&gt;" in dom
     assert "&lt;script&gt;alert('x')&lt;/script&gt;" in dom and "<img" not in dom and "<b>" not in dom
-    assert '<span class="key">cohort.size</span><span class="value">3270</span>' in dom
+    assert '<bdi class="key">cohort.size</bdi><bdi class="value">3270</bdi>' in dom
     assert 'id="filter-row" class="filter-row" hidden' not in dom  # the index has metadata: the filter is offered
 
     # a filter the server refuses (422): its message under the filter box, no hits
@@ -418,3 +422,72 @@ def test_the_page_in_headless_chromium(live_server):
     # a wrong key: the page is refused and shows nothing of the index
     dom = rendered(live_server, "q=purr", password="not-the-key-at-all")
     assert "purr" not in dom.replace("q=purr", "") and '<li class="hit">' not in dom
+
+
+# ---------------------------------------------------------------------------------------------
+# what a person sees (issue #53): untitled documents, long titles, bidi characters, leaf fields
+
+LONG_TITLE = "Green tea and its many properties, " * 10  # 350 characters
+BIDI = [  # a right-to-left override in a title and in a metadata key; neither may reorder the next field
+    {"_id": "rlo", "title": "Tea \u202eoverride in the title", "text": "green tea with a bidi key",
+     "metadata": {"\u202enote": "plain value", "after": "next field", "cohort": {"size": 12}}},
+    {"_id": "long", "title": LONG_TITLE, "text": "Green tea leaves are steamed and rolled."},
+]
+PLAIN = "Green tea is brewed from the leaves of Camellia sinensis, a plant grown across Asia for its leaves. " * 2
+
+
+def test_an_untitled_document_leads_with_its_texts_start(served_index):
+    c = make_client(served_index)
+    assert c.post("/documents", json={"documents": [PLAIN, "Short tea note."]}, headers=HEADERS).status_code == 200
+    hits = c.post("/search", json={"query": "green tea", "k": 10, "mode": "bm25", "highlight": True}).json()["hits"]
+    by_id = {h["id"]: h for h in hits}
+    long_lead = by_id[__import__("twotower").document_id(PLAIN)]["highlight"]["lead"]
+    shown = joined(long_lead["text"])
+    assert PLAIN.startswith(shown) and 100 <= len(shown) <= 120 and long_lead["cut_after"]
+    assert PLAIN[len(shown)] == " "  # cut between words
+    assert marks(long_lead["text"]) == ["Green", "tea"] * 2  # the text repeats after 100 characters
+    short = by_id[__import__("twotower").document_id("Short tea note.")]["highlight"]["lead"]
+    assert joined(short["text"]) == "Short tea note." and not short["cut_after"] and marks(short["text"]) == ["tea"]
+    assert all("lead" not in h["highlight"] for h in hits if h["title"])  # a titled document keeps its title
+
+
+def test_the_field_list_shows_leaf_fields_only():
+    from twotower.serve.app import leaf_paths
+
+    assert leaf_paths(["a", "a.b", "a.b.c", "a-b", "ab", "c"]) == ["a-b", "a.b.c", "ab", "c"]
+    assert leaf_paths([]) == [] and leaf_paths(["x"]) == ["x"]
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")),
+                    reason="no chromium on PATH (apt-get install chromium)")
+def test_the_page_isolates_bidi_cuts_long_titles_and_leads_untitled_documents(live_server):
+    import html
+    import httpx
+
+    base = f"http://127.0.0.1:{live_server}"
+    r = httpx.post(base + "/documents", json={"documents": BIDI + [PLAIN]}, headers=HEADERS)
+    assert r.status_code == 200, r.text
+    dom = rendered(live_server, "q=green+tea+bidi+key&mode=bm25&k=10")
+    hits = re.findall(r'<li class="hit">(.*?)</li>\s*(?=<li class="hit">|</ol>)', dom, re.S)
+    assert len(hits) == 4, dom[-3000:]  # and d5, about green tea
+    rlo, long, plain = (next(h for h in hits if f">{i}</bdi>" in h) for i in ("rlo", "long",
+                                                                             __import__("twotower").document_id(PLAIN)))
+    # every text from the index sits in a <bdi>: the override's key and its value are two isolated fields
+    assert '<bdi class="key">\u202enote</bdi><bdi class="value">plain value</bdi>' in rlo
+    assert '<bdi class="key">after</bdi><bdi class="value">next field</bdi>' in rlo
+    assert '<h2 class="title"><bdi><mark>Tea</mark> \u202eoverride in the title</bdi></h2>' in rlo, rlo
+    assert '<div class="doc-id"><bdi>rlo</bdi></div>' in rlo and '<p class="snippet"><bdi>' in rlo
+    # the long title: its first 150 characters and an ellipsis, the whole of it in the tooltip
+    m = re.search(r'<h2 class="title" title="([^"]*)"><bdi>(.*?)</bdi></h2>', long, re.S)
+    assert m and html.unescape(m.group(1)) == LONG_TITLE, long
+    shown = html.unescape(re.sub(r"</?mark>", "", m.group(2)))
+    assert shown.endswith("…") and LONG_TITLE.startswith(shown[:-1]) and len(shown) <= 151
+    # the plain string: its text's start in the title's place, marked, never "untitled"
+    m = re.search(r'<h2 class="title lead"><bdi>(.*?)</bdi></h2>', plain, re.S)
+    assert m and "untitled" not in plain, plain
+    lead = html.unescape(re.sub(r"</?mark>", "", m.group(1)))
+    assert lead.endswith("…") and PLAIN.startswith(lead[:-1]) and "<mark>Green</mark>" in m.group(1)
+    # the filter's field list: leaf fields only, each isolated
+    fields = text_of(dom, "filter-fields") + dom.split('id="filter-fields"', 1)[1].split("</p>", 1)[0]
+    assert '<bdi class="field">cohort.size</bdi>' in fields and '<bdi class="field">\u202enote</bdi>' in fields
+    assert '<bdi class="field">cohort</bdi>' not in fields

@@ -57,3 +57,16 @@ def resolve_search(searcher, mode, lam, norm, *, has_text: bool, rerank, passage
                             f"{' and rerank' if rerank is not None else ''} need the query's text: give query too")
     check_number(passages, "passages", integer=True, minimum=1)
     return mode, lam
+
+
+def index_folder(path):
+    """``path`` as an index folder: a str or path-like as it is, an open :class:`~twotower.Index` as its folder;
+    anything else refused naming the parameter."""
+    import os
+
+    if hasattr(path, "path") and hasattr(path, "store"):  # an open Index (typed by what it has: no import upward)
+        return path.path
+    if not isinstance(path, (str, os.PathLike)):
+        raise TwoTowerError(f"path: an index folder (a str or pathlib.Path) or an open tt.Index, not "
+                            f"{type(path).__name__}")
+    return path

@@ -12,6 +12,25 @@ from pathlib import Path
 __all__ = ["analyze_doclength", "analyze_fidelity", "analyze_latency", "analyze_towers", "build_report"]
 
 
+def _taken(config):
+    """``config`` with the objects the API hands out taken as paths (``data_folder``, ``model_argument``): a loaded
+    Dataset as ``data`` (its split the config's, where the config has one), Encoders and FitResults in ``models``."""
+    import dataclasses
+
+    from twotower.api.dataset import data_folder
+    from twotower.api.encoder import model_argument
+
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return config  # each analysis refuses it in its own words
+    changes = {}
+    if getattr(config, "data", None) is not None and not isinstance(config.data, (str, Path)):
+        changes["data"] = data_folder(config.data, "data", split=getattr(config, "split", None))
+    models = getattr(config, "models", None)
+    if isinstance(models, (list, tuple)):
+        changes["models"] = [model_argument(m, "models") for m in models]
+    return dataclasses.replace(config, **changes) if changes else config
+
+
 def _analyze(module: str, run: str, write: str, config, out, command: str | None, option: str = "out") -> dict:
     from twotower.analysis._common import machine_info
     from twotower.io import check_output_dir
@@ -43,6 +62,7 @@ def analyze_fidelity(config, out: str | Path | None = None, *, command: str | No
         result = tt.analyze_fidelity(cfg, out="analysis")
         print(result["notes"][0])
     """
+    config = _taken(config)  # a Dataset for data, Encoders / FitResults for models
     config.validate()
     return _analyze("twotower.analysis.fidelity", "run_fidelity", "write_fidelity", config, out, command)
 
@@ -57,6 +77,7 @@ def analyze_towers(config, out: str | Path | None = None, *, command: str | None
         result = tt.analyze_towers(tt.TowersConfig(data="my-beir-dir", n=20, perplexity=5, show_progress=False))
         print(result["rows"][0])
     """
+    config = _taken(config)  # a Dataset for data, Encoders / FitResults for models
     import math
 
     from twotower.checks import given
@@ -79,6 +100,7 @@ def analyze_doclength(config, out: str | Path | None = None, *, command: str | N
         result = tt.analyze_doclength(tt.DocLengthConfig(data="my-beir-dir", show_progress=False))
         print([(r["system"], r["median_words"]) for r in result["rows"]])
     """
+    config = _taken(config)  # a Dataset for data, Encoders / FitResults for models
     return _analyze("twotower.analysis.doclength", "run_doclength", "write_doclength", config, out, command)
 
 
@@ -92,6 +114,7 @@ def analyze_latency(config, out: str | Path | None = None, *, command: str | Non
         result = tt.analyze_latency(tt.LatencyConfig(runs=5, warmup=1, n_docs=8, show_progress=False))
         print(result["rows"][0]["p50_ms"])
     """
+    config = _taken(config)  # a Dataset for data, Encoders / FitResults for models
     return _analyze("twotower.analysis.latency", "run_latency", "write_latency", config, out, command)
 
 
@@ -104,9 +127,14 @@ def build_report(folder: str | Path, page: str | Path | None = None) -> Path:
         path = tt.build_report("analysis")
     """
     from twotower.analysis.report import build_report as _build
+    import os
+
     from twotower.checks import flag
+    from twotower.errors import TwoTowerError
     from twotower.io import check_not_inputs, check_output_file
 
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TwoTowerError(f"folder: the analyses' output folder (a str or pathlib.Path), not {type(folder).__name__}")
     folder = Path(folder)
     check_output_file(page or folder / "report.md", flag("page") if page else flag("folder", "--out"))
     if page is not None and folder.is_dir():  # the analyses' own JSON and plots are the page's inputs

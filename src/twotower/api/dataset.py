@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from twotower.data.beir import BeirDataset, Document, _require_id, _require_text
 from twotower.data.ids import text_problem
 from twotower.data.metadata import check_metadata, document_id, flat_document
 from twotower.api._errors import user_errors
-from twotower.errors import DataError
+from twotower.errors import DataError, TwoTowerError
 from twotower.io import atomic_directory
 
 __all__ = ["Dataset", "Document", "load_beir", "as_documents", "corpus_documents", "stored_document"]
@@ -214,8 +215,8 @@ class Dataset(BeirDataset):
 
     @classmethod
     def load(cls, root: str | Path, split: str = "test", *, strict: bool = False) -> "Dataset":
-        """Load one split of a BEIR folder (see :func:`load_beir`)."""
-        return cls(**vars(BeirDataset.load(root, split, strict=strict)))
+        """Load one split of a BEIR folder (see :func:`load_beir`; ``root`` may be a loaded Dataset: its folder)."""
+        return cls(**vars(BeirDataset.load(data_folder(root, "root"), split, strict=strict)))
 
     @property
     def name(self) -> str:
@@ -273,7 +274,8 @@ def load_beir(root: str | Path, split: str = "test", *, strict: bool = False) ->
     (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``).
 
     Every problem is a :class:`~twotower.DataError` naming the file, line and field. Judgements of unknown queries or
-    documents are dropped and counted in ``warnings`` (``strict=True``: an error instead).
+    documents are dropped and counted in ``warnings`` (``strict=True``: an error instead). ``root`` may be a loaded
+    :class:`Dataset`: ``split`` of its folder.
 
     Example::
 
@@ -283,3 +285,21 @@ def load_beir(root: str | Path, split: str = "test", *, strict: bool = False) ->
         print(ds.name, len(ds.corpus), "documents,", len(ds.queries), "judged queries; splits:", ds.splits())
     """
     return Dataset.load(root, split, strict=strict)
+
+
+def data_folder(value, name: str, *, split: str | None = None) -> Path:
+    """A data parameter's BEIR folder: a str or path as given; a loaded Dataset's folder, when the split it holds is
+    the one the function reads (``split``; None: any). An in-memory Dataset (``Dataset.from_lists``) is refused:
+    it has no folder until ``ds.save(folder)``."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    if not isinstance(value, BeirDataset):
+        raise TwoTowerError(f"{name}: a BEIR folder (a str or pathlib.Path) or a tt.Dataset loaded from one, not "
+                            f"{type(value).__name__}")
+    if value.root is None:
+        raise TwoTowerError(f"{name}: this Dataset was made in memory and has no folder: save it first "
+                            "(ds.save(folder)) and give the folder")
+    if split is not None and value.split != split:
+        raise TwoTowerError(f"{name}: the Dataset holds split '{value.split}' but split is '{split}': give "
+                            f"split='{value.split}', or load split '{split}' (tt.load_beir(folder, split='{split}'))")
+    return Path(value.root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -93,6 +94,7 @@ class Encoder:
         for name, value in (("batch_size", batch_size), ("query_max_length", query_max_length),
                             ("doc_max_length", doc_max_length)):
             check_number(value, name, integer=True, minimum=1, optional=True)
+        name_or_dir = model_argument(name_or_dir, "name_or_dir")  # an Encoder's source, a FitResult's model
         target = resolve_device(device)
         model = DualEncoder.load(name_or_dir, pooling=pooling, query_max_length=query_max_length,
                                  doc_max_length=doc_max_length, device=target)
@@ -208,3 +210,19 @@ class Encoder:
         check_output_dir(directory, "directory", replaced=True)
         self.model.save(directory)
         return Path(directory)
+
+
+def model_argument(value, name: str) -> str | Path | None:
+    """A model parameter's value as a name or directory: None, a str or path as given; an Encoder's source (the name
+    or directory it was loaded from; the default model's name for ``Encoder.load()``); a FitResult's ``model`` (any
+    path-like object's path)."""
+    if value is None or isinstance(value, (str, Path)):
+        return value
+    if isinstance(value, os.PathLike):  # a FitResult: its model
+        return Path(os.fspath(value))
+    if isinstance(value, Encoder):
+        from twotower.encoders.layout import DEFAULT_MODEL  # Encoder.load(): the default model
+
+        return value.source or DEFAULT_MODEL
+    raise TwoTowerError(f"{name}: a model name or directory (a str or pathlib.Path), a tt.Encoder or a tt.FitResult, "
+                        f"not {type(value).__name__}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,13 @@ from twotower.errors import TwoTowerError
 __all__ = ["evaluate", "read_result", "read_run", "score_run", "write_run"]
 
 RETRIEVER_NAMES = ("bm25", "dense", "hybrid", "rrf", "multivector")
+
+
+def _run_of(run):
+    """A run as given, or an :class:`~twotower.EvalResult`'s ``run``."""
+    from twotower.evaluation.result import EvalResult
+
+    return run.run if isinstance(run, EvalResult) else run
 
 
 def _dataset(dataset, split: str | None, strict: bool):
@@ -70,6 +78,11 @@ def evaluate(
     from twotower.evaluation.metrics import DEFAULT_METRICS
     from twotower.evaluation.pipeline import EvalConfig, run_eval
 
+    from twotower.api.encoder import model_argument
+
+    model = model_argument(model, "model")
+    if not isinstance(retriever, (str, Path, Index, Encoder)) and isinstance(retriever, os.PathLike):
+        retriever = Path(os.fspath(retriever))  # a FitResult: its model
     index = None
     if retriever is None:  # decided by the model: a fitted model's own mode, else dense; no model: BM25
         retriever_name = mode
@@ -130,6 +143,7 @@ def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
               metrics: Sequence[str] | None = None, *, per_query: bool = False) -> dict:
     """Score any run ``{query_id: {doc_id: score}}`` (yours, or one read with :func:`read_run`) against qrels, with
     the conventions :func:`evaluate` uses. ``per_query=True``: ``{metric: {query_id: value}}`` instead of means.
+    ``run`` may be an :class:`~twotower.EvalResult` (its run), ``qrels`` a :class:`~twotower.Dataset` (its qrels).
 
     Example::
 
@@ -143,6 +157,10 @@ def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
         metrics = [m.strip() for m in metrics.split(",") if m.strip()]
     names = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     check_metrics(names)
+    from twotower.data.beir import BeirDataset
+
+    run = _run_of(run)
+    qrels = qrels.qrels if isinstance(qrels, BeirDataset) else qrels
     check_run(run)
     check_qrels(qrels)
     qrels = {q: {d: int(g) for d, g in rels.items()} for q, rels in qrels.items()}  # numpy ints: plain ints
@@ -157,14 +175,21 @@ def read_run(path: str | Path) -> dict[str, dict[str, float]]:
 
         run = tt.read_run("bm25.trec")
     """
+    from twotower.evaluation.result import EvalResult
     from twotower.evaluation.runs import read_run as _read
 
+    if isinstance(path, EvalResult):  # read already: its run
+        return {q: dict(docs) for q, docs in path.run.items()}
+    if not isinstance(path, (str, os.PathLike)):
+        raise TwoTowerError(f"path: a TREC run file (a str or pathlib.Path) or an EvalResult, not "
+                            f"{type(path).__name__}")
     return _read(path)
 
 
 @user_errors
 def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = "twotower") -> None:
-    """Write ``{query_id: {doc_id: score}}`` as a TREC run file, best first per query, atomically.
+    """Write ``{query_id: {doc_id: score}}`` (or an :class:`~twotower.EvalResult`'s run) as a TREC run file, best
+    first per query, atomically.
 
     Example::
 
@@ -174,6 +199,7 @@ def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = 
     from twotower.evaluation.runs import write_run as _write
     from twotower.io import check_output_file
 
+    run = _run_of(run)
     check_run(run)  # a NaN score or an int id would be written as a line no reader takes
     check_output_file(path, "path")
     _write(run, path, tag=tag)
@@ -182,6 +208,7 @@ def write_run(run: dict[str, dict[str, float]], path: str | Path, *, tag: str = 
 def read_result(path: str | Path) -> dict:
     """Read a results JSON written by :meth:`EvalResult.save` or ``twotower eval --out``, checked: a regular file of
     at most 16 MiB holding ``retriever``, ``metrics`` and ``timings`` as numbers (what ``twotower table`` shows).
+    An :class:`~twotower.EvalResult` gives the same row (:meth:`~twotower.EvalResult.to_json`).
 
     Example::
 
@@ -191,8 +218,14 @@ def read_result(path: str | Path) -> dict:
     import json
     import math
 
+    from twotower.evaluation.result import EvalResult
     from twotower.io import MiB, read_input_text
 
+    if isinstance(path, EvalResult):  # in memory already: the row its save() would write
+        return {**path.to_json(), "timings": dict(path.timings)}
+    if not isinstance(path, (str, os.PathLike)):
+        raise TwoTowerError(f"path: a results JSON file (a str or pathlib.Path) or an EvalResult, not "
+                            f"{type(path).__name__}")
     try:
         row = json.loads(read_input_text(path, what="results JSON", limit=16 * MiB))
     except json.JSONDecodeError as exc:

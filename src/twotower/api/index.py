@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from twotower.api._errors import user_errors
-from twotower.api.dataset import corpus_documents, stored_document
+from twotower.api.dataset import corpus_documents
 from twotower.api.hit import Hit, hits_of
 from twotower.api.index_manage import Managing, locked as _locked
 from twotower.errors import TwoTowerError
@@ -43,6 +43,10 @@ class Index(Managing):
 
         import threading
 
+        from twotower.api._checks import index_folder
+        from twotower.api.encoder import model_argument
+
+        path, model = index_folder(path), model_argument(model, "model")  # an open Index, an Encoder: objects too
         self.path = Path(path)
         self.device = device
         self.precision = precision
@@ -127,6 +131,10 @@ class Index(Managing):
         from twotower.retrieval.store import IndexSpec
         from twotower.encoders.runtimes import check_runtime
 
+        from twotower.api._checks import index_folder
+        from twotower.api.encoder import Encoder, model_argument
+        path = index_folder(path)  # an open Index: a new version of its folder
+        encoder = encoder if isinstance(encoder, (Encoder, type(None))) else model_argument(encoder, "encoder")
         check_output_dir(path, "path")  # before any loading or encoding
         from twotower.api._checks import check_build_options
 
@@ -222,21 +230,6 @@ class Index(Managing):
             mode, lam = index.resolve()
         """
         return self._searcher.resolve(mode, lam)
-
-    @user_errors
-    def documents(self, ids: Sequence[str]) -> list[dict]:
-        """The stored documents ``{"_id", "title", "text", **metadata}`` for ``ids`` (an unknown id is an error).
-
-        Example::
-
-            doc = index.documents([index.added_ids[0]])[0]
-            print(doc["_id"], doc["text"])
-        """
-        if isinstance(ids, str):
-            raise TwoTowerError("documents takes a list of ids, not a single string")
-        self._searcher.refresh()
-        store = self._searcher.store
-        return [stored_document(store, r) for r in store.rows(list(ids))]
 
     # ------------------------------------------------------------------ search
     @user_errors

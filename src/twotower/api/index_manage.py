@@ -71,6 +71,23 @@ class Managing:
         return self._searcher.store
 
     @user_errors
+    def documents(self, ids: Sequence[str]) -> list[dict]:
+        """The stored documents ``{"_id", "title", "text", **metadata}`` for ``ids`` (an unknown id is an error).
+
+        Example::
+
+            doc = index.documents([index.added_ids[0]])[0]
+            print(doc["_id"], doc["text"])
+        """
+        if isinstance(ids, str):
+            raise TwoTowerError("documents takes a list of ids, not a single string")
+        self._searcher.refresh()
+        store = self._searcher.store
+        from twotower.api.dataset import stored_document
+
+        return [stored_document(store, r) for r in store.rows(list(ids))]
+
+    @user_errors
     @locked
     def count(self, filter=None) -> int:
         """How many documents the metadata ``filter`` lets through (all of them for None); the same filter language

@@ -40,21 +40,26 @@ def fetch_model(name: str, *, dest: str | Path | None = None, from_dir: str | Pa
                   install=install, force=force)
 
 
-def align_languages(model: str | None, data: str | Path, out: str | Path, *, per_language: int = 1000,
+def align_languages(model, data, out: str | Path, *, per_language: int = 1000,
                     directions: int | None = None, precision: str = "auto", show_progress: bool = True) -> dict:
     """Remove the language directions from a multilingual model (LIR): encode up to ``per_language`` documents of
     each language in ``data``'s corpus, take each language's mean, and project the directions that separate them out
     of the model's output, so that a question ranks answers in every language alike. Writes a model directory at
-    ``out`` (new or empty) and returns the report (languages, directions removed).
+    ``out`` (new or empty) and returns the report (languages, directions removed). ``model``: a name or directory,
+    an :class:`~twotower.Encoder` or a :class:`~twotower.FitResult`; ``data``: a BEIR folder or a loaded
+    :class:`~twotower.Dataset`.
 
     Example::
 
         report = tt.align_languages("multilingual-e5-small", "xquad-r/pool", "e5-aligned")
         enc = tt.Encoder.load("e5-aligned")
     """
+    from twotower.api.dataset import data_folder
+    from twotower.api.encoder import model_argument
     from twotower.encoders.language_bias import align_languages as _align
     from twotower.encoders.towers import EncodeOptions
 
+    model, data = model_argument(model, "model"), data_folder(data, "data")
     return _align(model, data, out, per_language=per_language, directions=directions,
                   opts=EncodeOptions(precision=precision, show_progress=show_progress))
 
@@ -75,10 +80,9 @@ def fetch_beir(name: str = "scifact", cache: str | Path = ".cache/data") -> Path
 
 
 # ---------------------------------------------------------------- the HTTP service
-def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: str | Path | None = None,
-               keyed_reads: bool = False,
-               model: str | None = None, precision: str = "auto", device: str = "auto",
-               query_runtime: str = "auto", max_k: int = 1000, max_batch: int = 64,
+def create_app(index, *, api_key: str | None = None, api_key_file: str | Path | None = None,
+               keyed_reads: bool = False, model: str | None = None, precision: str | None = None,
+               device: str | None = None, query_runtime: str | None = None, max_k: int = 1000, max_batch: int = 64,
                max_body_bytes: int = 4 * 1024 * 1024):
     """The search service over an index as a FastAPI app (run it with any ASGI server): ``POST /search`` and
     ``/search/batch``, ``GET /documents/{id}``, ``POST /documents`` and ``DELETE /documents/{id}`` (with
@@ -86,6 +90,12 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
     ``/info``, and a search page for browsers at ``/``. ``keyed_reads`` requires the key for reads too (the page's
     browser sends it as the password of HTTP Basic authentication).
     Needs the ``serve`` extra (``pip install 'twotower[serve]'``).
+
+    ``index``: an index folder, or an open :class:`~twotower.Index` (from :meth:`~twotower.Index.build` or
+    :meth:`~twotower.Index.open`), served as it is: its live version, its encoder (loaded once, shared with the
+    ``Index``), its ``model``, ``device`` and ``precision`` unless given here; writes through the service reach
+    the same store, so the ``Index`` sees them on its next call. ``precision`` / ``device`` / ``query_runtime``
+    left out: the ``Index``'s, else ``auto``.
 
     Example::
 
@@ -112,8 +122,49 @@ def create_app(index: str | Path, *, api_key: str | None = None, api_key_file: s
 
         api_key = check_api_key(api_key)
     limits = ServeLimits(max_k=max_k, max_batch_queries=max_batch, max_body_bytes=max_body_bytes)
-    return _create(index, api_key=api_key, open_reads=not keyed_reads, limits=limits, model=model,
-                   precision=precision, query_runtime=query_runtime, device=device)
+    served, lock, options = _served(index, model=model, precision=precision, device=device,
+                                    query_runtime=query_runtime, api_key=api_key, keyed_reads=keyed_reads)
+    return _create(served, api_key=api_key, open_reads=not keyed_reads, limits=limits, compute_lock=lock, **options)
+
+
+def _served(index, *, model, precision, device, query_runtime, api_key, keyed_reads):
+    """What :func:`create_app` serves: ``(folder or Searcher, the lock around its encoder or None, options)``. An
+    open Index gives a searcher of its own over the same store, sharing the Index's encoder (and its lock) where
+    the model and device are the Index's. The service's own option checks run first, before any loading."""
+    import copy
+    import os
+
+    from twotower.api.encoder import model_argument
+    from twotower.api.index import Index
+    from twotower.errors import TwoTowerError
+    from twotower.serve.app import check_access, check_options
+
+    model = model_argument(model, "model")  # an Encoder's source, a FitResult's model
+    model = None if model is None else str(model)
+    if not isinstance(index, (str, os.PathLike, Index)):
+        raise TwoTowerError(f"index: an index folder (a str or pathlib.Path) or an open twotower.Index "
+                            f"(tt.Index.build / tt.Index.open), not {type(index).__name__}")
+    if not isinstance(index, Index):
+        return index, None, {"model": model, "precision": precision or "auto", "device": device or "auto",
+                             "query_runtime": query_runtime or "auto"}
+    base = index._searcher
+    options = {"model": None, "precision": precision or index.precision, "device": device or index.device,
+               "query_runtime": query_runtime or base.query_runtime}
+    check_options(precision=options["precision"], query_runtime=options["query_runtime"])
+    check_access(api_key, open_reads=not keyed_reads)  # before the encoder is loaded
+    with index._lock:
+        base.refresh()
+        if model in (None, base._model_override) and options["device"] == index.device:
+            base.encoder  # loaded once, the Index's and the service's
+            searcher = copy.copy(base)
+            searcher.precision, searcher.query_runtime = options["precision"], options["query_runtime"]
+            searcher._onnx_queries = base._onnx_queries if base.query_runtime == searcher.query_runtime else False
+            return searcher, index._lock, options
+    from twotower.retrieval.searcher import Searcher
+
+    searcher = Searcher(base.store, model=model or base._model_override, query_runtime=options["query_runtime"],
+                        precision=options["precision"], device=options["device"])
+    return searcher, None, options
 
 
 def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
@@ -136,4 +187,7 @@ def serve_index(app, *, host: str = "127.0.0.1", port: int = 8000, log_level: st
     from twotower.serve.port import check_port
 
     check_port(host, port)
+    if not callable(app):  # an Index or a folder: uvicorn would start and answer every request with a 500
+        raise TwoTowerError(f"app: an app from tt.create_app, not {type(app).__name__}; for an index: "
+                            "tt.serve_index(tt.create_app(index))")
     uvicorn.run(app, host=host, port=port, log_level=log_level.lower(), workers=1)

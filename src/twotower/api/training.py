@@ -18,7 +18,9 @@ class FitResult:
     """What :func:`fit` made: ``model`` (the directory to load, index or evaluate), ``choices`` (encoder, mode, λ,
     normalisation, re-ranker, BM25 language, dev score), ``stages`` (each stage's dev scores and wall time),
     ``report`` (all of ``OUT/fit.json``), the stages ``computed`` by this call (the rest were resumed) and a
-    ``message`` for the user where fit had to do without labels.
+    ``message`` for the user where fit had to do without labels. It stands for its model wherever a model's path
+    is taken (``os.fspath(result)`` is ``result.model``): ``tt.Encoder.load(result)``, ``tt.evaluate(result, ds)``,
+    ``tt.Index.build(path, docs, encoder=result)``.
 
     Example::
 
@@ -31,6 +33,9 @@ class FitResult:
     report: dict = field(repr=False)
     computed: list[str] = field(default_factory=list)
     message: str | None = None
+
+    def __fspath__(self) -> str:
+        return str(self.model)
 
     @property
     def choices(self) -> dict:
@@ -96,6 +101,9 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     from twotower.training.config import StageConfig
     from twotower.training.fit import FitOptions, run_fit
 
+    from twotower.api.encoder import model_argument
+
+    model = model_argument(model, "model")  # an Encoder's source, a FitResult's model
     check_runtime(runtime)
     StageConfig(cache_chunk=cache_chunk).validate("fit: ")  # before any work, as the training rounds will check it
     out = Path(out)
@@ -154,6 +162,16 @@ def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, rank_
         raise TwoTowerError(f"train: {', '.join(sorted(overrides))} given with a TrainConfig: set them on the config")
     if not isinstance(config, TrainConfig):
         raise TwoTowerError(f"config: give a TrainConfig or a TOML path, not {type(config).__name__}")
+    from dataclasses import replace
+
+    from twotower.api.dataset import data_folder
+    from twotower.api.encoder import model_argument
+
+    config = replace(config, model=model_argument(config.model, "model"),  # an Encoder, a FitResult, a Dataset
+                     stages=[replace(s, data=str(data_folder(s.data, "data", split=s.split)))
+                             if s.data is not None and not isinstance(s.data, str) else s for s in config.stages])
+    if data is not None:
+        data = data_folder(data, "data", split=split)
     maybe_init_distributed()
     if config.tensorboard:
         require_tensorboard()  # before a model is loaded or the run directory written
@@ -189,8 +207,8 @@ def pretrain(config, pretraining, *, resume: bool = False) -> Path:
 
 
 @user_errors
-def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: str = "bm25",
-         model: str | None = None, num_negatives: int = 4, rank_from: int = 3, rank_to: int = 50, seed: int = 0,
+def mine(data, out: str | Path, *, split: str = "train", retriever: str = "bm25",
+         model=None, num_negatives: int = 4, rank_from: int = 3, rank_to: int = 50, seed: int = 0,
          language: str = "en", precision: str = "auto", device: str = "auto", runtime: str = "auto",
          show_progress: bool = True) -> int:
     """Mine hard negatives for a BEIR split's judged pairs: ``num_negatives`` sampled from ranks ``rank_from`` to
@@ -207,6 +225,10 @@ def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: 
     from twotower.io import check_not_inputs, check_output_file
     from twotower.training.pipeline import mine_pairs
 
+    from twotower.api.dataset import data_folder
+    from twotower.api.encoder import model_argument
+
+    data, model = data_folder(data, "data", split=split), model_argument(model, "model")
     check_runtime(runtime)
     check_output_file(out, "out")  # before any loading
     check_not_inputs((("out", out),), beir_files(data))
@@ -217,7 +239,7 @@ def mine(data: str | Path, out: str | Path, *, split: str = "train", retriever: 
 
 
 @user_errors
-def train_reranker(data: str | Path, out: str | Path, *, base: str | None = None, split: str = "train",
+def train_reranker(data, out: str | Path, *, base: str | None = None, split: str = "train",
                    config=None) -> dict:
     """Train a cross-encoder re-ranker on a BEIR split: each judged positive against BM25-mined negatives, a
     softmax over each group. ``config``: a :class:`~twotower.RerankerTrainConfig`. Returns training stats; the model
@@ -227,8 +249,10 @@ def train_reranker(data: str | Path, out: str | Path, *, base: str | None = None
 
         stats = tt.train_reranker("my-beir-dir", "reranker", config=tt.RerankerTrainConfig(epochs=1))
     """
+    from twotower.api.dataset import data_folder
     from twotower.io import check_output_dir
     from twotower.retrieval.rerank import train_reranker as _train
 
+    data = data_folder(data, "data", split=split)
     check_output_dir(out, "out", replaced=True)  # before any loading or training
     return _train(data, out, base=base, split=split, cfg=config)

@@ -44,7 +44,6 @@ with an unknown operator: the message names it), 400 for metadata the metadata r
 import hmac
 import logging
 import time
-from pathlib import Path
 from typing import Annotated
 from urllib.parse import unquote
 
@@ -57,7 +56,7 @@ from twotower.serve.auth import (  # noqa: F401  (read_api_key: re-exported)
 from twotower.serve.body_limit import BodySizeLimit
 from twotower.serve.manage import add_store_routes
 from twotower.serve.metrics import request_metrics
-from twotower.serve.models import build_models
+from twotower.serve.models import build_models, named_errors
 from twotower.serve.page import PAGE_FILES, add_search_page
 from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
 
@@ -80,8 +79,23 @@ def check_options(*, precision: str = "auto", query_runtime: str = "auto") -> No
     check_query_runtime(query_runtime)
 
 
+def leaf_paths(paths: list[str]) -> list[str]:
+    """The sorted dotted ``paths`` that no other path continues: ``["a", "a.b", "c"]`` → ``["a.b", "c"]``."""
+    parents = {p[:i] for p in paths for i, c in enumerate(p) if c == "."}
+    return sorted(p for p in paths if p not in parents)
+
+
+def check_access(api_key: str | None, open_reads: bool) -> None:
+    """The key's form, and keyed reads refused without a key: checked before the index and the model are loaded."""
+    key = flag("api_key", "--api-key-file")  # api_key from Python, --api-key-file on the command line
+    if api_key is not None:
+        check_api_key(api_key, key)
+    if not open_reads and api_key is None:
+        raise TwoTowerError(f"keyed reads ({switch('keyed_reads')}) need an API key ({key})")
+
+
 def create_app(
-    index_path: str | Path,
+    index_path,
     api_key: str | None = None,
     open_reads: bool = True,
     limits: ServeLimits | None = None,
@@ -90,8 +104,10 @@ def create_app(
     precision: str = "auto",
     query_runtime: str = "auto",
     device: str = "auto",
+    compute_lock=None,
 ):
-    """A FastAPI app serving the index at ``index_path``.
+    """A FastAPI app serving the index at ``index_path`` (a folder; or a ``Searcher`` to share, with the lock its
+    owner holds around the encoder, ``compute_lock``: :class:`~twotower.serve.state.ServiceState`).
 
     ``api_key``: the key writes (and, with ``open_reads=False``, reads) must send in the
     ``X-API-Key`` header; without one, writes are refused (403). ``model`` overrides the encoder
@@ -109,20 +125,18 @@ def create_app(
 
     limits = limits or ServeLimits()
     check_options(precision=precision, query_runtime=query_runtime)
+    check_access(api_key, open_reads)  # before the index and the model are loaded
     key = flag("api_key", "--api-key-file")  # api_key from Python, --api-key-file on the command line
-    if api_key is not None:  # checked before the index and the model are loaded
-        check_api_key(api_key, key)
-    if not open_reads and api_key is None:
-        raise TwoTowerError(f"keyed reads ({switch('keyed_reads')}) need an API key ({key})")
     no_key = f"writes are disabled: start the server with {key} to allow them"  # requests run outside this context
-    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device)
+    state = ServiceState(index_path, model=model, precision=precision, query_runtime=query_runtime, device=device,
+                         compute_lock=compute_lock)
 
     m = build_models(limits)
     SearchRequest, BatchSearchRequest, SearchResponse, BatchSearchResponse = (
         m.SearchRequest, m.BatchSearchRequest, m.SearchResponse, m.BatchSearchResponse)
     Hit, AddRequest, DocumentOut, WriteResponse, Health, ErrorBody = (
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
-    Highlight, Segment, Info, PassageOut = m.Highlight, m.Segment, m.Info, m.PassageOut
+    Highlight, Segment, Lead, Info, PassageOut = m.Highlight, m.Segment, m.Lead, m.Info, m.PassageOut
 
     errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
@@ -146,7 +160,7 @@ def create_app(
             return error(422, "invalid_request", f"send the request body as JSON with the header 'Content-Type: "
                                                  f"application/json' (this request sent {content_type or 'none'!r})")
         detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-        return error(422, "invalid_request", detail)
+        return error(422, "invalid_request", named_errors(detail, getattr(exc, "body", None)))  # documents named
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException):
@@ -268,10 +282,14 @@ def create_app(
             best = found[0] if found else None
             part = best.text if best is not None else text  # the matched passage of a long document, else its text
             window = marker.window(part, terms)
+            extra = {}
+            if not t.strip():  # untitled (a plain string): the text's start stands for the title
+                lead = marker.lead(text, terms)
+                extra["lead"] = Lead(text=pieces(lead.segments), cut_after=lead.cut_after)
             hits.append(Hit(id=d, score=s, title=t, metadata=m, passages=passages(found), highlight=Highlight(
                 title=pieces(marker.title(t, terms).segments), text=pieces(window.segments),
                 cut_before=window.cut_before or (best is not None and best.start > 0),
-                cut_after=window.cut_after or (best is not None and best.end < len(text)))))
+                cut_after=window.cut_after or (best is not None and best.end < len(text)), **extra)))
         return hits
 
     @app.post("/search", response_model=SearchResponse, responses=errors, dependencies=[Depends(reader)],
@@ -348,7 +366,8 @@ def create_app(
                     max_query_chars=limits.max_query_chars, passages=store.manifest.get("num_passages"))
 
     def metadata_fields(store) -> list[str] | None:
-        """The dotted metadata paths of ``store``'s documents; None when not known without reading every document
+        """The dotted paths of ``store``'s documents' leaf metadata fields (a field that holds objects shows as the paths
+        inside it); None when not known without reading every document
         of a large index (or at all: Milvus)."""
         from twotower.retrieval.filter_columns import columns_of
 
@@ -356,7 +375,7 @@ def create_app(
             return None
         if getattr(store, "_metadata_columns", None) is None and len(store) > METADATA_FIELDS_READ_UP_TO:
             return None
-        return columns_of(store).paths()[:MAX_METADATA_FIELDS]
+        return leaf_paths(columns_of(store).paths())[:MAX_METADATA_FIELDS]
 
     add_search_page(app)  # serve.page: HTML, JS and CSS at / and /static/NAME
     add_store_routes(app, state, limits, reader=reader, writer=writer, errors=errors)  # /list /count, serve.manage

@@ -23,6 +23,7 @@ from twotower.retrieval.analyzers import (
 )
 
 WINDOW_CHARS = 280  # the text shown for a hit: about three lines of the page
+LEAD_CHARS = 120  # the start of the text shown in place of a missing title: about one line
 CONTEXT_CHARS = 60  # at most this much text before the window's first match
 SCAN_CHARS = 50_000  # the part of a long text searched for matches (the window comes from it)
 MEMORY = 200_000  # words whose terms a highlighter remembers
@@ -159,6 +160,14 @@ class Highlighter:
         spans = self.matches(text[:SCAN_CHARS], terms)
         start, end = choose_window(text, spans, width)
         return Highlighted(segments(text, spans, start, end), cut_before=start > 0, cut_after=end < len(text))
+
+
+    def lead(self, text: str, terms: frozenset[str], width: int = LEAD_CHARS) -> Highlighted:
+        """The start of ``text`` (about ``width`` characters, cut at a space), its matches marked: what stands for the
+        title of a document that has none (a plain-string document)."""
+        end = _cut_end(text, width)
+        return Highlighted(segments(text, self.matches(text[:end], terms), 0, end), cut_before=False,
+                           cut_after=end < len(text))
 
 
 def choose_window(text: str, spans: list[tuple[int, int, str]], width: int) -> tuple[int, int]:

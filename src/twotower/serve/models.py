@@ -46,7 +46,7 @@ def _valid_filter(value):
 
 def build_models(limits) -> SimpleNamespace:
     """The models as attributes: SearchRequest, BatchSearchRequest, Segment, Highlight, Hit, SearchResponse,
-    BatchSearchResponse, DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, Info, ErrorBody."""
+    BatchSearchResponse, Lead, DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, Info, ErrorBody."""
     from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
     Text = BeforeValidator(_valid_text)
@@ -93,6 +93,12 @@ def build_models(limits) -> SimpleNamespace:
         text: str
         match: bool = Field(description="whether this piece is one of the query's terms")
 
+    class Lead(BaseModel):
+        """The start of a document's text, shown in place of the title it lacks."""
+
+        text: list[Segment]
+        cut_after: bool = Field(description="the text goes on after these pieces")
+
     class Highlight(BaseModel):
         """The query's terms marked (serve.highlight): plain-text pieces that, joined, give the title, or the window
         of the text shown; ``cut_before`` / ``cut_after``: the text goes on before / after the window."""
@@ -101,6 +107,8 @@ def build_models(limits) -> SimpleNamespace:
         text: list[Segment]
         cut_before: bool
         cut_after: bool
+        lead: Lead | None = Field(default=None, description="only for a document without a title (a plain string): "
+                                  "the start of its text, about a line, to show in the title's place")
 
     class PassageOut(BaseModel):
         text: str = Field(description="the passage: the document's text[start:end]")
@@ -175,8 +183,8 @@ def build_models(limits) -> SimpleNamespace:
         modes: list[Mode] = Field(description="the search modes this index supports")
         default_mode: Mode = Field(description="the mode a search without one uses")
         metadata_fields: list[str] | None = Field(
-            description="the dotted paths of the documents' metadata (empty: none has metadata; null: not known, "
-                        "as on a Milvus index)")
+            description="the dotted paths of the documents' leaf metadata fields (a field holding objects shows as "
+                        "the paths inside it; empty: none has metadata; null: not known, as on a Milvus index)")
         max_k: int
         max_query_chars: int
         passages: int | None = Field(default=None, description="the passages the documents are split into (null: "
@@ -188,3 +196,49 @@ def build_models(limits) -> SimpleNamespace:
 
     return SimpleNamespace(**{name: value for name, value in locals().items() if isinstance(value, type)
                               and issubclass(value, BaseModel) and value is not BaseModel and name != "Strict"})
+
+
+def document_name(i: int, item) -> str:
+    """A document of a ``POST /documents`` body as a message names it: its place, and its id or what it is."""
+    if isinstance(item, dict):
+        ident = item.get("_id", item.get("id"))
+        if isinstance(ident, str):
+            shown = ident if len(ident) <= 80 else ident[:79] + "…"
+            return f"documents[{i}] (id {shown!r})"
+        return f"documents[{i}]"
+    if isinstance(item, str):
+        return f"documents[{i}] (a plain string of {len(item):,} characters)"
+    return f"documents[{i}]"
+
+
+def named_errors(errors: list[dict], body) -> list[dict]:
+    """The validation errors of a request (``{"loc", "msg", "type"}``), those of a ``POST /documents`` body's
+    documents named by :func:`document_name` and told once: a document is an object or a plain string, and pydantic
+    answers for both forms; only the form the document has is kept (both, as one message, for neither)."""
+    docs = body.get("documents") if isinstance(body, dict) else None
+    out, told, dropped = [], set(), []
+    for e in errors:
+        loc = list(e.get("loc", ()))
+        if (not isinstance(docs, list) or loc[:2] != ["body", "documents"] or len(loc) < 4
+                or not isinstance(loc[2], int) or not 0 <= loc[2] < len(docs)):
+            out.append(e)
+            continue
+        i, item, as_object = loc[2], docs[loc[2]], loc[3] == "DocumentIn"
+        name = document_name(i, item)
+        if not isinstance(item, (dict, str)):
+            if i not in told:
+                told.add(i)
+                kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list"}.get(type(item), "null")
+                out.append({"loc": ["body", "documents", i], "type": "document_type",
+                            "msg": f'{name}: a document is an object {{"_id", "title", "text", "metadata"}} or a '
+                                   f"string, not {kind}"})
+            continue
+        if isinstance(item, dict) != as_object:  # pydantic trying the form this document does not have
+            dropped.append(e)
+            continue
+        field = [str(p) for p in loc[4:]] if as_object else []
+        out.append({**e, "loc": ["body", "documents", i, *field],
+                    "msg": f"{name}{': ' + '.'.join(field) if field else ''}: {e.get('msg', '')}"})
+        told.add(i)
+    # a document none of whose errors was kept (pydantic naming its forms otherwise): its errors as they came
+    return out + [e for e in dropped if e["loc"][2] not in told]

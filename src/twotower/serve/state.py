@@ -43,20 +43,27 @@ class ServiceState:
     """The searcher, its current snapshot, and the locks that keep reads and writes consistent."""
 
     def __init__(
-        self, index: str | Path, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
-        device: str = "auto",
+        self, index, *, model: str | None = None, precision: str = "auto", query_runtime: str = "auto",
+        device: str = "auto", compute_lock=None,
     ) -> None:
+        """``index``: an index folder, or a :class:`~twotower.retrieval.searcher.Searcher` to serve as it is (an
+        open ``twotower.Index``'s, whose encoder, model and store the service then shares: ``api.tools``), with the
+        lock its owner holds around the encoder (``compute_lock``), so that the two never run it at once."""
         from twotower.retrieval.indexing import EncodeConfig
         from twotower.retrieval.searcher import Searcher
 
-        self.index = Path(index)
-        self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
-                                 device=device)
+        if isinstance(index, Searcher):
+            self.searcher = index
+            self.index = Path(index.store.root)
+        else:
+            self.index = Path(index)
+            self.searcher = Searcher(self.index, model=model, query_runtime=query_runtime, precision=precision,
+                                     device=device)
         self.searcher.onnx_queries  # load the encoder (and export it to ONNX) now, not on the first request
         self.cfg = EncodeConfig(precision=precision, show_progress=False, device=device)
         # Hugging Face fast tokenizers fail under concurrent calls ("Already borrowed") and the model
         # and FAISS use every core anyway: one search or encode at a time.
-        self.compute_lock = threading.Lock()
+        self.compute_lock = compute_lock if compute_lock is not None else threading.Lock()
         self.write_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
 
@@ -153,12 +160,12 @@ def request_documents(items: list) -> list:
     """A ``POST /documents`` body's documents as :class:`~twotower.data.beir.Document` objects: a plain string gets
     its content id (:func:`twotower.document_id`, as the Python API gives it), a document object its own id, title,
     text and metadata, checked by the metadata rules (:mod:`twotower.data.metadata`; errors name
-    ``documents[i]`` and the field)."""
+    ``documents[i]``, its id and the field)."""
     from twotower.data.beir import Document
     from twotower.data.metadata import check_metadata, document_id
 
     return [Document(document_id(d), "", d, {}) if isinstance(d, str)
-            else Document(d.id, d.title, d.text, check_metadata(d.metadata, f"documents[{i}]"))
+            else Document(d.id, d.title, d.text, check_metadata(d.metadata, f"documents[{i}] (id {d.id!r})"))
             for i, d in enumerate(items)]
 
 

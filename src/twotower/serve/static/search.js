@@ -5,6 +5,7 @@
 "use strict";
 
 const MODES = ["dense", "bm25", "hybrid"];
+const TITLE_CHARS = 150;  // a longer title is cut, with an ellipsis (the whole of it in the tooltip)
 const $ = (id) => document.getElementById(id);
 let info = null;
 
@@ -13,6 +14,12 @@ function el(tag, className, text) {
   if (className) node.className = className;
   if (text !== undefined && text !== null) node.textContent = String(text);
   return node;
+}
+
+// Text from the index inside <bdi>: its direction its own (dir=auto), isolated, so that a right-to-left title or
+// a bidi control character (U+202E) in it never reorders the fields around it.
+function bdi(className, text) {
+  return el("bdi", className, text);
 }
 
 const GET = {headers: {accept: "application/json"}};
@@ -89,7 +96,12 @@ async function loadInfo() {
   const fields = info.metadata_fields;
   if (fields === null || fields.length) {  // null: not known (Milvus, a large index), so offered all the same
     $("filter-row").hidden = false;
-    $("filter-fields").textContent = fields ? "fields: " + fields.join(", ") : "";
+    const list = $("filter-fields");
+    list.replaceChildren();
+    if (fields) {  // each field name isolated: a name's bidi characters stay inside it
+      list.append("fields: ");
+      fields.forEach((name, i) => list.append(...(i ? [", "] : []), bdi("field", name)));
+    }
     if (fields && fields.length) $("filter").placeholder = `{"${fields[0]}": {"$exists": true}}`;
   }
 }
@@ -187,19 +199,59 @@ function marked(node, segments) {
   return node;
 }
 
+// the first `most` characters of pieces (whole code points, trailing space dropped) and whether any were left out
+function cut(segments, most) {
+  const out = [];
+  let left = most;
+  for (const piece of segments) {
+    const chars = Array.from(piece.text);
+    if (chars.length <= left) {
+      out.push(piece);
+      left -= chars.length;
+      continue;
+    }
+    out.push({text: chars.slice(0, left).join("").trimEnd(), match: piece.match});
+    return {pieces: out, cut: true};
+  }
+  return {pieces: out, cut: false};
+}
+
+// the title: the document's own, cut at TITLE_CHARS; else the start of its text (a plain-string document); else
+// "untitled"
+function renderTitle(hit) {
+  const title = el("h2", "title");
+  const highlight = hit.highlight || null;
+  let pieces, more = false;
+  if (hit.title.trim()) {
+    pieces = highlight ? highlight.title : [{text: hit.title, match: false}];
+  } else if (highlight && highlight.lead && highlight.lead.text.length) {
+    title.classList.add("lead");
+    pieces = highlight.lead.text;
+    more = highlight.lead.cut_after;
+  } else {
+    title.append(el("span", "untitled", "untitled"));
+    return title;
+  }
+  const shown = cut(pieces, TITLE_CHARS);
+  const text = marked(bdi(null), shown.pieces);
+  if (shown.cut || more) text.append("…");
+  if (shown.cut && hit.title) title.title = hit.title;
+  title.append(text);
+  return title;
+}
+
 function renderHit(hit, rank) {
   const item = el("li", "hit");
   const head = el("div", "hit-head");
   head.append(el("span", "rank", rank));
-  const title = el("h2", "title");
-  if (hit.title) marked(title, hit.highlight ? hit.highlight.title : [{text: hit.title, match: false}]);
-  else title.append(el("span", "untitled", "untitled"));
-  head.append(title, el("span", "score", hit.score.toFixed(4)));
-  item.append(head, el("div", "doc-id", hit.id));
+  head.append(renderTitle(hit), el("span", "score", hit.score.toFixed(4)));
+  const id = el("div", "doc-id");
+  id.append(bdi(null, hit.id));
+  item.append(head, id);
   if (hit.highlight && hit.highlight.text.length) {
     const snippet = el("p", "snippet");
     if (hit.highlight.cut_before) snippet.append("… ");
-    marked(snippet, hit.highlight.text);
+    snippet.append(marked(bdi(null), hit.highlight.text));
     if (hit.highlight.cut_after) snippet.append(" …");
     item.append(snippet);
   }
@@ -208,8 +260,9 @@ function renderHit(hit, rank) {
     const list = el("ul", "meta");
     for (const [key, value] of meta) {
       const entry = el("li");
-      const shown = value.length > 80 ? value.slice(0, 79) + "…" : value;
-      entry.append(el("span", "key", key), el("span", "value", shown));
+      const chars = Array.from(value);  // whole code points: an emoji is never cut in two
+      const shown = chars.length > 80 ? chars.slice(0, 79).join("") + "…" : value;
+      entry.append(bdi("key", key), bdi("value", shown));
       if (shown !== value) entry.title = value;
       list.append(entry);
     }
