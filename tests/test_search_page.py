@@ -158,7 +158,7 @@ def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, ti
     info = c.get("/info").json()
     assert info == {"version": "v000001", "documents": 6, "model": str(tiny_bert_dir), "modes": ["dense", "bm25",
                     "hybrid", "rrf"], "default_mode": "dense", "metadata_fields": [], "max_k": 1000,
-                    "max_query_chars": 2048}
+                    "max_query_chars": 2048, "passages": 6}  # an index of passages: here one a document
     assert c.post("/documents", json={"documents": [MARKUP]}, headers=HEADERS).status_code == 200
     info = c.get("/info").json()
     assert info["metadata_fields"] == ["cohort.size", "tags", "year"] and info["documents"] == 7
@@ -278,7 +278,7 @@ def test_search_marks_the_query_terms_as_plain_text_pieces(served_index):
 
     # without "highlight" the answer is as it was (no highlight field), for both search endpoints
     plain = c.post("/search", json={"query": "purr", "mode": "bm25"}).json()["hits"]
-    assert all(set(h) == {"id", "score", "title", "metadata"} for h in plain)
+    assert all(set(h) == {"id", "score", "title", "metadata", "passages"} for h in plain)
     batch = c.post("/search/batch", json={"queries": ["purr", "green tea"], "k": 1, "mode": "bm25",
                                           "highlight": True}).json()["results"]
     assert [marks(r[0]["highlight"]["text"]) for r in batch] == [["purr", "purr"], ["Green", "tea"]]
@@ -301,11 +301,13 @@ def test_a_long_text_shows_a_window_around_its_matches(served_index):
     assert marks(h["text"]) == ["Volcanoes", "lava", "volcano"]
     at = text.index(window)
     assert text[at - 1] == " " and text[at + len(window)] == " "  # cut between words
-    # no match at all (a dense hit): the text's start
+    # no match at all (a dense hit): the start of the passage that matched (long documents are split: #52)
     dense = c.post("/search", json={"query": "unrelated words", "mode": "dense", "k": 20, "highlight": True}).json()
-    long_hit = next(x for x in dense["hits"] if x["id"] == "long")["highlight"]
-    assert not long_hit["cut_before"] and long_hit["cut_after"] and text.startswith(joined(long_hit["text"]))
-    assert marks(long_hit["text"]) == []
+    long_hit = next(x for x in dense["hits"] if x["id"] == "long")
+    passage, shown = long_hit["passages"][0], long_hit["highlight"]
+    assert text[passage["start"]:passage["end"]] == passage["text"] and passage["text"].startswith(joined(shown["text"]))
+    assert shown["cut_before"] == (passage["start"] > 0) and shown["cut_after"]
+    assert marks(shown["text"]) == []
 
 
 def test_highlighter_languages_and_windows():
