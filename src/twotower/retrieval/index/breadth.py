@@ -1,0 +1,138 @@
+"""The default search breadth of an ANN index (HNSW's ``efSearch``, IVF's ``nprobe``), calibrated at build time.
+
+FAISS' own defaults (``efSearch`` 16, ``nprobe`` 1) lose recall as an index grows: HNSW32 at ``efSearch`` 16 found
+0.84 of the exact top 10 at 55k documents and 0.80 at 300k (``benchmarks/results/ann_tradeoff.md``, ``filters.md``).
+So a first build measures the breadth the index needs:
+
+1. the last :func:`held_out_count` vectors are held out; the others are added to the index;
+2. the held-out vectors are searched as queries at growing breadths (:data:`EF_STEPS` / :data:`NPROBE_STEPS`) and
+   their top :data:`K` compared with exact inner-product search over the added vectors;
+3. the smallest breadth whose recall@10 reaches :data:`TARGET` is kept (when no breadth reaches it — product or
+   scalar quantization caps recall — the smallest within :data:`PLATEAU` of the best measured); the held-out
+   vectors are then added too.
+
+The breadth is set on the FAISS index itself (FAISS saves ``efSearch`` / ``nprobe`` with it, and a copied index
+keeps them: ``index add`` / ``remove`` keep the build's breadth) and recorded in the manifest
+(:func:`manifest_entry`). A search without ``ef_search`` / ``nprobe`` uses it, and a filtered search widens from it
+(:mod:`.filtered`). Exact (flat) and binary indexes are not calibrated; fewer than :data:`MIN_HELD_OUT` held-out
+vectors (an index under ~200 vectors) keep FAISS' defaults.
+
+Example::
+
+    import numpy as np
+    from twotower.retrieval.index.breadth import add_calibrated
+    from twotower.retrieval.index.kinds import IndexSpec, new_faiss_index
+
+    vectors = np.random.default_rng(0).standard_normal((2000, 32)).astype("float32")
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index, _ = new_faiss_index(IndexSpec(kind="hnsw", hnsw_m=8), vectors, show_progress=False)
+    chosen = add_calibrated(index, vectors, show_progress=False)
+    assert index.ntotal == 2000 and chosen["ef_search"] >= 16
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from twotower.retrieval.index.kinds import add_in_chunks, find
+
+log = logging.getLogger(__name__)
+
+TARGET = 0.97  # recall@10 of the held-out vectors against exact search (real queries: >= 0.95 in the benchmark)
+PLATEAU = 0.005  # when TARGET is out of reach: the smallest breadth within this of the best recall measured
+K = 10
+MAX_HELD_OUT = 500
+MIN_HELD_OUT = 20
+EF_STEPS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def held_out_count(n: int) -> int:
+    """How many of ``n`` vectors calibrate the breadth: a tenth, at most :data:`MAX_HELD_OUT` (0 under
+    :data:`MIN_HELD_OUT`: too few to measure recall)."""
+    m = min(MAX_HELD_OUT, n // 10)
+    return m if m >= MIN_HELD_OUT else 0
+
+
+def _knob(index):
+    """``("ef_search", hnsw)`` / ``("nprobe", ivf)`` for an ANN index, else ``(None, None)``."""
+    import faiss
+
+    hnsw = find(index, "IndexHNSW")
+    if hnsw is not None:
+        return "ef_search", hnsw
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        return "nprobe", ivf
+    return None, None
+
+
+def _params(knob: str, value: int):
+    import faiss
+
+    return faiss.SearchParametersHNSW(efSearch=value) if knob == "ef_search" else faiss.SearchParametersIVF(nprobe=value)
+
+
+def _recall(found: np.ndarray, truth: np.ndarray) -> float:
+    hits = sum(len(set(f[f >= 0]) & set(t[t >= 0])) for f, t in zip(found, truth))
+    return hits / max(1, int((truth >= 0).sum()))
+
+
+def calibrate(index, queries: np.ndarray, truth: np.ndarray) -> tuple[str, int, float] | None:
+    """``(knob, value, recall)``: the smallest breadth at which ``index`` finds :data:`TARGET` of ``truth`` (the
+    exact top :data:`K` rows of ``queries``), set on ``index``; ``None`` for an index without a breadth."""
+    import faiss
+
+    knob, inner = _knob(index)
+    if knob is None:
+        return None
+    steps = EF_STEPS if knob == "ef_search" else [v for v in NPROBE_STEPS if v < inner.nlist] + [inner.nlist]
+    pre = isinstance(faiss.downcast_index(index), faiss.IndexPreTransform)
+    measured = []
+    for value in steps:
+        params = _params(knob, value)
+        if pre:
+            params = faiss.SearchParametersPreTransform(index_params=params)
+        _, found = index.search(queries, truth.shape[1], params=params)
+        measured.append((value, _recall(found, truth)))
+        if measured[-1][1] >= TARGET:
+            break
+    best = max(r for _, r in measured)
+    value, recall = next((v, r) for v, r in measured if r >= min(TARGET, best - PLATEAU))
+    if knob == "ef_search":
+        inner.hnsw.efSearch = int(value)
+    else:
+        inner.nprobe = int(value)
+    return knob, int(value), recall
+
+
+def add_calibrated(index, vectors: np.ndarray, *, show_progress: bool) -> dict:
+    """Add ``vectors`` (float32, the index's dimension) to the empty, trained ``index``, calibrating its default
+    breadth on the last :func:`held_out_count` of them on the way. Returns :func:`manifest_entry`'s dict
+    (empty when nothing was calibrated)."""
+    import faiss
+
+    n = len(vectors)
+    m = held_out_count(n) if _knob(index)[0] is not None else 0
+    if not m:
+        add_in_chunks(index, vectors, show_progress=show_progress)
+        return {}
+    add_in_chunks(index, vectors[: n - m], show_progress=show_progress)
+    t0 = time.perf_counter()
+    queries = np.ascontiguousarray(vectors[n - m :], dtype=np.float32)
+    base = np.ascontiguousarray(vectors[: n - m], dtype=np.float32)
+    _, truth = faiss.knn(queries, base, min(K, n - m), metric=faiss.METRIC_INNER_PRODUCT)
+    knob, value, recall = calibrate(index, queries, truth)
+    seconds = time.perf_counter() - t0
+    log.info("default %s %d: recall@%d %.3f on %d held-out vectors (%.1fs)", knob, value, K, recall, m, seconds)
+    add_in_chunks(index, vectors[n - m :], show_progress=False)
+    return manifest_entry(knob, value, recall, m, n - m)
+
+
+def manifest_entry(knob: str, value: int, recall: float, queries: int, documents: int) -> dict:
+    """The manifest's ``search`` entry: the default breadth and how it was chosen."""
+    return {knob: value, "calibration": {"recall@10": round(recall, 4), "target": TARGET, "held_out": queries,
+                                         "indexed": documents}}
