@@ -148,8 +148,10 @@ def encode_rows(args, device: torch.device, ds: BeirDataset) -> tuple[list[dict]
     tt = DualEncoder.load(None, doc_max_length=args.max_length, device=device)
     quiet = EncodeOptions(show_progress=False)
 
-    st_encode = lambda model, batch: lambda x: model.encode(  # noqa: E731
-        x, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    def st_encode(model, batch: int):
+        return lambda x: model.encode(x, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True,
+                                      show_progress_bar=False)
+
     systems = {"sentence-transformers fp32": st_encode(st32, 32)}
     for batch in ST_FP16_BATCHES:  # ST fp16 at every batch: the baseline is its fastest
         systems[f"sentence-transformers fp16 (batch {batch})"] = st_encode(st16, batch)

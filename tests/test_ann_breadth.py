@@ -86,7 +86,7 @@ def test_calibrate_picks_the_smallest_breadth_reaching_the_target_or_the_plateau
         index = faiss.IndexHNSWFlat(4, 4)
 
         def search(q, k, params=None):
-            hits = int(round(recall_of(params.efSearch) * 10))
+            hits = round(recall_of(params.efSearch) * 10)
             return None, np.where(np.arange(10) < hits, np.arange(10), 100)[None, :].repeat(len(q), axis=0)
 
         index.search = search
