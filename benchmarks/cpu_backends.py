@@ -59,7 +59,8 @@ class StWorker:
         self.work = work
         self.proc = subprocess.Popen(
             [python, str(script), "--model", str(default_model_path()), "--work", str(work),
-             "--max-length", str(args.max_length), "--batch-size", str(args.batch_size)],
+             "--max-length", str(args.max_length), "--batch-size", str(args.batch_size)]
+            + (["--isa", args.st_isa] if args.st_isa else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = json.loads(self.proc.stdout.readline() or "{}")
         if "systems" not in hello:  # every sentence-transformers row is then recorded as not run, with this reason
@@ -273,6 +274,8 @@ def main() -> None:
     ap.add_argument("--st-python", default=sys.executable,
                     help="Python of an environment with sentence-transformers and optimum[onnxruntime] / "
                          "optimum-intel[openvino] (rows it cannot load are left out)")
+    ap.add_argument("--st-isa", default=None, choices=("avx2", "avx512", "avx512_vnni"),
+                    help="config of sentence-transformers' int8 export (default: this CPU's; avx2 runs on any x86-64)")
     ap.add_argument("--work", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "twotower-cpu-backends"))
     args = ap.parse_args()
     load_start = load_average()

@@ -32,6 +32,15 @@ def isa_config() -> str:
     return "avx2"
 
 
+def quantized_file(work: Path, isa: str) -> str | None:
+    """The file ``export_dynamic_quantized_onnx_model`` wrote for ``isa``: ``model_<weights type>_<isa>.onnx``, the
+    weights type being optimum's for that config — ``qint8`` for avx512 / avx512_vnni / arm64 but ``quint8`` for
+    avx2 (asking for ``model_qint8_avx2.onnx`` made sentence-transformers try to export the folder anew and fail
+    with "Unrecognized model ... Should have a model_type key in its config.json")."""
+    found = sorted(p.name for p in (work / "onnx").glob(f"model_*int8_{isa}.onnx"))
+    return found[0] if found else None
+
+
 def load(args) -> tuple[dict, dict]:
     import sentence_transformers
     from sentence_transformers import SentenceTransformer
@@ -41,7 +50,7 @@ def load(args) -> tuple[dict, dict]:
         shutil.copytree(args.model, work, dirs_exist_ok=True)
     systems = {"sentence-transformers torch fp32": SentenceTransformer(str(work), device="cpu")}
     info = {"sentence_transformers": sentence_transformers.__version__, "unavailable": {}}
-    isa = isa_config()
+    isa = args.isa or isa_config()
 
     def onnx_fp32():
         import onnxruntime
@@ -57,9 +66,11 @@ def load(args) -> tuple[dict, dict]:
         from sentence_transformers import export_dynamic_quantized_onnx_model
 
         onnx = systems.get("sentence-transformers onnx") or onnx_fp32()
-        name = f"model_qint8_{isa}.onnx"
-        if not (work / "onnx" / name).is_file():
+        if not quantized_file(work, isa):
             export_dynamic_quantized_onnx_model(onnx, isa, str(work))
+        name = quantized_file(work, isa)
+        if name is None:
+            raise FileNotFoundError(f"export_dynamic_quantized_onnx_model({isa!r}) wrote no onnx/model_*_{isa}.onnx")
         return SentenceTransformer(str(work), device="cpu", backend="onnx", model_kwargs={"file_name": f"onnx/{name}"})
 
     def openvino():
@@ -98,6 +109,8 @@ def main() -> None:
     ap.add_argument("--work", required=True)
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--isa", choices=("avx2", "avx512", "avx512_vnni", "arm64"), default=None,
+                    help="the int8 export's config (default: this CPU's)")
     args = ap.parse_args()
     out = sys.stdout
     sys.stdout = sys.stderr  # library chatter must not reach the protocol channel
