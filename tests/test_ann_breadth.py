@@ -41,8 +41,9 @@ def test_default_breadth_keeps_recall(tmp_path, kind, spec, spread, knob, faiss_
     docs, queries = vectors[:4000], vectors[4000:]  # queries from the same distribution, not in the index
     store = IndexStore.build(tmp_path / kind, _docs(docs), model=MODEL, spec=spec, show_progress=False)
     entry = store.manifest["search"]
-    assert entry[knob] > faiss_default and entry["calibration"]["held_out"] == 400
-    assert entry["calibration"]["recall@10"] >= breadth.TARGET
+    calibration = entry["calibration"]
+    assert entry[knob] > faiss_default and calibration["held_out"] == 400 and calibration["indexed"] == 3600
+    assert calibration["held_out_recall"] >= breadth.HELD_OUT_TARGET and calibration["midpoint_recall"] >= breadth.TARGET
     assert _recall(store, queries, docs, **{knob: faiss_default}) < 0.95  # FAISS' default: not enough here
     assert _recall(store, queries, docs) >= 0.95  # no breadth given: the calibrated one
     assert _recall(store, queries, docs) == _recall(store, queries, docs, **{knob: entry[knob]})
@@ -75,9 +76,10 @@ def test_small_and_exact_indexes_are_not_calibrated(tmp_path):
     assert small.manifest["search"]["calibration"]["held_out"] == breadth.MIN_HELD_OUT
 
 
-def test_calibrate_picks_the_smallest_breadth_reaching_the_target_or_the_plateau():
-    """Against a stub index whose recall per efSearch is known: the first step at TARGET; when recall plateaus
-    below it (quantized codes), the first step within PLATEAU of the best."""
+def test_calibrate_picks_the_smallest_breadth_reaching_every_target_or_the_plateau():
+    """Against a stub index whose recall per efSearch is known: the first step where every query set reaches its
+    target; a set whose recall plateaus below its target (quantized codes) counts from its first step within
+    PLATEAU of its best."""
     import faiss
 
     truth = np.arange(10)[None, :].repeat(4, axis=0)
@@ -94,6 +96,9 @@ def test_calibrate_picks_the_smallest_breadth_reaching_the_target_or_the_plateau
 
     q = np.zeros((4, 4), dtype=np.float32)
     reach = fake(lambda ef: 0.8 if ef < 64 else 1.0)
-    assert breadth.calibrate(reach, q, truth) == ("ef_search", 64, 1.0) and reach.hnsw.efSearch == 64
+    assert breadth.calibrate(reach, [(q, truth, 0.97)]) == ("ef_search", 64, [1.0]) and reach.hnsw.efSearch == 64
     plateau = fake(lambda ef: 0.7 if ef < 32 else 0.9)
-    assert breadth.calibrate(plateau, q, truth)[:2] == ("ef_search", 32)
+    assert breadth.calibrate(plateau, [(q, truth, 0.97)])[:2] == ("ef_search", 32)
+    # two sets: the breadth is the larger need (0.9 reached at 32 for the first target, 1.0 at 64 for the second)
+    two = fake(lambda ef: 0.8 if ef < 32 else 0.9 if ef < 64 else 1.0)
+    assert breadth.calibrate(two, [(q, truth, 0.9), (q, truth, 0.97)]) == ("ef_search", 64, [1.0, 1.0])
