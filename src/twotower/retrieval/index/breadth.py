@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from twotower.retrieval.index.kinds import add_in_chunks, find
+from twotower.retrieval.index import kinds
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _knob(index):
     """``("ef_search", hnsw)`` / ``("nprobe", ivf)`` for an ANN index, else ``(None, None)``."""
     import faiss
 
-    hnsw = find(index, "IndexHNSW")
+    hnsw = kinds.find(index, "IndexHNSW")
     if hnsw is not None:
         return "ef_search", hnsw
     ivf = faiss.try_extract_index_ivf(index)
@@ -146,9 +146,9 @@ def add_calibrated(index, vectors: np.ndarray, *, show_progress: bool) -> dict:
     n = len(vectors)
     m = held_out_count(n) if _knob(index)[0] is not None else 0
     if not m:
-        add_in_chunks(index, vectors, show_progress=show_progress)
+        kinds.add_in_chunks(index, vectors, show_progress=show_progress)
         return {}
-    add_in_chunks(index, vectors[: n - m], show_progress=show_progress)
+    kinds.add_in_chunks(index, vectors[: n - m], show_progress=show_progress)
     t0 = time.perf_counter()
     held = np.ascontiguousarray(vectors[n - m :], dtype=np.float32)
     base = np.ascontiguousarray(vectors[: n - m], dtype=np.float32)
@@ -159,7 +159,7 @@ def add_calibrated(index, vectors: np.ndarray, *, show_progress: bool) -> dict:
     knob, value, recalls = calibrate(index, query_sets)
     log.info("default %s %d: recall@%d %.3f on %d held-out vectors, %.3f on their midpoints (%.1fs)", knob, value, K,
              recalls[0], m, recalls[1], time.perf_counter() - t0)
-    add_in_chunks(index, vectors[n - m :], show_progress=False)
+    kinds.add_in_chunks(index, vectors[n - m :], show_progress=False)
     return manifest_entry(knob, value, recalls, m, n - m)
 
 
