@@ -59,11 +59,16 @@ class StWorker:
         self.work = work
         self.proc = subprocess.Popen(
             [python, str(script), "--model", str(default_model_path()), "--work", str(work),
-             "--max-length", str(args.max_length), "--batch-size", str(args.batch_size)],
+             "--max-length", str(args.max_length), "--batch-size", str(args.batch_size)]
+            + (["--isa", args.st_isa] if args.st_isa else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = json.loads(self.proc.stdout.readline() or "{}")
-        if "systems" not in hello:
-            raise SystemExit(f"the sentence-transformers worker under {python} did not start (see its messages)")
+        if "systems" not in hello:  # every sentence-transformers row is then recorded as not run, with this reason
+            self.proc.wait(timeout=60)
+            self.systems, self.info = [], {"unavailable": {
+                ST_TORCH: f"the sentence-transformers worker under {python} did not start (exit {self.proc.returncode}; "
+                          "see its messages above)"}}
+            return
         self.systems, self.info = hello["systems"], hello["info"]
 
     def encode(self, system: str, texts: list[str]) -> tuple[np.ndarray, float]:
@@ -73,6 +78,8 @@ class StWorker:
         return np.load(self.work / "out.npy"), reply["seconds"]
 
     def close(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
@@ -98,9 +105,10 @@ def timed(fn):
     return run
 
 
-def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict]:
-    """``{name: texts -> (emb, s)}`` for every twotower runtime/precision this CPU offers, and ``{name: precision}``
-    (``openvino-int8`` calibrated on ``corpus`` and checked on a sample of it, as ``auto`` does)."""
+def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict, dict]:
+    """``{name: texts -> (emb, s)}`` for every twotower runtime/precision this CPU offers, ``{name: precision}``
+    (``openvino-int8`` calibrated on ``corpus`` and checked on a sample of it, as ``auto`` does) and
+    ``{name: reason}`` for those that could not be had."""
     def torch_run(precision):
         return timed(lambda t: encode_texts(tower, t, max_length=args.max_length, batch_size=args.batch_size,
                                             precision=precision, show_progress=False))
@@ -112,7 +120,7 @@ def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict]:
         return timed(lambda t: graph.encode(t, max_length=args.max_length, batch_size=args.batch_size))
 
     bf16 = cpu_has_fast_bf16()
-    systems, precisions = {}, {}
+    systems, precisions, unavailable = {}, {}, {}
     for name, precision, make in (
         ("twotower torch fp32", "fp32", lambda: torch_run("fp32")),
         ("twotower torch bf16", "bf16", lambda: torch_run("bf16")),
@@ -126,12 +134,55 @@ def twotower_systems(tower, args, corpus: list[str]) -> tuple[dict, dict]:
             continue
         try:
             systems[name], precisions[name] = make(), precision
-        except Exception as exc:  # noqa: BLE001 - a runtime missing here is a row missing, said in the output
-            print(f"{name}: not run ({exc})", flush=True)
-    return systems, precisions
+        except Exception as exc:  # noqa: BLE001 - a runtime missing here is a row with its reason
+            unavailable[name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            print(f"{name}: not run ({unavailable[name]})", flush=True)
+    return systems, precisions, unavailable
 
 
 AUTO = "twotower auto (its own batch size)"
+
+
+def result_rows(out: dict, precisions: dict, unavailable: dict, n_texts: int, default_name: str) -> list[dict]:
+    """One row per system timed (``out``: ``{name: (embeddings, seconds)}``) — docs/s, ratio to sentence-transformers
+    torch and smallest cosine to its vectors (to twotower torch fp32's when the sentence-transformers row could not
+    run: ``reference`` says which) — then one per system that could not be produced here, with its reason
+    (``not_run``) and no numbers."""
+    ref_name = ST_TORCH if ST_TORCH in out else "twotower torch fp32"
+    ref, ref_s = out[ref_name]
+    rows = []
+    for name, (emb, secs) in out.items():
+        rows.append({"system": name, "precision": precisions[name], "default": "auto" if name == default_name else "",
+                     "docs_per_s": n_texts / secs, "ratio_vs_st_torch": ref_s / secs,
+                     "min_cosine_vs_st_fp32": float((emb * ref).sum(1).min())})
+        if ref_name != ST_TORCH:
+            rows[-1]["reference"] = ref_name
+    for name, why in unavailable.items():
+        if name not in out:
+            rows.append({"system": name, "precision": "int8" if "int8" in name else "", "default": "",
+                         "docs_per_s": None, "not_run": why})
+    return rows
+
+
+def summarize(rows: list[dict], st_systems: list[str], default_name: str, choice: dict) -> dict:
+    """``auto``'s speed against the fastest sentence-transformers backend keeping cosine ≥ 0.99 and the fastest
+    twotower int8 row against sentence-transformers' int8, over the rows that ran (a ratio without both sides is
+    left out)."""
+    ran = [r for r in rows if r.get("docs_per_s") is not None]
+    summary = {"auto": choice}
+    fastest_st = max((r for r in ran if r["system"] in st_systems and "int8" not in r["system"]
+                      and r["min_cosine_vs_st_fp32"] >= 0.99), key=lambda r: r["docs_per_s"], default=None)
+    default = next((r for r in ran if r["system"] == default_name), None)
+    if fastest_st and default:
+        summary["fastest_st_backend"] = fastest_st["system"]
+        summary["auto_vs_fastest_st"] = default["docs_per_s"] / fastest_st["docs_per_s"]
+    st_int8 = next((r for r in ran if r["system"].startswith("sentence-transformers onnx-int8")), None)
+    tt_int8 = max((r for r in ran if r["system"].startswith("twotower") and r["precision"] == "int8"),
+                  key=lambda r: r["docs_per_s"], default=None)
+    if st_int8 and tt_int8:
+        summary["fastest_twotower_int8"] = tt_int8["system"]
+        summary["int8_vs_st_int8"] = tt_int8["docs_per_s"] / st_int8["docs_per_s"]
+    return summary
 
 
 def auto_system(tower, corpus: list[str], max_length: int) -> tuple[callable, dict]:
@@ -223,6 +274,8 @@ def main() -> None:
     ap.add_argument("--st-python", default=sys.executable,
                     help="Python of an environment with sentence-transformers and optimum[onnxruntime] / "
                          "optimum-intel[openvino] (rows it cannot load are left out)")
+    ap.add_argument("--st-isa", default=None, choices=("avx2", "avx512", "avx512_vnni"),
+                    help="config of sentence-transformers' int8 export (default: this CPU's; avx2 runs on any x86-64)")
     ap.add_argument("--work", default=str(Path(os.environ.get("TMPDIR", "/tmp")) / "twotower-cpu-backends"))
     args = ap.parse_args()
     load_start = load_average()
@@ -239,22 +292,19 @@ def main() -> None:
     systems = {name: (lambda t, n=name: worker.encode(n, t)) for name in worker.systems}
     precisions = {name: ("int8" if "int8" in name else "bf16" if "openvino" in name and
                          worker.info.get("openvino_precision") == "bf16" else "fp32") for name in worker.systems}
-    tt_systems, tt_precisions = twotower_systems(tower, args, corpus)
+    tt_systems, tt_precisions, tt_unavailable = twotower_systems(tower, args, corpus)
     systems.update(tt_systems)
     precisions.update(tt_precisions)
+    unavailable = {**worker.info.get("unavailable", {}), **tt_unavailable}  # rows that cannot be produced here
     systems[AUTO], choice = auto_system(tower, corpus, args.max_length)
     precisions[AUTO] = choice["precision"]
     default_name = AUTO
     print(f"auto picks {choice}", flush=True)
 
     out = take_turns(systems, texts, args.slice)
-    ref, ref_s = out[ST_TORCH]
-    rows = []
-    for name, (emb, secs) in out.items():
-        rows.append({"system": name, "precision": precisions[name], "default": "auto" if name == default_name else "",
-                     "docs_per_s": len(texts) / secs, "ratio_vs_st_torch": ref_s / secs,
-                     "min_cosine_vs_st_fp32": float((emb * ref).sum(1).min())})
-        print(rows[-1], flush=True)
+    rows = result_rows(out, precisions, unavailable, len(texts), default_name)
+    for row in rows:
+        print(row, flush=True)
 
     # the limit
     cfg = tower.backbone.config
@@ -274,6 +324,8 @@ def main() -> None:
     split = encoder_flops(tower, texts, args.batch_size, args.max_length)
     flops = split["dense"] + split["attention"]
     for row in rows:
+        if row.get("docs_per_s") is None:  # not run here
+            continue
         static = row["system"] == "twotower openvino-int8" or (row["system"] == AUTO and
                                                                 choice["runtime"] == "openvino-int8")
         p = "int8 static" if static else row["precision"]
@@ -286,17 +338,10 @@ def main() -> None:
 
     def save() -> None:
         load_end = load_average()
-        fastest_st = max((r for r in rows if r["system"] in worker.systems and "int8" not in r["system"]
-                          and r["min_cosine_vs_st_fp32"] >= 0.99), key=lambda r: r["docs_per_s"])
-        default = next(r for r in rows if r["system"] == default_name)
-        summary = {"auto": choice, "fastest_st_backend": fastest_st["system"],
-                   "auto_vs_fastest_st": default["docs_per_s"] / fastest_st["docs_per_s"]}
-        st_int8 = next((r for r in rows if r["system"].startswith("sentence-transformers onnx-int8")), None)
-        tt_int8 = max((r for r in rows if r["system"].startswith("twotower") and r["precision"] == "int8"),
-                      key=lambda r: r["docs_per_s"], default=None)
-        if st_int8 and tt_int8:
-            summary["fastest_twotower_int8"] = tt_int8["system"]
-            summary["int8_vs_st_int8"] = tt_int8["docs_per_s"] / st_int8["docs_per_s"]
+        summary = summarize(rows, worker.systems, default_name, choice)
+        fastest_st = {"system": summary.get("fastest_st_backend", "none (no sentence-transformers row ran)")}
+        if unavailable:
+            summary["not_run"] = unavailable
         print(summary, flush=True)
         ndcg_rows = [r["system"] for r in rows if "ndcg@10" in r]
         write_results(f"cpu_backends_{kind}", rows, extra={
@@ -312,8 +357,8 @@ def main() -> None:
             f"{worker.info.get('openvino_precision')}) in a child process, timed there around encode(); twotower in this "
             "process (torch " + torch.__version__ + "), timed around its encode. "
             f"'default' marks the row `auto` picks on this CPU ({choice['runtime']} {choice['precision']}: "
-            f"{choice['reason']}). Fastest sentence-transformers backend with min cosine ≥ 0.99: {fastest_st['system']}; "
-            f"auto / it = {summary['auto_vs_fastest_st']:.2f}×"
+            f"{choice['reason']}). Fastest sentence-transformers backend with min cosine ≥ 0.99: {fastest_st['system']}"
+            + (f"; auto / it = {summary['auto_vs_fastest_st']:.2f}×" if "auto_vs_fastest_st" in summary else "")
             + (f"; {summary['fastest_twotower_int8']} / sentence-transformers int8 = {summary['int8_vs_st_int8']:.2f}×"
                if "int8_vs_st_int8" in summary else "") + ". "
             f"NDCG@10 / Recall@100: SciFact test, full corpus ({len(corpus)} documents), queries encoded by the same "
@@ -326,7 +371,8 @@ def main() -> None:
             "(scaled_dot_product_attention, padding mask) "
             + ", ".join(f"{p} {v:.0f}" for p, v in attn.items() if not p.startswith("int8"))
             + " GFLOP/s (int8 rows: attention stays fp32). ceiling_docs_per_s = documents / (dense FLOPs / matmul rate + "
-            "attention FLOPs / attention rate), everything else free; fraction_of_ceiling = docs_per_s / ceiling."))
+            "attention FLOPs / attention rate), everything else free; fraction_of_ceiling = docs_per_s / ceiling."
+            + ("".join(f" Not run here: {name} ({why})." for name, why in unavailable.items()))))
 
     save()
     # quality on the full corpus, for the asked systems
@@ -338,7 +384,7 @@ def main() -> None:
     qids = list(ds.queries)
     queries = [ds.queries[q] for q in qids]
     by_name = {r["system"]: r for r in rows}
-    for name in dict.fromkeys(n for n in wanted if n in by_name):
+    for name in dict.fromkeys(n for n in wanted if n in by_name and n in systems):
         row = by_name[name]
 
         def quality(name=name):

@@ -53,8 +53,10 @@ def search_cmd(
         "the fitted model's, else minmax)."),
     prf_depth: Optional[int] = typer.Option(None, "--prf-depth", help=PRF_DEPTH_HELP),
     prf_weight: Optional[float] = typer.Option(None, "--prf-weight", help=PRF_WEIGHT_HELP),
-    ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1, help="HNSW efSearch."),
-    nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF lists probed."),
+    ef_search: Optional[int] = typer.Option(None, "--ef-search", min=1,
+                                            help="HNSW efSearch (default: the index's, calibrated at build)."),
+    nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1,
+                                         help="IVF lists probed (default: the index's, calibrated at build)."),
     rerank: Optional[Path] = typer.Option(
         None, "--rerank", help="Cross-encoder directory: re-rank the hits (default: the fitted model's re-ranker "
         "when --mode is not given; 'none': no re-ranking)."),

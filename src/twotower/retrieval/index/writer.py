@@ -17,7 +17,7 @@ import numpy as np
 
 from twotower.io import load_npy, preallocate
 from twotower.retrieval.bm25 import BM25
-from twotower.retrieval.index import codecs, fingerprint, kinds
+from twotower.retrieval.index import breadth, codecs, fingerprint, kinds
 from twotower.retrieval.index.errors import IndexStoreError
 from twotower.retrieval.index.files import REBUILT, VersionFiles, describe, save_npy
 from twotower.retrieval.index.ids import DocIds, write_ids
@@ -142,6 +142,7 @@ def fill_version(
 
     # FAISS: add to a copy of the previous index when nothing was dropped, else rebuild
     t0 = time.perf_counter()
+    search = previous.manifest.get("search") if previous is not None else None  # a copied index keeps its breadth
     if codec.vectors == "binary":
         index, factory = _binary_index(previous, keep_mask, old_vec, new_f, spec, dim)
         faiss.write_index_binary(index, str(out / "faiss.index"))
@@ -159,7 +160,7 @@ def fill_version(
         else:
             index, factory = kinds.new_faiss_index(spec, new_f, show_progress=show_progress,
                                                    calibration=codec.calibration)
-            kinds.add_in_chunks(index, new_f, show_progress=show_progress)
+            search = breadth.add_calibrated(index, new_f, show_progress=show_progress) or None
         faiss.write_index(index, str(out / "faiss.index"))
     faiss_s = time.perf_counter() - t0
 
@@ -189,6 +190,7 @@ def fill_version(
         "metric": "inner_product",
         "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist,
                  "pq_m": spec.pq_m, "train_size": spec.train_size},
+        "search": search,  # the default ef_search / nprobe calibrated at the first build (retrieval.index.breadth)
         "num_docs": num_docs,
         "num_vectors": num_vectors,
         "multivector": multivector,
