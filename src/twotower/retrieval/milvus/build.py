@@ -11,6 +11,7 @@ index directory into the collection it already names drops and re-fills that col
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -29,7 +30,7 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.state import State, create_state, state_name
+from twotower.retrieval.milvus.state import State, create_state, new_token, state_name
 from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
     try:
         with writer_lock(root):
             t0 = time.perf_counter()
-            lexicon, sparse = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
+            lexicon, weighed = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
                                                           zip(new.titles, new.texts)], spec.bm25_params,
                                                 show_progress=show_progress) if spec.bm25 else (None, None))
             if mc.owner_properties(client, collection, uri) is not None:  # this index's own: re-filled
@@ -103,7 +104,8 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "corpus": corpus["fingerprint"]})
             made = True
             create_state(client, collection, uri)
-            put_rows(client, uri, collection, doc_rows(new, sparse, 1), show_progress=show_progress)
+            token = new_token()
+            put_rows(client, uri, collection, doc_rows(new, weighed, 1, token), show_progress=show_progress)
             with mc.milvus_errors(uri, collection, "loading the collection"):
                 client.load_collection(collection)
             manifest = {
@@ -123,9 +125,12 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "build_s": round(time.perf_counter() - t0, 3),
             }
             state = State(client, uri, collection)
-            blobs = state.save_lexicon(1, lexicon) if lexicon is not None else {}
-            state.commit({"seq": 1, "manifest": dict(manifest, version=1), "blobs": blobs, "blobs_seq": 1,
-                          "write": None})
+            blobs = state.save_lexicon(1, token, lexicon) if lexicon is not None else {}
+            state.save_value({"seq": 1, "token": token, "manifest": dict(manifest, version=1), "blobs": blobs,
+                              "blobs_of": [1, token], "deltas": [], "write": None, "losers": [], "removed": 0,
+                              "prev_keep": []})
+            state._put({"dec:1": json.dumps({"token": token}), "marked:1": "1"})  # a new collection: no rival
+            state.hint(1)
             final = write_version(root, manifest, None, keep=keep)  # the folder names the collection; the rest: Milvus
     except BaseException:
         if made:

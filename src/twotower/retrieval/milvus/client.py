@@ -56,7 +56,8 @@ LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 3  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata
+SCHEMA_VERSION = 4  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata;
+# 4: rows keyed <attempt>:<id> with the attempt's token, and each document's BM25 length and the avgdl of its weights
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
@@ -229,9 +230,11 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
 
 def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
                       uri: str) -> None:
-    """The collection: ``pk`` (primary key ``<write>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
-    floats), ``added`` / ``removed`` (the writes that added and removed the row: see :mod:`.state`) and, with
-    ``lexical``, ``sparse`` (twotower's BM25 weights), ``metadata`` (JSON: the document's metadata, ``{}`` when it
+    """The collection: ``pk`` (primary key ``<attempt>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
+    floats), ``added`` / ``removed`` (the writes that added and removed the row) and ``attempt`` (the token of the
+    write attempt that wrote it: see :mod:`.state`) and, with ``lexical``, ``sparse`` (twotower's BM25 weights),
+    ``length`` (the document's number of BM25 terms) and ``avgdl`` (the average length its weights were computed
+    with: :mod:`.lexical`), ``metadata`` (JSON: the document's metadata, ``{}`` when it
     has none; filters run on it, :mod:`.filtering`); its dense index as ``index`` says, metric IP."""
     from pymilvus import DataType
 
@@ -241,6 +244,9 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_BYTES)
         schema.add_field("added", DataType.INT64)
         schema.add_field("removed", DataType.INT64)
+        schema.add_field("attempt", DataType.INT64)
+        schema.add_field("length", DataType.INT64)
+        schema.add_field("avgdl", DataType.DOUBLE)
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field(METADATA, DataType.JSON)

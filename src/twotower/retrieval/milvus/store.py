@@ -126,9 +126,9 @@ class MilvusStore:
 
     def refresh(self) -> "MilvusStore":
         """The store of the latest committed write (``self`` when there was none since)."""
-        head = self.state.head()
-        if int(head["seq"]) == self.seq:
+        if not self.state.changed_since(self.seq):
             return self
+        head = self.state.head()
         return MilvusStore(self.root, self.dir, self.manifest, check=False, head=head)
 
     def close(self) -> None:
@@ -163,7 +163,7 @@ class MilvusStore:
 
     def _visible(self, expr: str = "") -> str:
         """This write's rows (:func:`.state.visible`), and of those the ones ``expr`` selects."""
-        return f"({visible(self.seq)}) and ({expr})" if expr else visible(self.seq)
+        return f"({visible(self.head)}) and ({expr})" if expr else visible(self.head)
 
     def filter_expression(self, flt) -> str:
         """The Milvus expression of a metadata filter (a parsed :class:`~twotower.retrieval.filters.Filter`) on this
@@ -181,7 +181,7 @@ class MilvusStore:
         ids = list(dict.fromkeys(ids))
         with self._errors("reading documents"):
             for i in range(0, len(ids), BATCH):
-                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.seq)})",
+                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.head)})",
                                                 output_fields=["id", *fields]):
                     out[e["id"]] = e
         return out
@@ -202,29 +202,54 @@ class MilvusStore:
     def document(self, row: int) -> dict:
         """``{"_id", "title", "text"}`` of the document in ``row``, with ``"metadata"`` when it has some (read from
         Milvus, recent ones cached)."""
-        doc_id = self.doc_ids[row]
+        return self._documents([self.doc_ids[row]])[0]
+
+    def _documents(self, ids: Sequence[str]) -> list[dict]:
+        """The documents ``ids`` (cached ones from the cache, the others in batched queries)."""
         with self._docs_lock:
-            doc = self._docs.get(doc_id)
-        if doc is None:
-            found = self._query([doc_id], ["title", "text", mc.METADATA]).get(doc_id)
-            if found is None:
-                raise UnknownIdError(f"{self.root}: document '{doc_id}' is no longer in the Milvus collection "
+            cached = {d: self._docs[d] for d in ids if d in self._docs}
+        wanted = [d for d in dict.fromkeys(ids) if d not in cached]
+        if wanted:
+            found = self._query(wanted, ["title", "text", mc.METADATA])
+            missing = [d for d in wanted if d not in found]
+            if missing:
+                raise UnknownIdError(f"{self.root}: document '{missing[0]}' is no longer in the Milvus collection "
                                      f"'{self.collection}' (removed meanwhile)")
-            doc = {"_id": doc_id, "title": found["title"], "text": found["text"]}
-            if found.get(mc.METADATA):  # as the local store: "metadata" only when the document has some
-                doc["metadata"] = found[mc.METADATA]
+            for doc_id in wanted:
+                e = found[doc_id]
+                doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+                if e.get(mc.METADATA):  # as the local store: "metadata" only when the document has some
+                    doc["metadata"] = e[mc.METADATA]
+                cached[doc_id] = doc
             with self._docs_lock:
-                self._docs[doc_id] = doc
+                for doc_id in wanted:
+                    self._docs[doc_id] = cached[doc_id]
                 while len(self._docs) > 10_000:
                     self._docs.popitem(last=False)
-        return dict(doc)
+        return [dict(cached[d]) for d in ids]
 
     def document_fields(self, row: int) -> tuple[str, str, str]:
         d = self.document(row)
         return d["_id"], d["title"], d["text"]
 
     def documents(self, ids: Sequence[str]) -> list[dict]:
-        return [self.document(r) for r in self.rows(ids)]
+        """The documents ``ids`` (unknown ids are an error), in batched queries."""
+        ids = list(ids)
+        found = self._query(ids, ["title", "text", mc.METADATA])
+        missing = [d for d in ids if d not in found]
+        if missing:
+            shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
+            raise UnknownIdError(f"{self.root}: {len(missing)} document id(s) not in the index (Milvus collection "
+                                 f"'{self.collection}'): {shown}")
+        out = []
+        for doc_id in ids:
+            self.row_of.intern(doc_id)
+            e = found[doc_id]
+            doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+            if e.get(mc.METADATA):
+                doc["metadata"] = e[mc.METADATA]
+            out.append(doc)
+        return out
 
     def float_vectors(self, rows) -> np.ndarray:
         """The stored vectors of ``rows`` (any shape) as float32, shaped ``rows.shape + (dim,)``."""
@@ -359,10 +384,43 @@ class MilvusBM25:
 
     def search(self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = False,
                n_threads: int = 0, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(scores, rows)``, best first; a document that shares no term with the query is not returned;
-        with ``expr`` (:meth:`MilvusStore.filter_expression`) only documents it selects."""
+        """Top-k ``(scores, rows)``, best first, as a fresh local BM25 index over the same documents ranks and scores
+        them; a document that shares no term with the query is not returned; with ``expr``
+        (:meth:`MilvusStore.filter_expression`) only documents it selects."""
         k = max(1, min(k, len(self.store)))
-        return self.store._ranked(mc.SPARSE, self.lexicon.query_vectors(queries), k, {"metric_type": "IP"}, expr)
+        terms = self.lexicon.query_terms(queries)
+        vectors = self.lexicon.query_vectors(queries, terms)
+        if self.lexicon.exact_in_milvus:  # every row weighed with today's avgdl: Milvus' scores are exact
+            return self.store._ranked(mc.SPARSE, vectors, k, {"metric_type": "IP"}, expr)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, (t, v) in enumerate(zip(terms, vectors)):
+            if v:
+                found = self._exact(t, v, k, expr)
+                for j, (score, doc_id) in enumerate(found):
+                    scores[i, j], rows[i, j] = score, self.store.row_of.intern(doc_id)
+        return scores, rows
+
+    def _exact(self, terms: list[int], vector: dict, k: int, expr: str) -> list[tuple[float, str]]:
+        """The exact top ``k`` of one query: Milvus' best candidates (weighed with older avgdls) scored again
+        exactly (:meth:`.lexical.SparseBM25.rescore`), widened until no document beyond them can reach the k-th
+        score (:meth:`.lexical.SparseBM25.bound`)."""
+        bound, want = self.lexicon.bound(), min(MAX_TOPK, max(2 * k, k + 20))
+        while True:
+            with self.store._errors("searching"):
+                hits = self.store.client.search(self.store.collection, data=[vector], anns_field=mc.SPARSE,
+                                                limit=want, search_params={"metric_type": "IP"},
+                                                output_fields=["id", mc.SPARSE, "length", "avgdl"],
+                                                filter=self.store._visible(expr))[0]
+            scored = sorted(((self.lexicon.rescore(terms, dict(h["entity"][mc.SPARSE]), int(h["entity"]["length"]),
+                                                   float(h["entity"]["avgdl"])), h["entity"]["id"]) for h in hits),
+                            key=lambda p: (-p[0], p[1]))
+            if len(hits) < want or want >= MAX_TOPK or len(scored) < k:
+                return [p for p in scored[:k] if p[0] > 0]
+            beyond = float(hits[-1]["distance"]) * bound * (1 + 1e-5)  # the most any document not seen can score
+            if scored[k - 1][0] > beyond:
+                return scored[:k]
+            want = min(MAX_TOPK, want * 4)
 
 
 __all__ = ["MilvusBM25", "MilvusStore", "client_for", "forget_client"]
