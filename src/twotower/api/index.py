@@ -247,6 +247,8 @@ class Index:
             raise TwoTowerError("documents takes a list of ids, not a single string")
         self._searcher.refresh()
         store = self._searcher.store
+        if hasattr(store, "prefetch"):  # a Milvus index: the documents in batched queries, not one each
+            store.prefetch(list(ids))
         return [stored_document(store, r) for r in store.rows(list(ids))]
 
     # ------------------------------------------------------------------ search
@@ -311,6 +313,8 @@ class Index:
             ce = cross_encoder(rerank, self._rerankers, device=self.device, precision=self.precision)
             ranked = rerank_hits(queries, ranked, ce, rerank_depth, weight, store)
         out = []
+        if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
+            store.prefetch([d for hits in ranked for d, _ in hits[:k]])
         for hits in ranked:
             docs = [(d, s, store.document(store.row_of[d])) for d, s in hits[:k]]
             out.append([Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}) for d, s, doc in docs])

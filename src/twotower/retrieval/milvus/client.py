@@ -52,6 +52,10 @@ logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 # answers GOAWAY "too_many_pings" and grpc prints two log lines to stderr after operations that succeeded. A
 # connection to the same process needs no keepalive: off (INT_MAX ms), and no pings without calls.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+# A server: Milvus Lite's own server mode is the same Python grpc server (GOAWAY after ~30 s idle, issue #54); a Milvus
+# server allows a ping every 5 s. Pings at most every 6 minutes, and only while a call runs: both are content, and a
+# call that hangs still fails by its timeout (TWOTOWER_MILVUS_TIMEOUT).
+SERVER_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": 0}
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
@@ -153,7 +157,7 @@ def connect(uri: str, option: str | None = None):
         _check_lite_folder(Path(uri), f"{option} {uri}")
     try:
         if is_server(uri):
-            return MilvusClient(uri=uri, token=token, timeout=timeout)
+            return MilvusClient(uri=uri, token=token, timeout=timeout, grpc_options=SERVER_GRPC_OPTIONS)
         return MilvusClient(uri=uri, grpc_options=LITE_GRPC_OPTIONS)
     except Exception as exc:  # pymilvus raises MilvusException and its subclasses, grpc errors, OSError
         msg = _message(exc)

@@ -228,6 +228,22 @@ class MilvusStore:
                     self._docs.popitem(last=False)
         return [dict(cached[d]) for d in ids]
 
+    def prefetch(self, ids: Sequence[str]) -> None:
+        """Read the documents ``ids`` into the cache in batched queries (the ones still there: no error for others),
+        so that :meth:`document` then asks Milvus nothing."""
+        ids = list(dict.fromkeys(ids))
+        with self._docs_lock:
+            wanted = [d for d in ids if d not in self._docs]
+        found = self._query(wanted, ["title", "text", mc.METADATA]) if wanted else {}
+        with self._docs_lock:
+            for doc_id, e in found.items():
+                doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+                if e.get(mc.METADATA):
+                    doc["metadata"] = e[mc.METADATA]
+                self._docs[doc_id] = doc
+            while len(self._docs) > max(10_000, len(ids)):
+                self._docs.popitem(last=False)
+
     def document_fields(self, row: int) -> tuple[str, str, str]:
         d = self.document(row)
         return d["_id"], d["title"], d["text"]
