@@ -92,6 +92,8 @@ class FakeMilvus:
             for r in rows:
                 coll[r[pk]] = dict(r)
 
+    insert = upsert  # every key the writes insert is new
+
     def delete(self, name, filter=""):  # noqa: A002
         with self.lock:
             coll, match = self.collections[name], self._match(filter)

@@ -249,7 +249,7 @@ def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
     fails("^collection '1x'", backend="milvus", uri=uri, collection="1x")
     fails("^kind='ivfpq': on Milvus choose one of flat, hnsw, ivf .*need backend='faiss'", backend="milvus", uri=uri,
           kind="ivfpq")
-    fails("^vectors='int8': a Milvus index stores fp32", backend="milvus", uri=uri, vectors="int8")
+    fails("^vectors='binary': a Milvus index stores fp32 vectors, or int8", backend="milvus", uri=uri, vectors="binary")
     fails("pass backend='milvus'", uri=uri)
     # eval against another corpus: the differences named (listing the collection's ids), nothing scored
     other_corpus = [d for d in _corpus() if d["_id"] != "g3"] + [{"_id": "z1", "title": "", "text": "Extra."}]

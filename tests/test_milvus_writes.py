@@ -75,7 +75,8 @@ def _crash(path, op: str, arg, point: str, tmp_path) -> None:
     (tmp_path / "arg.json").write_text(json.dumps(arg))
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), op, str(tmp_path / "arg.json")],
                           capture_output=True, text=True, timeout=300,
-                          env=subprocess_env(TWOTOWER_MILVUS_CRASH_AT=point, TWOTOWER_MILVUS_LOCK_SETTLE="0.01"))
+                          env=subprocess_env(TWOTOWER_MILVUS_CRASH_AT=point, TWOTOWER_MILVUS_LOCK_SETTLE="0.01",
+                                             TWOTOWER_MILVUS_BATCH_ROWS="256"))
     assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr[-3000:])
 
 

@@ -44,14 +44,16 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
     if multivector or project:
         raise TwoTowerError(f"{flag('multivector')}/{flag('project')}: a Milvus index holds one vector per document; "
                             f"use {given('backend', 'faiss')} for multi-vector indexes")
-    if spec.vectors != "fp32" or spec.dim is not None:
+    if spec.vectors not in ("fp32", "int8") or spec.dim is not None:
         cut = f" {flag('dim')}" if spec.dim else ""
-        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors at the "
-                            f"model's dimension; use {given('backend', 'faiss')} for compressed vectors")
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors, or int8 "
+                            "codes in a scalar-quantized index, at the model's dimension (Milvus Lite has no binary "
+                            f"or float16 vector fields); use {given('backend', 'faiss')} for the other compressed "
+                            "vectors")
     uri = mc.check_uri(uri)
     collection = mc.check_collection_name(collection or mc.default_collection(root))
     index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
-                              num_docs=num_docs)
+                              num_docs=num_docs, vectors=spec.vectors)
     check_target(root)
     client = client_for(uri, flag("uri"))
     props = mc.owner_properties(client, collection, uri)
@@ -111,7 +113,8 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
-                "vectors": {"type": "fp32", "dim": dim, "source_dim": dim, "stored": "milvus FLOAT_VECTOR"},
+                "vectors": {"type": spec.vectors, "dim": dim, "source_dim": dim,
+                            "stored": f"milvus FLOAT_VECTOR, index {index['index_type']}"},
                 "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
                 "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,

@@ -219,11 +219,20 @@ def _is_milvus(exc: BaseException) -> bool:
     return mod.startswith(("pymilvus", "grpc", "milvus_lite")) or isinstance(exc, ConnectionError)
 
 
-def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int) -> dict:
-    """The Milvus index for ``--kind``: ``{"index_type", "params"}`` (metric IP on normalised vectors)."""
+def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int,
+                   vectors: str = "fp32") -> dict:
+    """The Milvus index for ``--kind`` and ``--vectors``: ``{"index_type", "params"}`` (metric IP on normalised
+    vectors). ``int8``: Milvus' 8-bit scalar-quantized indexes (HNSW_SQ, IVF_SQ8; ``flat``: IVF_SQ8 with one list,
+    an exhaustive scan of the codes, as the local int8 index)."""
     if kind not in INDEX_TYPES:
         raise TwoTowerError(f"{given('kind', kind)}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
                             f"strings and ivfpq need {given('backend', 'faiss')})")
+    if vectors == "int8":
+        if kind == "hnsw":
+            return {"index_type": "HNSW_SQ", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction),
+                                                        "sq_type": "SQ8"}}
+        n = 1 if kind == "flat" else nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
+        return {"index_type": "IVF_SQ8", "params": {"nlist": int(n)}}
     if kind == "hnsw":
         return {"index_type": "HNSW", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction)}}
     if kind == "ivf":
@@ -258,7 +267,11 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         if lexical:
             schema.add_field(SPARSE, DataType.SPARSE_FLOAT_VECTOR)
         params = client.prepare_index_params()
-        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP", params=dict(index["params"]))
+        # pymilvus 3 sends the settings as top-level keys, which a Milvus server reads; Milvus Lite reads only a
+        # "params" key (without it, IVF got 128 lists and HNSW its defaults whatever was asked): both
+        settings = dict(index["params"])
+        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP",
+                         params={**settings, "params": settings} if settings else {})
         if lexical:
             params.add_index(SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
         client.create_collection(name, schema=schema, index_params=params,

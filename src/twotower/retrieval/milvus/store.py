@@ -300,15 +300,16 @@ class MilvusStore:
 
     def _search_params(self, k: int, ef_search: int | None, nprobe: int | None) -> dict:
         index_type = self.manifest["milvus"]["index_type"]
-        if ef_search is not None and index_type != "HNSW":
+        hnsw, ivf = index_type in ("HNSW", "HNSW_SQ"), index_type in ("IVF_FLAT", "IVF_SQ8")
+        if ef_search is not None and not hnsw:
             raise IndexStoreError(f"efSearch applies to HNSW indexes; this Milvus index is {index_type}")
-        if nprobe is not None and index_type != "IVF_FLAT":
+        if nprobe is not None and not ivf:
             raise IndexStoreError(f"nprobe applies to IVF indexes; this Milvus index is {index_type}")
         defaults = self.manifest["milvus"].get("search", {})
-        if index_type == "HNSW":
+        if hnsw:
             return {"metric_type": "IP", "params": {"ef": max(k, ef_search or defaults.get("ef_search",
                                                                                         mc.DEFAULT_EF_SEARCH))}}
-        if index_type == "IVF_FLAT":
+        if ivf:
             return {"metric_type": "IP", "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
         return {"metric_type": "IP", "params": {}}
 

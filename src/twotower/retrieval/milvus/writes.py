@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,9 @@ from twotower.retrieval.milvus.lease import EngineLock, TakenOver
 from twotower.retrieval.milvus.state import CHUNK, MAX_DELTAS, State, crash_point, lexicon_chain, new_token, visible
 
 METADATA_KINDS = "metadata_kinds"  # the manifest's key: {dotted path: kinds of value held there}
-BATCH = 256  # rows per upsert / ids per query
+BATCH = 1_024  # ids per query (an `in [...]` list: far below Milvus' 16,384 results and its expression limits)
+ROWS_ENV = "TWOTOWER_MILVUS_BATCH_ROWS"  # rows per insert, at most (default 1,024; the crash tests use fewer)
+ROW_BYTES = 16 << 20  # bytes per insert, at most (gRPC messages: 64 MiB by default on a server)
 EMPTY_TERM = 4_294_967_294  # a term id no query holds: the sparse vector of a document without terms (Milvus refuses {})
 
 
@@ -79,15 +82,31 @@ def doc_rows(docs: NewDocs, weighed, seq: int, token: int) -> list[dict]:
     return rows
 
 
+def _batches(rows: list[dict]):
+    """``rows`` in runs of at most ``TWOTOWER_MILVUS_BATCH_ROWS`` rows and about :data:`ROW_BYTES` bytes."""
+    most = int(os.environ.get(ROWS_ENV, "1024"))
+    start, size = 0, 0
+    for i, r in enumerate(rows):
+        n = 64 + 4 * len(r.get(mc.DENSE, ())) + 12 * len(r.get(mc.SPARSE) or ()) + sum(
+            len(r[f].encode("utf-8")) for f in ("pk", "id", "title", "text")) + len(str(r.get(mc.METADATA) or ""))
+        if i > start and (i - start >= most or size + n > ROW_BYTES):
+            yield rows[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(rows):
+        yield rows[start:]
+
+
 def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None) -> None:
-    """Upsert ``rows`` in batches (``batch:<i>`` crash points, the lease renewed), then flush."""
+    """Insert ``rows`` (new keys: each attempt writes its own) in batches (``batch:<i>`` steps, the lease renewed),
+    then flush."""
     from tqdm.auto import tqdm
 
     with mc.milvus_errors(uri, collection, "writing documents"), \
             tqdm(total=len(rows), desc="milvus", unit="doc", disable=not show_progress) as bar:
-        for b, i in enumerate(range(0, len(rows), BATCH)):
-            client.upsert(collection, rows[i:i + BATCH])
-            bar.update(len(rows[i:i + BATCH]))
+        for b, batch in enumerate(_batches(rows)):
+            client.insert(collection, batch)
+            bar.update(len(batch))
             crash_point(f"batch:{b + 1}")
             if lock is not None:
                 lock.renew()
