@@ -12,7 +12,7 @@ always a fresh index's. The idf lives on the query side, so Milvus' scores use i
 documents' weights, which a write does not rewrite: each row keeps its length and the ``avgdl`` its weights were
 computed with. When the two differ, :meth:`SparseBM25.rescore` recovers each candidate's term counts from its weights
 and scores it as a fresh index would, and :meth:`SparseBM25.bound` says how far beyond the candidates a document can
-rise, so the search widens until no unseen document can enter the top k (:class:`.store.MilvusBM25`). The vocabulary
+rise, so the search widens until no unseen document can enter the top k (:class:`.lexical_search.MilvusBM25`). The vocabulary
 and these statistics are stored in the collection's state (:mod:`.state`); term ids are assigned there, by the
 attempt that becomes the write. A write stores what it changed (:meth:`delta`: the terms new to the vocabulary, the
 df of the terms its documents hold, the count and total length), not the whole lexicon.

@@ -1,0 +1,69 @@
+"""BM25 searched on a Milvus index's sparse vectors, exact after any writes (:mod:`.lexical` says how): ``store.bm25``
+of a :class:`~.store.MilvusStore`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.lexical import SparseBM25
+
+MAX_TOPK = 16_384  # Milvus' largest limit per search
+
+
+class MilvusBM25:
+    """``store.bm25``: twotower's BM25 searched on the collection's sparse vectors (:mod:`.lexical`)."""
+
+    def __init__(self, store, lexicon: SparseBM25) -> None:
+        self.store = store
+        self.params = lexicon.params
+        self.lexicon = lexicon
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self.store.doc_ids
+
+    def search(self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = False,
+               n_threads: int = 0, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """Top-k ``(scores, rows)``, best first, as a fresh local BM25 index over the same documents ranks and scores
+        them; a document that shares no term with the query is not returned; with ``expr``
+        (:meth:`.store.MilvusStore.filter_expression`) only documents it selects."""
+        k = max(1, min(k, len(self.store)))
+        terms = self.lexicon.query_terms(queries)
+        vectors = self.lexicon.query_vectors(queries, terms)
+        if self.lexicon.exact_in_milvus:  # every row weighed with today's avgdl: Milvus' scores are exact
+            return self.store._ranked(mc.SPARSE, vectors, k, {"metric_type": "IP"}, expr)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, (t, v) in enumerate(zip(terms, vectors)):
+            if v:
+                found = self._exact(t, v, k, expr)
+                for j, (score, doc_id) in enumerate(found):
+                    scores[i, j], rows[i, j] = score, self.store.row_of.intern(doc_id)
+        return scores, rows
+
+    def _exact(self, terms: list[int], vector: dict, k: int, expr: str) -> list[tuple[float, str]]:
+        """The exact top ``k`` of one query: Milvus' best candidates (weighed with older avgdls) scored again
+        exactly (:meth:`.lexical.SparseBM25.rescore`), widened until no document beyond them can reach the k-th
+        score (:meth:`.lexical.SparseBM25.bound`)."""
+        bound, want = self.lexicon.bound(), min(MAX_TOPK, max(2 * k, k + 20))
+        while True:
+            with self.store._errors("searching"):
+                hits = self.store.client.search(self.store.collection, data=[vector], anns_field=mc.SPARSE,
+                                                limit=want, search_params={"metric_type": "IP"},
+                                                output_fields=["id", mc.SPARSE, "length", "avgdl"],
+                                                filter=self.store._visible(expr))[0]
+            scored = sorted(((self.lexicon.rescore(terms, dict(h["entity"][mc.SPARSE]), int(h["entity"]["length"]),
+                                                   float(h["entity"]["avgdl"])), h["entity"]["id"]) for h in hits),
+                            key=lambda p: (-p[0], p[1]))
+            if len(hits) < want or want >= MAX_TOPK or len(scored) < k:
+                return [p for p in scored[:k] if p[0] > 0]
+            beyond = float(hits[-1]["distance"]) * bound * (1 + 1e-5)  # the most any document not seen can score
+            if scored[k - 1][0] > beyond:
+                return scored[:k]
+            want = min(MAX_TOPK, want * 4)
+
+
+__all__ = ["MilvusBM25"]
