@@ -96,3 +96,32 @@ def test_bm25_after_new_adds_and_removes_equals_a_fresh_local_index(tmp_path):
         assert [s for s, _ in twice] == pytest.approx([2 * s for s, _ in tea], rel=1e-6)  # counted twice, as locally
     finally:
         forget_client(uri)
+
+
+def test_a_rerun_of_a_committed_add_encodes_nothing_and_checks_ids_in_batches(tmp_path, monkeypatch):
+    """Issue #54: ``index add`` checked each id with its own query, and a rerun of an add killed after its decision
+    encoded every document again before finding the write done."""
+    from twotower.data.beir import Document
+    from twotower.retrieval.indexing import add_documents_from
+
+    rng = np.random.default_rng(1)
+    corpus = _corpus(rng, "o", 50, (3, 10))
+    uri = str(tmp_path / "rerun.db")
+    store = MilvusStore.build(tmp_path / "idx", _docs(corpus, rng), model={"name": "random"},
+                              spec=IndexSpec(bm25=True), uri=uri, collection="rerun", show_progress=False)
+    try:
+        new = {f"n{i}": f"tea w{i}x" for i in range(3000)}
+        store = store.add(_docs(new, rng), show_progress=False)  # as if the add had been killed after its decision
+        queries = []
+        real = store.client.query
+        monkeypatch.setattr(store.client, "query", lambda *a, **k: queries.append(1) or real(*a, **k))
+
+        class Boom:
+            def __getattr__(self, name):
+                raise AssertionError("the encoder was used")
+
+        again = add_documents_from(store, [Document(d, "", t) for d, t in new.items()], encoder=Boom())
+        assert len(again) == len(corpus) + len(new)
+        assert len(queries) <= 15  # 3,000 ids in 3 batched queries (and the head state read), not 3,000
+    finally:
+        forget_client(uri)
