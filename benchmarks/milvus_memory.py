@@ -16,7 +16,6 @@ FLOAT16_VECTOR or BINARY_VECTOR field, so half precision and binary vectors are 
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import subprocess
 import sys
