@@ -37,33 +37,40 @@ class MilvusBM25:
             return self.store._ranked(mc.SPARSE, vectors, k, {"metric_type": "IP"}, expr)
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         rows = np.full((len(queries), k), -1, dtype=np.int64)
-        for i, (t, v) in enumerate(zip(terms, vectors)):
-            if v:
-                found = self._exact(t, v, k, expr)
-                for j, (score, doc_id) in enumerate(found):
-                    scores[i, j], rows[i, j] = score, self.store.row_of.intern(doc_id)
+        for i, found in self._exact(terms, vectors, k, expr).items():
+            for j, (score, doc_id) in enumerate(found):
+                scores[i, j], rows[i, j] = score, self.store.row_of.intern(doc_id)
         return scores, rows
 
-    def _exact(self, terms: list[int], vector: dict, k: int, expr: str) -> list[tuple[float, str]]:
-        """The exact top ``k`` of one query: Milvus' best candidates (weighed with older avgdls) scored again
-        exactly (:meth:`.lexical.SparseBM25.rescore`), widened until no document beyond them can reach the k-th
-        score (:meth:`.lexical.SparseBM25.bound`)."""
+    def _exact(self, terms: list[list[int]], vectors: list[dict], k: int,
+               expr: str) -> dict[int, list[tuple[float, str]]]:
+        """The exact top ``k`` of each query (by index): Milvus' best candidates (weighed with older avgdls) scored
+        again exactly (:meth:`.lexical.SparseBM25.rescore`), widened until no document beyond them can reach the
+        k-th score (:meth:`.lexical.SparseBM25.bound`). Queries go to Milvus 64 at a time."""
         bound, want = self.lexicon.bound(), min(MAX_TOPK, max(2 * k, k + 20))
-        while True:
-            with self.store._errors("searching"):
-                hits = self.store.client.search(self.store.collection, data=[vector], anns_field=mc.SPARSE,
-                                                limit=want, search_params={"metric_type": "IP"},
-                                                output_fields=["id", mc.SPARSE, "length", "avgdl"],
-                                                filter=self.store._visible(expr))[0]
-            scored = sorted(((self.lexicon.rescore(terms, dict(h["entity"][mc.SPARSE]), int(h["entity"]["length"]),
-                                                   float(h["entity"]["avgdl"])), h["entity"]["id"]) for h in hits),
-                            key=lambda p: (-p[0], p[1]))
-            if len(hits) < want or want >= MAX_TOPK or len(scored) < k:
-                return [p for p in scored[:k] if p[0] > 0]
-            beyond = float(hits[-1]["distance"]) * bound * (1 + 1e-5)  # the most any document not seen can score
-            if scored[k - 1][0] > beyond:
-                return scored[:k]
-            want = min(MAX_TOPK, want * 4)
+        pending, out = [i for i, v in enumerate(vectors) if v], {}
+        while pending:
+            again = []
+            for start in range(0, len(pending), 64):
+                chunk = pending[start:start + 64]
+                with self.store._errors("searching"):
+                    found = self.store.client.search(self.store.collection, data=[vectors[i] for i in chunk],
+                                                     anns_field=mc.SPARSE, limit=want,
+                                                     search_params={"metric_type": "IP"},
+                                                     output_fields=["id", mc.SPARSE, "length", "avgdl"],
+                                                     filter=self.store._visible(expr))
+                for i, hits in zip(chunk, found):
+                    scored = sorted(((self.lexicon.rescore(terms[i], dict(h["entity"][mc.SPARSE]),
+                                                           int(h["entity"]["length"]), float(h["entity"]["avgdl"])),
+                                      h["entity"]["id"]) for h in hits), key=lambda p: (-p[0], p[1]))
+                    if len(hits) < want or want >= MAX_TOPK:  # every matching document seen (or Milvus' most)
+                        out[i] = [p for p in scored[:k] if p[0] > 0]
+                    elif scored[k - 1][0] > float(hits[-1]["distance"]) * bound * (1 + 1e-5):
+                        out[i] = scored[:k]  # no document beyond the candidates can reach the k-th score
+                    else:
+                        again.append(i)
+            pending, want = again, min(MAX_TOPK, want * 4)
+        return out
 
 
 __all__ = ["MilvusBM25"]
