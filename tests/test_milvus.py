@@ -111,7 +111,9 @@ def test_hnsw_maps_to_milvus_hnsw_with_its_settings(built, tiny_bert_dir, tmp_pa
     from twotower.retrieval.milvus.store import client_for
 
     described = client_for(uri, "--uri").describe_index("tiny_hnsw", "dense")  # what Milvus itself holds
-    assert described["index_type"] == "HNSW" and described["metric_type"] == "IP"  # (Lite does not report M)
+    assert described["index_type"] == "HNSW" and described["metric_type"] == "IP"
+    # the settings reach Milvus Lite (it reads only a "params" key; pymilvus 3 sent them as top-level keys, ignored)
+    assert described["params"] == {"M": 8, "efConstruction": 64}
     local = tt.Index.open(local_dir, precision="fp32")  # 46 documents, ef 128: HNSW finds the exact top 5
     assert [h.id for h in hnsw.search("green tea leaves", k=5, ef_search=64)] == \
         [h.id for h in local.search("green tea leaves", k=5, mode="dense")]
@@ -120,10 +122,11 @@ def test_hnsw_maps_to_milvus_hnsw_with_its_settings(built, tiny_bert_dir, tmp_pa
     ivf = tt.Index.build(tmp_path / "i", data, encoder=str(tiny_bert_dir), kind="ivf", nlist=4, precision="fp32",
                          show_progress=False, backend="milvus", uri=uri, collection="tiny_ivf")
     assert ivf.info()["milvus"]["index_type"] == "IVF_FLAT" and ivf.info()["milvus"]["index_params"] == {"nlist": 4}
-    # nprobe reaches Milvus: more lists probed, more hits (Milvus Lite 3.2's IVF_FLAT returns only as many hits as
-    # lists probed on a collection this small, so exactness is checked on flat and HNSW, not here)
-    hits = [len(ivf.search("green tea leaves", k=10, nprobe=n)) for n in (1, 4)]
-    assert hits[0] < hits[1]
+    assert client_for(uri, "--uri").describe_index("tiny_ivf", "dense")["params"] == {"nlist": 4}
+    # nprobe reaches Milvus: one list of 4 holds fewer than 30 of the 46 documents, all 4 hold them all (Milvus Lite
+    # 3.2's IVF_FLAT returns only the hits of the lists it probed)
+    hits = [len(ivf.search("green tea leaves", k=30, nprobe=n)) for n in (1, 4)]
+    assert hits[0] < hits[1] == 30
     with pytest.raises(TwoTowerError, match="efSearch applies to HNSW"):
         ivf.search("tea", ef_search=16)
 
@@ -249,7 +252,7 @@ def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
     fails("^collection '1x'", backend="milvus", uri=uri, collection="1x")
     fails("^kind='ivfpq': on Milvus choose one of flat, hnsw, ivf .*need backend='faiss'", backend="milvus", uri=uri,
           kind="ivfpq")
-    fails("^vectors='int8': a Milvus index stores fp32", backend="milvus", uri=uri, vectors="int8")
+    fails("^vectors='binary': a Milvus index stores fp32 vectors, or int8", backend="milvus", uri=uri, vectors="binary")
     fails("pass backend='milvus'", uri=uri)
     # eval against another corpus: the differences named (listing the collection's ids), nothing scored
     other_corpus = [d for d in _corpus() if d["_id"] != "g3"] + [{"_id": "z1", "title": "", "text": "Extra."}]

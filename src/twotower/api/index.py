@@ -301,6 +301,8 @@ class Index(Managing):
         if rerank is not None:
             ce = cross_encoder(rerank, self._rerankers, device=self.device, precision=self.precision)
             ranked = rerank_hits(queries, ranked, ce, rerank_depth, weight, store)
+        if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
+            store.prefetch([d for hits in ranked for d, _ in hits[:k]])
         out = [hits_of(store, hits[:k], queries[i], None if q_vecs is None else q_vecs[i], passages)
                for i, hits in enumerate(ranked)]
         return out[0] if single else out

@@ -83,6 +83,8 @@ class Managing:
             raise TwoTowerError("documents takes a list of ids, not a single string")
         self._searcher.refresh()
         store = self._searcher.store
+        if hasattr(store, "prefetch"):  # a Milvus index: the documents in batched queries, not one each
+            store.prefetch(list(ids))
         from twotower.api.dataset import stored_document
 
         return [stored_document(store, r) for r in store.rows(list(ids))]

@@ -51,6 +51,8 @@ def rerank_hits(queries, ranked, ce, depth: int, weight: float | None, store):
         return f"{doc['title']} {doc['text']}".strip() if doc["title"] else doc["text"]
 
     out = []
+    if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
+        store.prefetch([d for hits in ranked for d, _ in hits[:depth]])
     for q, hits in zip(queries, ranked):
         top = hits[:depth]
         scores = ce.score([(q, text(d)) for d, _ in top])

@@ -296,10 +296,15 @@ def add_documents_from(
     cfg = cfg or EncodeConfig()
     store = open_store(index) if isinstance(index, (str, Path)) else index
     index = store.root
-    dup = [d.id for d in docs if d.id in store.row_of]
+    if hasattr(store, "existing"):  # a Milvus index: batched queries, not one per document
+        known = store.existing([d.id for d in docs])
+        dup = [d.id for d in docs if d.id in known]
+    else:
+        dup = [d.id for d in docs if d.id in store.row_of]
     rerun = getattr(store, "wrote", None)  # a Milvus index: this very write committed before a crash (issue #44)
-    if dup and not replace and not (
-            rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace)):
+    if dup and rerun and rerun([(d.id, d.title, d.text, getattr(d, "metadata", None) or {}) for d in docs], replace):
+        return store.refresh()  # done already: nothing to encode again
+    if dup and not replace:
         shown = ", ".join(repr(d) for d in dup[:5]) + (" …" if len(dup) > 5 else "")
         raise TwoTowerError(
             f"{source}: {len(dup)} document id(s) are already in the index {index}: {shown} "

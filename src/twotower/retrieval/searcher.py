@@ -248,4 +248,6 @@ class Searcher:
         """The top ``k`` hits for one query, with titles."""
         store = self.store  # the same version for the ranking and the titles
         ranked = sorted(self.run({"q": query}, k, store=store, **kwargs)["q"].items(), key=lambda kv: -kv[1])[:k]
+        if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
+            store.prefetch([d for d, _ in ranked])
         return [Hit(d, s, store.document(store.row_of[d])["title"]) for d, s in ranked]

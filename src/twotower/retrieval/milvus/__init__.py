@@ -8,9 +8,12 @@
 - :mod:`.rows`: the rows a store numbers the ids it meets with (Milvus keys documents by id).
 - :mod:`.build`: what ``MilvusStore.build`` and ``.attach`` do: check the options, create and fill the collections,
   write the manifest; an index folder from the URI and collection alone (encoding: ``indexing.build_milvus_from``).
-- :mod:`.state`: the ``<collection>__state`` collection (the committed write, the manifest, the BM25 vocabulary and
-  statistics, the writers' lease) and the crash hook the fault-injection tests use.
-- :mod:`.writes`: add / replace / remove as writes a crash cannot half-do.
+- :mod:`.lexical_search`: ``store.bm25``, BM25 searched in Milvus, exact after any writes.
+- :mod:`.state`: the ``<collection>__state`` collection (the decided writes, each attempt's manifest, removals and
+  BM25 vocabulary and statistics) and the step hook the fault-injection and pause tests use.
+- :mod:`.consensus`: which write attempt becomes write N (Disk Paxos over state rows: safe under any pause).
+- :mod:`.lease`: the writers' lease (they take turns; safety does not depend on it).
+- :mod:`.writes`: add / replace / remove as writes no crash and no pause can half-do.
 - :mod:`.filtering`: metadata filters as Milvus expressions, refused where Milvus would answer differently.
 
 Everything lives in Milvus: vectors, ids, titles, texts, metadata, BM25 sparse vectors and the index's state. The index

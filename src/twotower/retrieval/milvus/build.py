@@ -11,6 +11,7 @@ index directory into the collection it already names drops and re-fills that col
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -29,7 +30,7 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.state import State, create_state, state_name
+from twotower.retrieval.milvus.state import State, create_state, new_token, state_name
 from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,16 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
     if multivector or project:
         raise TwoTowerError(f"{flag('multivector')}/{flag('project')}: a Milvus index holds one vector per document; "
                             f"use {given('backend', 'faiss')} for multi-vector indexes")
-    if spec.vectors != "fp32" or spec.dim is not None:
+    if spec.vectors not in ("fp32", "int8") or spec.dim is not None:
         cut = f" {flag('dim')}" if spec.dim else ""
-        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors at the "
-                            f"model's dimension; use {given('backend', 'faiss')} for compressed vectors")
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors, or int8 "
+                            "codes in a scalar-quantized index, at the model's dimension (Milvus Lite has no binary "
+                            f"or float16 vector fields); use {given('backend', 'faiss')} for the other compressed "
+                            "vectors")
     uri = mc.check_uri(uri)
     collection = mc.check_collection_name(collection or mc.default_collection(root))
     index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
-                              num_docs=num_docs)
+                              num_docs=num_docs, vectors=spec.vectors)
     check_target(root)
     client = client_for(uri, flag("uri"))
     props = mc.owner_properties(client, collection, uri)
@@ -88,7 +91,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
     try:
         with writer_lock(root):
             t0 = time.perf_counter()
-            lexicon, sparse = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
+            lexicon, weighed = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
                                                           zip(new.titles, new.texts)], spec.bm25_params,
                                                 show_progress=show_progress) if spec.bm25 else (None, None))
             if mc.owner_properties(client, collection, uri) is not None:  # this index's own: re-filled
@@ -103,13 +106,15 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "corpus": corpus["fingerprint"]})
             made = True
             create_state(client, collection, uri)
-            put_rows(client, uri, collection, doc_rows(new, sparse, 1), show_progress=show_progress)
+            token = new_token()
+            put_rows(client, uri, collection, doc_rows(new, weighed, 1, token), show_progress=show_progress)
             with mc.milvus_errors(uri, collection, "loading the collection"):
                 client.load_collection(collection)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
-                "vectors": {"type": "fp32", "dim": dim, "source_dim": dim, "stored": "milvus FLOAT_VECTOR"},
+                "vectors": {"type": spec.vectors, "dim": dim, "source_dim": dim,
+                            "stored": f"milvus FLOAT_VECTOR, index {index['index_type']}"},
                 "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
                 "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,
@@ -123,9 +128,12 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "build_s": round(time.perf_counter() - t0, 3),
             }
             state = State(client, uri, collection)
-            blobs = state.save_lexicon(1, lexicon) if lexicon is not None else {}
-            state.commit({"seq": 1, "manifest": dict(manifest, version=1), "blobs": blobs, "blobs_seq": 1,
-                          "write": None})
+            blobs = state.save_lexicon(1, token, lexicon) if lexicon is not None else {}
+            state.save_value({"seq": 1, "token": token, "manifest": dict(manifest, version=1), "blobs": blobs,
+                              "blobs_of": [1, token], "deltas": [], "write": None, "losers": [], "removed": 0,
+                              "prev_keep": []})
+            state._put({"dec:1": json.dumps({"token": token}), "marked:1": "1"})  # a new collection: no rival
+            state.hint(1)
             final = write_version(root, manifest, None, keep=keep)  # the folder names the collection; the rest: Milvus
     except BaseException:
         if made:

@@ -52,11 +52,16 @@ logging.getLogger("grpc._server").addFilter(_UnimplementedRpc())
 # answers GOAWAY "too_many_pings" and grpc prints two log lines to stderr after operations that succeeded. A
 # connection to the same process needs no keepalive: off (INT_MAX ms), and no pings without calls.
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+# A server: Milvus Lite's own server mode is the same Python grpc server (GOAWAY after ~30 s idle, issue #54); a Milvus
+# server allows a ping every 5 s. Pings at most every 6 minutes, and only while a call runs: both are content, and a
+# call that hangs still fails by its timeout (TWOTOWER_MILVUS_TIMEOUT).
+SERVER_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit_without_calls": 0}
 
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 3  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata
+SCHEMA_VERSION = 4  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata;
+# 4: rows keyed <attempt>:<id> with the attempt's token, and each document's BM25 length and the avgdl of its weights
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
@@ -152,7 +157,7 @@ def connect(uri: str, option: str | None = None):
         _check_lite_folder(Path(uri), f"{option} {uri}")
     try:
         if is_server(uri):
-            return MilvusClient(uri=uri, token=token, timeout=timeout)
+            return MilvusClient(uri=uri, token=token, timeout=timeout, grpc_options=SERVER_GRPC_OPTIONS)
         return MilvusClient(uri=uri, grpc_options=LITE_GRPC_OPTIONS)
     except Exception as exc:  # pymilvus raises MilvusException and its subclasses, grpc errors, OSError
         msg = _message(exc)
@@ -214,11 +219,20 @@ def _is_milvus(exc: BaseException) -> bool:
     return mod.startswith(("pymilvus", "grpc", "milvus_lite")) or isinstance(exc, ConnectionError)
 
 
-def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int) -> dict:
-    """The Milvus index for ``--kind``: ``{"index_type", "params"}`` (metric IP on normalised vectors)."""
+def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int | None, num_docs: int,
+                   vectors: str = "fp32") -> dict:
+    """The Milvus index for ``--kind`` and ``--vectors``: ``{"index_type", "params"}`` (metric IP on normalised
+    vectors). ``int8``: Milvus' 8-bit scalar-quantized indexes (HNSW_SQ, IVF_SQ8; ``flat``: IVF_SQ8 with one list,
+    an exhaustive scan of the codes, as the local int8 index)."""
     if kind not in INDEX_TYPES:
         raise TwoTowerError(f"{given('kind', kind)}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
                             f"strings and ivfpq need {given('backend', 'faiss')})")
+    if vectors == "int8":
+        if kind == "hnsw":
+            return {"index_type": "HNSW_SQ", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction),
+                                                        "sq_type": "SQ8"}}
+        n = 1 if kind == "flat" else nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
+        return {"index_type": "IVF_SQ8", "params": {"nlist": int(n)}}
     if kind == "hnsw":
         return {"index_type": "HNSW", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction)}}
     if kind == "ivf":
@@ -229,9 +243,11 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
 
 def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
                       uri: str) -> None:
-    """The collection: ``pk`` (primary key ``<write>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
-    floats), ``added`` / ``removed`` (the writes that added and removed the row: see :mod:`.state`) and, with
-    ``lexical``, ``sparse`` (twotower's BM25 weights), ``metadata`` (JSON: the document's metadata, ``{}`` when it
+    """The collection: ``pk`` (primary key ``<attempt>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
+    floats), ``added`` / ``removed`` (the writes that added and removed the row) and ``attempt`` (the token of the
+    write attempt that wrote it: see :mod:`.state`) and, with ``lexical``, ``sparse`` (twotower's BM25 weights),
+    ``length`` (the document's number of BM25 terms) and ``avgdl`` (the average length its weights were computed
+    with: :mod:`.lexical`), ``metadata`` (JSON: the document's metadata, ``{}`` when it
     has none; filters run on it, :mod:`.filtering`); its dense index as ``index`` says, metric IP."""
     from pymilvus import DataType
 
@@ -241,6 +257,9 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_BYTES)
         schema.add_field("added", DataType.INT64)
         schema.add_field("removed", DataType.INT64)
+        schema.add_field("attempt", DataType.INT64)
+        schema.add_field("length", DataType.INT64)
+        schema.add_field("avgdl", DataType.DOUBLE)
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field(METADATA, DataType.JSON)
@@ -248,7 +267,11 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         if lexical:
             schema.add_field(SPARSE, DataType.SPARSE_FLOAT_VECTOR)
         params = client.prepare_index_params()
-        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP", params=dict(index["params"]))
+        # pymilvus 3 sends the settings as top-level keys, which a Milvus server reads; Milvus Lite reads only a
+        # "params" key (without it, IVF got 128 lists and HNSW its defaults whatever was asked): both
+        settings = dict(index["params"])
+        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP",
+                         params={**settings, "params": settings} if settings else {})
         if lexical:
             params.add_index(SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
         client.create_collection(name, schema=schema, index_params=params,

@@ -6,12 +6,16 @@ Lucene weights the local store uses). BM25 splits into a document part and a que
 sparse vector of its term-frequency parts (the fraction), a query becomes ``count_q(t) · idf(t)`` over its term ids,
 and their inner product, which Milvus computes over a ``SPARSE_INVERTED_INDEX``, *is* the bm25s score.
 
-The idf lives on the query side, so it is always exact: the lexicon keeps each term's document frequency and the
-number of documents, updated by every add, replace and remove in the same write (:mod:`.writes`), and a query's idf
-is computed from them. Only ``avgdl`` stays as the build measured it (the documents' vectors hold it); rebuilding the
-index refreshes it. The vocabulary and these statistics are stored in the collection's state (:mod:`.state`); term
-ids are assigned there, by the one writer holding the write lease. A write stores what it changed (:meth:`delta`:
-the terms new to the vocabulary, the df of the terms its documents hold, the document count), not the whole lexicon.
+Exact after any writes: the lexicon keeps each term's document frequency, the number of documents and their total
+length, updated by every add, replace and remove in the same write (:mod:`.writes`), so the idf and ``avgdl`` are
+always a fresh index's. The idf lives on the query side, so Milvus' scores use it at once. ``avgdl`` lives in the
+documents' weights, which a write does not rewrite: each row keeps its length and the ``avgdl`` its weights were
+computed with. When the two differ, :meth:`SparseBM25.rescore` recovers each candidate's term counts from its weights
+and scores it as a fresh index would, and :meth:`SparseBM25.bound` says how far beyond the candidates a document can
+rise, so the search widens until no unseen document can enter the top k (:class:`.lexical_search.MilvusBM25`). The vocabulary
+and these statistics are stored in the collection's state (:mod:`.state`); term ids are assigned there, by the
+attempt that becomes the write. A write stores what it changed (:meth:`delta`: the terms new to the vocabulary, the
+df of the terms its documents hold, the count and total length), not the whole lexicon.
 
 Why not Milvus' built-in BM25 function: its analyzers are not twotower's (Milvus Lite knows only the ``standard``
 and ``jieba`` tokenizers, applies no stemmer, and scores with Robertson's idf, which is negative for terms in over
@@ -24,7 +28,7 @@ import json
 from collections import Counter
 from itertools import islice
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,31 +41,53 @@ VOCAB_FILE = "bm25_vocab.json"  # ngram=2: term -> id (ngram=1 keeps the bm25s t
 PARAMS_FILE = "bm25_params.json"
 
 Sparse = dict[int, float]
+EXACT_METHODS = ("robertson", "lucene", "atire")  # tf · s / (tf + k1·(1 − b + b·|d|/avgdl)): counts recoverable
+
+
+@dataclass
+class Weighed:
+    """New documents' sparse vectors, their lengths (terms) and the ``avgdl`` their weights were computed with."""
+
+    vectors: list[Sparse]
+    lengths: list[int]
+    avgdl: float
 
 
 class SparseBM25:
     """The query side of twotower's BM25 over Milvus sparse vectors, and the weighting of new documents."""
 
-    def __init__(self, bm: BM25, df: np.ndarray, avgdl: float, n_docs: int) -> None:
+    def __init__(self, bm: BM25, df: np.ndarray, n_docs: int, total_len: int, weighed_with: tuple[float, float]) -> None:
         self.bm = bm
         self.params = bm.params
         self.df = np.asarray(df, dtype=np.int64)
-        self.avgdl = float(avgdl)
         self.n_docs = int(n_docs)
+        self.total_len = int(total_len)
+        # the least and greatest avgdl any row's weights were computed with (bounds: rows may have left since)
+        self.weighed_with = (float(weighed_with[0]), float(weighed_with[1]))
         self.vocab: dict[str, int] = dict(bm.index_.vocab_dict) if bm.params.ngram == 2 else {}
+
+    @property
+    def avgdl(self) -> float:
+        """The documents' average length now, as a fresh index over them computes it (1.0 when there are none)."""
+        return self.total_len / self.n_docs if self.n_docs else 1.0
+
+    @property
+    def exact_in_milvus(self) -> bool:
+        """Whether every row's weights were computed with today's ``avgdl``: Milvus' scores are then exact."""
+        return self.weighed_with[0] == self.weighed_with[1] == self.avgdl
 
     # ---- building ---------------------------------------------------------------------
 
     @classmethod
     def build(cls, ids: Sequence[str], texts: Sequence[str], params: BM25Params, *,
-              show_progress: bool = False) -> tuple["SparseBM25", list[Sparse]]:
+              show_progress: bool = False) -> tuple["SparseBM25", Weighed]:
         """The lexicon of a corpus and each document's sparse vector (the local BM25's weights, exactly)."""
         bm = BM25(params).index(list(ids), list(texts), show_progress=show_progress)
         n_terms = len(bm.index_.scores["indptr"]) - 1
         term_ids = cls._term_ids(bm, texts, grow=False)
         avgdl = float(np.mean([len(t) for t in term_ids])) if term_ids else 1.0
-        lexicon = cls(bm, np.zeros(n_terms, dtype=np.int64), avgdl, 0)
-        return lexicon, lexicon._weigh(term_ids)
+        lexicon = cls(bm, np.zeros(n_terms, dtype=np.int64), 0, 0, (avgdl, avgdl))
+        return lexicon, lexicon._weigh(term_ids, avgdl)
 
     @staticmethod
     def _term_ids(bm: BM25, texts: Sequence[str], *, grow: bool, vocab: dict[str, int] | None = None) -> list[list[int]]:
@@ -78,8 +104,9 @@ class SparseBM25:
         ids = bm.tokenizer.tokenize(list(texts), update_vocab=grow, return_as="ids", show_progress=False)
         return [list(map(int, x)) for x in ids]
 
-    def _weigh(self, term_ids: list[list[int]]) -> list[Sparse]:
-        """The documents' sparse vectors (term-frequency parts); they join the statistics (df, number of docs)."""
+    def _weigh(self, term_ids: list[list[int]], avgdl: float) -> Weighed:
+        """The documents' sparse vectors (term-frequency parts, computed with ``avgdl``); they join the statistics
+        (df, number of documents, total length)."""
         from bm25s.scoring import _select_tfc_scorer
 
         size = 1 + max((max(t) for t in term_ids if t), default=-1)
@@ -95,23 +122,32 @@ class SparseBM25:
             keys = np.fromiter(counts.keys(), dtype=np.int64)
             tf = np.fromiter(counts.values(), dtype=np.float32)
             self.df[keys] += 1
-            weights = tfc(tf, len(ids), self.avgdl, self.params.k1, self.params.b)
+            weights = tfc(tf, len(ids), avgdl, self.params.k1, self.params.b)
             out.append({int(j): float(w) for j, w in zip(keys, np.asarray(weights, dtype=np.float32))})
+        lengths = [len(t) for t in term_ids]
         self.n_docs += len(term_ids)
-        return out
+        self.total_len += sum(lengths)
+        self.weighed_with = (min(self.weighed_with[0], avgdl), max(self.weighed_with[1], avgdl))
+        return Weighed(out, lengths, float(avgdl))
 
-    def doc_vectors(self, texts: Sequence[str]) -> list[Sparse]:
-        """Sparse vectors of new documents (their new terms join the vocabulary; df and the document count grow:
-        save the lexicon again to keep them)."""
-        return self._weigh(self._term_ids(self.bm, texts, grow=True,
-                                          vocab=self.vocab if self.params.ngram == 2 else None))
+    def doc_vectors(self, texts: Sequence[str]) -> Weighed:
+        """Sparse vectors of new documents, weighed with today's ``avgdl`` (their new terms join the vocabulary; df,
+        the document count and the total length grow: save the lexicon again to keep them)."""
+        term_ids = self._term_ids(self.bm, texts, grow=True, vocab=self.vocab if self.params.ngram == 2 else None)
+        if self.n_docs:
+            avgdl = self.avgdl
+        else:  # an index emptied by removes: the new documents' own average
+            avgdl = float(np.mean([len(t) for t in term_ids])) if any(term_ids) else 1.0
+        return self._weigh(term_ids, avgdl)
 
-    def forget(self, vectors: Sequence[Sparse]) -> None:
-        """Documents leaving the index (their stored sparse vectors): their terms' df and the count shrink."""
+    def forget(self, vectors: Sequence[Sparse], lengths: Sequence[int]) -> None:
+        """Documents leaving the index (their stored sparse vectors and lengths): their terms' df, the count and the
+        total length shrink."""
         for vector in vectors:
             keys = [int(j) for j in vector if int(j) < len(self.df)]
             self.df[keys] -= 1
         self.n_docs -= len(vectors)
+        self.total_len -= int(sum(lengths))
 
     # ---- what a write changed ---------------------------------------------------------
 
@@ -131,7 +167,8 @@ class SparseBM25:
         is new, and each vocabulary's new entries in order."""
         df0, sizes = self._marked
         ids = np.concatenate([np.flatnonzero(self.df[: len(df0)] != df0), np.arange(len(df0), len(self.df))])
-        return {"n_docs": self.n_docs, "df_ids": ids.tolist(), "df": self.df[ids].tolist(),
+        return {"n_docs": self.n_docs, "total_len": self.total_len, "weighed_with": list(self.weighed_with),
+                "df_ids": ids.tolist(), "df": self.df[ids].tolist(),
                 "vocab": {name: list(islice(d.items(), sizes[name], None))
                           for name, d in self._vocabularies().items()}}
 
@@ -143,27 +180,71 @@ class SparseBM25:
             self.df = np.concatenate([self.df, np.zeros(size - len(self.df), dtype=np.int64)])
         self.df[ids] = np.asarray(delta["df"], dtype=np.int64)
         self.n_docs = int(delta["n_docs"])
+        self.total_len = int(delta["total_len"])
+        self.weighed_with = (float(delta["weighed_with"][0]), float(delta["weighed_with"][1]))
         vocabularies = self._vocabularies()
         for name, items in delta["vocab"].items():
             vocabularies[name].update((k, v) for k, v in items)
 
     # ---- searching --------------------------------------------------------------------
 
-    def query_vectors(self, queries: Sequence[str]) -> list[Sparse]:
-        """Each query's term ids weighted ``count · idf`` (idf from the current df and document count): the inner
-        product with a document's vector is its BM25 score (what bm25s sums for the local store). A query with no
-        term any document holds gets ``{}``."""
-        from bm25s.scoring import _select_idf_scorer
-
+    def query_terms(self, queries: Sequence[str]) -> list[list[int]]:
+        """Each query's term ids in order, repeats kept (a repeated term counts each time, as in the local index),
+        without the terms no document holds."""
         if self.params.ngram == 2:
             term_ids = [[self.vocab[t] for t in toks if t in self.vocab]
                         for toks in self.bm._ngram_tokens(list(queries), show_progress=False)]
         else:
             term_ids = self._term_ids(self.bm, queries, grow=False)
-        idf_of = _select_idf_scorer(self.params.method)
         known = len(self.df)
-        return [{int(j): float(np.float32(c * idf_of(int(self.df[j]), self.n_docs))) for j, c in Counter(t).items()
-                 if j < known and self.df[j] > 0} for t in term_ids]
+        return [[j for j in t if j < known and self.df[j] > 0] for t in term_ids]
+
+    def idf(self, term: int) -> np.float32:
+        """The term's idf now (float32, as the local index stores it)."""
+        from bm25s.scoring import _select_idf_scorer
+
+        return np.float32(_select_idf_scorer(self.params.method)(int(self.df[term]), self.n_docs))
+
+    def query_vectors(self, queries: Sequence[str], terms: list[list[int]] | None = None) -> list[Sparse]:
+        """Each query's term ids weighted ``count · idf`` (idf from the current df and document count): the inner
+        product with a document's vector is its BM25 score (what bm25s sums for the local store). A query with no
+        term any document holds gets ``{}``."""
+        terms = self.query_terms(queries) if terms is None else terms
+        return [{int(j): float(np.float32(c * float(self.idf(j)))) for j, c in Counter(t).items()} for t in terms]
+
+    def bound(self) -> float:
+        """How many times its Milvus score a document's exact score can be at most: ``max(1, avgdl / least avgdl of
+        the weights)`` (a weight ``tf / (tf + k1·(1 − b + b·L/A0))`` grows by at most ``A / A0`` when ``A0`` becomes
+        ``A``, and idf is positive), or infinity for a method whose weights this cannot bound."""
+        if self.params.method not in EXACT_METHODS or self.weighed_with[0] <= 0:
+            return float("inf")
+        return max(1.0, self.avgdl / self.weighed_with[0])
+
+    def rescore(self, terms: list[int], vector: Sparse, length: int, avgdl: float) -> float:
+        """The exact score of a document (its stored ``vector``, weighed with ``avgdl``, and its ``length``) for a
+        query of ``terms``, as a fresh local index over today's documents computes it: the term counts recovered from
+        the weights, weighed again with today's ``avgdl``, summed in float32 in the query's order."""
+        from bm25s.scoring import _select_tfc_scorer
+
+        k1, b = self.params.k1, self.params.b
+        c0 = k1 * ((1 - b) + b * length / avgdl)
+        scale = k1 + 1 if self.params.method == "atire" else 1.0
+        tfc = _select_tfc_scorer(self.params.method)
+        entries: dict[int, np.float32] = {}
+        for j in dict.fromkeys(terms):
+            w = vector.get(j)
+            if w is None:
+                continue
+            if c0 <= 0 or k1 == 0:
+                tf = 1.0  # no length part: the weight does not depend on avgdl
+            else:
+                tf = float(round(w * c0 / (scale - w)))
+            new = tfc(np.asarray([tf], dtype=np.float32), length, self.avgdl, k1, b) if c0 > 0 else np.float32(w)
+            entries[j] = np.float32(self.idf(j) * np.float32(np.asarray(new).reshape(-1)[0]))
+        score = np.float32(0.0)
+        for j in terms:
+            score = np.float32(score + entries.get(j, np.float32(0.0)))
+        return float(score)
 
     # ---- storing ----------------------------------------------------------------------
 
@@ -173,7 +254,8 @@ class SparseBM25:
         written = [PARAMS_FILE, STATS_FILE]
         atomic_write_json(directory / PARAMS_FILE, asdict(self.params))
         with open(directory / STATS_FILE, "wb") as f:
-            np.savez(f, df=self.df, avgdl=np.float64(self.avgdl), n_docs=np.int64(self.n_docs))
+            np.savez(f, df=self.df, n_docs=np.int64(self.n_docs), total_len=np.int64(self.total_len),
+                     weighed_with=np.asarray(self.weighed_with, dtype=np.float64))
         if self.params.ngram == 2:
             atomic_write_json(directory / VOCAB_FILE, self.vocab)
             written.append(VOCAB_FILE)
@@ -195,4 +277,5 @@ class SparseBM25:
             bm.tokenizer.load_vocab(directory)
             bm.tokenizer.load_stopwords(directory)
         with np.load(directory / STATS_FILE) as stats:
-            return cls(bm, stats["df"], float(stats["avgdl"]), int(stats["n_docs"]))
+            return cls(bm, stats["df"], int(stats["n_docs"]), int(stats["total_len"]),
+                       tuple(float(x) for x in stats["weighed_with"]))

@@ -1,24 +1,38 @@
 """The index's state in Milvus itself: a second collection, ``<collection>__state``, beside the documents.
 
-Rows (``key`` -> ``value``, a string; a 2-d placeholder vector because a Milvus collection needs one):
+A write is numbered: write N follows the committed write N − 1 (the build is 1). Any number of *attempts* may try to
+be write N at once (a writer paused past its lease and one that took over); each has a random token T of its own and
+writes everything it needs under that token, invisible; which attempt *is* write N is decided by consensus on the
+state rows (:mod:`.consensus`), safe however long any attempt pauses. Rows (``key`` -> ``value``, a string; a 2-d
+placeholder vector because a Milvus collection needs one):
 
-- ``head``: the commit point, JSON ``{"seq", "manifest", "blobs", "blobs_seq", "deltas", "write"}``. ``seq`` is the
-  last committed write (the build is 1); a document row is visible to a reader of ``seq`` C when ``added <= C`` and it
-  was not removed at or before C (:func:`visible`). ``manifest`` is the index's manifest (document count, BM25
-  settings, corpus fingerprint); ``blobs_seq`` names the write whose blob rows hold the whole BM25 lexicon
-  (``blobs``: their chunks per file) and ``deltas`` the writes after it whose delta rows, applied in order, bring it
-  to C (:func:`lexicon_chain`); ``write`` is the digest of the last committed write, so that rerunning it is a
-  no-op. One upsert of this row publishes a write: a reader sees all of it or none of it.
-- ``blob:<seq>:<file>:<n>``: the lexicon's files (vocabulary, document frequencies, average length), base64 in
-  chunks; term ids are assigned here, by the one writer holding the lock, never by a local folder.
-- ``delta:<seq>:<n>``: what write ``seq`` changed in the lexicon (:meth:`.lexical.SparseBM25.delta`: new terms, the
-  df of the terms it touched, the document count), JSON in chunks. A write stores only that; every
-  :data:`MAX_DELTAS`-th write, or one whose deltas would outweigh the whole lexicon, stores the whole lexicon again.
-- ``lock``: the writers' lease, JSON ``{"owner", "until"}`` (see :class:`EngineLock`).
+- ``dec:<N>``: the decision, JSON ``{"token": T}``: attempt T is write N. Written once per number (every attempt
+  that learns the decision writes the same value), never deleted. The committed state is the highest N with a
+  decision; ``head`` (``{"seq": N}``) is a hint where to start looking.
+- ``value:<N>:<T>:<i>``: attempt T's head (:meth:`State.head`), JSON in chunks: ``seq``, ``manifest`` (document
+  count, BM25 settings, corpus fingerprint), the lexicon's rows (``blobs`` of the whole one written by the attempt
+  ``blobs_of``, then ``deltas``), ``write`` (the digest that makes a rerun a no-op), ``losers`` (the tokens of every
+  attempt that lost before write N: their rows stay hidden for good) and ``removed`` (how many ``rm`` chunks).
+- ``reg:<N>:<T>``: attempt T registered for number N *before* writing any row; it then checks that N is still
+  undecided. So a reader who sees ``dec:N`` and then reads the registrations of N knows every attempt that can ever
+  hold rows of N: all but the winner are losers, hidden.
+- ``px:<N>:<T>``: attempt T's consensus block for N (:mod:`.consensus`); deleted once ``dec:N`` is written.
+- ``rm:<N>:<T>:<i>``: the row keys attempt T replaces or removes (JSON in chunks). Rows are never marked by an
+  attempt: once T is write N, its rows are marked ``removed = N`` (by T, or by the next writer if T stopped), then
+  ``marked:<N>`` is written. A reader of N whose ``marked:N`` is missing hides those keys by name instead.
+- ``blob:<N>:<T>:<file>:<n>`` and ``delta:<N>:<T>:<n>``: the BM25 lexicon, whole (base64) or as what attempt T
+  changed in it (:meth:`.lexical.SparseBM25.delta`), in chunks; term ids are assigned by the attempt that wins.
+- ``lock``: the writers' lease (:mod:`.lease`), which keeps writers taking turns but is not what makes writes safe.
 
-The crash hook: ``TWOTOWER_MILVUS_CRASH_AT=<point>`` kills the process (SIGKILL) when a write reaches ``<point>``
-(``recovered``, ``batch:<i>``, ``marked``, ``before-flush``, ``after-flush``, ``blobs``, ``committed``): the fault-
-injection tests use it; nothing sets it otherwise.
+Document rows carry ``added`` (N), ``attempt`` (T) and ``removed`` (0, or the number of the write that removed them);
+a reader of write C sees the rows with ``added <= C``, not removed at or before C, not written by a loser and not in
+C's unmarked removals (:func:`visible`).
+
+The test hook: every step of a write calls :func:`crash_point` with its name (in order: ``lease-free``,
+``recovered``, ``registered``, ``batch:<i>`` with ``renew`` after each, ``before-flush``, ``after-flush``, ``blobs``,
+``renew``, ``proposing``, ``phase1``, ``phase2``, ``decided``, ``committed``, ``marking``, ``marked``). ``TWOTOWER_MILVUS_CRASH_AT=<name>`` kills the process there (SIGKILL);
+``TWOTOWER_MILVUS_PAUSES=<p>:<max_s>`` sleeps a random 0 to ``max_s`` seconds at each step with probability ``p``;
+:func:`set_step_hook` calls a function there (the concurrency tests' random pauses). Nothing sets them otherwise.
 """
 
 from __future__ import annotations
@@ -27,11 +41,11 @@ import base64
 import json
 import logging
 import os
+import random
 import signal
-import socket
 import tempfile
 import time
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from twotower.retrieval.index.errors import IndexStoreError
@@ -41,27 +55,55 @@ from twotower.retrieval.milvus.lexical import SparseBM25
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "TWOTOWER_MILVUS_CRASH_AT"
-SETTLE_ENV = "TWOTOWER_MILVUS_LOCK_SETTLE"  # seconds a writer waits before checking that the lease is still its own
-LEASE_S = 60.0  # a writer's lease; renewed on every batch, so only a dead writer's lease runs out
-CHUNK = 60_000  # characters of base64 (or ASCII JSON) per blob or delta row (Milvus' VARCHAR holds 65,535 bytes)
+PAUSES_ENV = "TWOTOWER_MILVUS_PAUSES"  # "<probability>:<max seconds>": random pauses at every step (tests)
+CHUNK = 60_000  # characters of base64 (or ASCII JSON) per row (Milvus' VARCHAR holds 65,535 bytes)
 MAX_DELTAS = 16  # deltas a reader applies at most before the whole lexicon is stored again
 HEAD, LOCK = "head", "lock"
+PROBE = 32  # decision rows asked for at once when looking for the latest
+
+_step_hook: Callable[[str], None] | None = None
+
+
+def set_step_hook(hook: Callable[[str], None] | None) -> None:
+    """Call ``hook(name)`` at every step of every write in this process (``None``: stop). For tests: pausing a
+    writer anywhere must never make a write half-visible."""
+    global _step_hook
+    _step_hook = hook
 
 
 def crash_point(name: str) -> None:
-    """SIGKILL this process when ``TWOTOWER_MILVUS_CRASH_AT`` names ``name`` (fault injection)."""
+    """A step of a write: the test hook (:func:`set_step_hook`), a random pause (``TWOTOWER_MILVUS_PAUSES``), or a
+    SIGKILL of this process (``TWOTOWER_MILVUS_CRASH_AT`` naming ``name``)."""
+    if _step_hook is not None:
+        _step_hook(name)
+    pauses = os.environ.get(PAUSES_ENV)
+    if pauses:
+        p, most = (float(x) for x in pauses.split(":"))
+        if random.random() < p:
+            time.sleep(random.uniform(0, most))
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def visible(seq: int) -> str:
-    """The filter of the document rows a reader of committed write ``seq`` sees."""
-    return f"added <= {int(seq)} and (removed == 0 or removed > {int(seq)})"
+def new_token() -> int:
+    """A write attempt's token: random, positive, never 0 (0 is no attempt)."""
+    return random.SystemRandom().randrange(1, 2**62)
 
 
-def lexicon_chain(head: dict) -> list[int]:
-    """The writes whose rows make up the lexicon of ``head``: the whole one's, then each delta's."""
-    return [int(head["blobs_seq"]), *(int(seq) for seq, _ in head.get("deltas", []))]
+def visible(head: dict) -> str:
+    """The filter of the document rows a reader of the committed write ``head`` sees (see the module's docstring)."""
+    seq = int(head["seq"])
+    expr = f"added <= {seq} and (removed == 0 or removed > {seq})"
+    if head.get("hidden"):
+        expr += f" and attempt not in [{', '.join(str(int(t)) for t in head['hidden'])}]"
+    if head.get("pending"):
+        expr += f" and not ({mc.ids_filter(head['pending'], 'pk')})"
+    return expr
+
+
+def lexicon_chain(head: dict) -> list[list[int]]:
+    """The ``[write, token]`` of the rows that make up the lexicon of ``head``: the whole one's, then each delta's."""
+    return [list(map(int, head["blobs_of"])), *([int(n), int(t)] for n, t, _ in head.get("deltas", []))]
 
 
 def state_name(collection: str) -> str:
@@ -83,6 +125,10 @@ def create_state(client, collection: str, uri: str) -> None:
         client.create_collection(name, schema=schema, index_params=params, consistency_level="Strong")
 
 
+def _chunks(data: str) -> list[str]:
+    return [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
+
+
 class State:
     """Reads and writes of one index's state collection."""
 
@@ -101,155 +147,187 @@ class State:
             self.client.load_collection(self.name)
 
     def _put(self, rows: dict[str, str]) -> None:
+        keys = list(rows)
         with self._errors("writing the index state"):
-            self.client.upsert(self.name, [{"key": k, "value": v, "vec": [0.0, 0.0]} for k, v in rows.items()])
+            for i in range(0, len(keys), 16):
+                self.client.upsert(self.name, [{"key": k, "value": rows[k], "vec": [0.0, 0.0]} for k in keys[i:i + 16]])
 
     def _get(self, keys: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
         with self._errors("reading the index state"):
-            found = self.client.query(self.name, filter=mc.ids_filter(keys, "key"), output_fields=["key", "value"])
-        return {e["key"]: e["value"] for e in found}
+            for i in range(0, len(keys), 64):
+                for e in self.client.query(self.name, filter=mc.ids_filter(keys[i:i + 64], "key"),
+                                           output_fields=["key", "value"]):
+                    found[e["key"]] = e["value"]
+        return found
 
-    # ---- the commit point ----------------------------------------------------------------
+    def _prefixed(self, prefix: str, value: bool = True) -> dict[str, str]:
+        """Every row whose key starts with ``prefix`` (a literal without ``%`` or ``_`` wildcards that matter)."""
+        with self._errors("reading the index state"):
+            found = self.client.query(self.name, filter=f"key like {mc.quote(prefix + '%')}",
+                                      output_fields=["key", "value"] if value else ["key"])
+        return {e["key"]: e.get("value", "") for e in found if e["key"].startswith(prefix)}
 
-    def head(self) -> dict:
-        value = self._get([HEAD]).get(HEAD)
-        if value is None:
+    def _delete(self, keys: list[str]) -> None:
+        with self._errors("cleaning the index state"):
+            for i in range(0, len(keys), 256):
+                self.client.delete(self.name, filter=mc.ids_filter(keys[i:i + 256], "key"))
+
+    def _put_chunks(self, prefix: str, data: str) -> int:
+        parts = _chunks(data)
+        self._put({f"{prefix}:{i}": part for i, part in enumerate(parts)})
+        return len(parts)
+
+    def _get_chunks(self, prefix: str, n: int, what: str) -> str:
+        keys = [f"{prefix}:{i}" for i in range(n)]
+        found = self._get(keys)
+        if len(found) != n:
+            raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: {what} is gone (a later write "
+                                  "replaced it meanwhile); open the index again")
+        return "".join(found[k] for k in keys)
+
+    # ---- the committed write ------------------------------------------------------------------
+
+    def latest(self) -> tuple[int, int]:
+        """``(N, token)`` of the latest decided write."""
+        hint = self._get([HEAD]).get(HEAD)
+        if hint is None:
             raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri} has no committed state (its "
                                   f"'{self.name}' collection holds no head: a build that did not finish, or an "
                                   "index built by an older twotower); rebuild the index")
-        return json.loads(value)
+        seq, token = int(json.loads(hint)["seq"]), None
+        while True:  # the hint is written after the decision, and may lag (a writer stopped, or paused, before it)
+            found = self._get([f"dec:{n}" for n in range(seq, seq + PROBE)])
+            n = seq
+            while f"dec:{n}" in found:
+                token = int(json.loads(found[f"dec:{n}"])["token"])
+                n += 1
+            if token is None:  # the hint names a write without a decision: cannot happen; look at them all
+                decided = {int(k.split(":")[1]): v for k, v in self._prefixed("dec:").items()}
+                if not decided:
+                    raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: no committed write")
+                top = max(decided)
+                return top, int(json.loads(decided[top])["token"])
+            if n < seq + PROBE:
+                return n - 1, token
+            seq = n
 
-    def commit(self, head: dict) -> None:
-        """Publish ``head``: one row, written at once (the write's commit point), then flushed."""
-        self._put({HEAD: json.dumps(head, sort_keys=True)})
-        crash_point("committed")
+    def decided(self, seq: int) -> int | None:
+        """The token of write ``seq``, None while undecided."""
+        value = self._get([f"dec:{seq}"]).get(f"dec:{seq}")
+        return None if value is None else int(json.loads(value)["token"])
+
+    def head(self) -> dict:
+        """The committed write's head (its value, see the module's docstring) with what a reader hides: ``hidden``
+        (the tokens of every losing attempt up to it) and ``pending`` (its removals while their rows are unmarked)."""
+        seq, token = self.latest()
+        head = self.value(seq, token)
+        registered = {int(k.rsplit(":", 1)[1]) for k in self._prefixed(f"reg:{seq}:", value=False)}
+        head["hidden"] = sorted({*map(int, head.get("losers", [])), *(registered - {token})})
+        head["pending"] = [] if self._get([f"marked:{seq}"]) else self.removals(seq, token, head)
+        return head
+
+    def changed_since(self, seq: int) -> bool:
+        """Whether a write after ``seq`` was decided (one cheap query)."""
+        return self.decided(seq + 1) is not None
+
+    def value(self, seq: int, token: int) -> dict:
+        head = self._get([f"value:{seq}:{token}:n"]).get(f"value:{seq}:{token}:n")
+        if head is None:
+            raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: the state of write {seq} is "
+                                  "gone (a later write replaced it meanwhile); open the index again")
+        return json.loads(self._get_chunks(f"value:{seq}:{token}", int(head), f"the state of write {seq}"))
+
+    def save_value(self, head: dict) -> None:
+        """Attempt ``head["token"]``'s head, before it proposes itself (invisible until decided)."""
+        seq, token = int(head["seq"]), int(head["token"])
+        n = self._put_chunks(f"value:{seq}:{token}", json.dumps(head, sort_keys=True))
+        self._put({f"value:{seq}:{token}:n": str(n)})
+
+    def save_removals(self, seq: int, token: int, keys: list[str]) -> int:
+        return self._put_chunks(f"rm:{seq}:{token}", json.dumps(keys)) if keys else 0
+
+    def removals(self, seq: int, token: int, head: dict) -> list[str]:
+        n = int(head.get("removed", 0))
+        return json.loads(self._get_chunks(f"rm:{seq}:{token}", n, f"the removals of write {seq}")) if n else []
+
+    def register(self, seq: int, token: int) -> None:
+        self._put({f"reg:{seq}:{token}": ""})
+
+    def registered(self, seq: int) -> set[int]:
+        return {int(k.rsplit(":", 1)[1]) for k in self._prefixed(f"reg:{seq}:", value=False)}
+
+    def mark_done(self, seq: int) -> None:
+        self._put({f"marked:{seq}": "1"})
+
+    def is_marked(self, seq: int) -> bool:
+        return bool(self._get([f"marked:{seq}"]))
+
+    def hint(self, seq: int) -> None:
+        self._put({HEAD: json.dumps({"seq": int(seq)})})
         with self._errors("flushing the index state"):
             self.client.flush(self.name)
 
     # ---- the lexicon ---------------------------------------------------------------------
 
-    def save_lexicon(self, seq: int, lexicon: SparseBM25) -> dict[str, int]:
-        """Write the lexicon's files as blob rows of write ``seq``; ``{file: chunks}``."""
+    def save_lexicon(self, seq: int, token: int, lexicon: SparseBM25) -> dict[str, int]:
+        """Write the lexicon's files as blob rows of attempt ``token`` at write ``seq``; ``{file: chunks}``."""
         with tempfile.TemporaryDirectory(prefix="twotower-lexicon-") as tmp:
             names = lexicon.save(Path(tmp))
-            rows, chunks = {}, {}
+            chunks = {}
             for name in names:
                 data = base64.b64encode((Path(tmp) / name).read_bytes()).decode("ascii")
-                parts = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
-                chunks[name] = len(parts)
-                rows.update({f"blob:{seq}:{name}:{i}": part for i, part in enumerate(parts)})
-        keys = list(rows)
-        for i in range(0, len(keys), 16):
-            self._put({k: rows[k] for k in keys[i:i + 16]})
+                chunks[name] = self._put_chunks(f"blob:{seq}:{token}:{name}", data)
         return chunks
 
-    def save_delta(self, seq: int, data: str) -> int:
-        """Write a lexicon's delta (:meth:`.lexical.SparseBM25.delta` as ASCII JSON) as the rows of write ``seq``; their
-        number."""
-        parts = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
-        rows = {f"delta:{seq}:{i}": part for i, part in enumerate(parts)}
-        keys = list(rows)
-        for i in range(0, len(keys), 16):
-            self._put({k: rows[k] for k in keys[i:i + 16]})
-        return len(parts)
-
-    def _rows(self, keys: list[str], seq: int) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for i in range(0, len(keys), 16):
-            found.update(self._get(keys[i:i + 16]))
-        if len(found) != len(keys):
-            raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: the BM25 vocabulary of write "
-                                  f"{seq} is gone (a later write replaced it meanwhile); open the index again")
-        return found
+    def save_delta(self, seq: int, token: int, data: str) -> int:
+        """A lexicon's delta (:meth:`.lexical.SparseBM25.delta` as ASCII JSON) as rows of attempt ``token``."""
+        return self._put_chunks(f"delta:{seq}:{token}", data)
 
     def load_lexicon(self, head: dict) -> SparseBM25:
         """The lexicon of committed write ``head``: the whole one it names, with its deltas applied in order."""
-        seq, blobs = int(head["blobs_seq"]), head["blobs"]
-        found = self._rows([f"blob:{seq}:{name}:{i}" for name, n in blobs.items() for i in range(n)], seq)
+        seq, token = lexicon_chain(head)[0]
         with tempfile.TemporaryDirectory(prefix="twotower-lexicon-") as tmp:
-            for name, n in blobs.items():
-                data = "".join(found[f"blob:{seq}:{name}:{i}"] for i in range(n))
+            for name, n in head["blobs"].items():
+                data = self._get_chunks(f"blob:{seq}:{token}:{name}", n, f"the BM25 vocabulary of write {seq}")
                 (Path(tmp) / name).write_bytes(base64.b64decode(data))
             lexicon = SparseBM25.load(Path(tmp))
-        for delta_seq, n in head.get("deltas", []):
-            keys = [f"delta:{delta_seq}:{i}" for i in range(n)]
-            found = self._rows(keys, int(delta_seq))
-            lexicon.apply(json.loads("".join(found[k] for k in keys)))
+        for delta_seq, delta_token, n in head.get("deltas", []):
+            data = self._get_chunks(f"delta:{delta_seq}:{delta_token}", n, f"the BM25 vocabulary of write {delta_seq}")
+            lexicon.apply(json.loads(data))
         return lexicon
 
-    def drop_blobs_except(self, keep: set[int]) -> None:
-        """Delete the lexicon rows (whole and delta) of every write not in ``keep`` (older ones, and those of a write
-        that never committed)."""
-        with self._errors("cleaning the index state"):
-            keys = [e["key"] for e in self.client.query(self.name, filter='key like "blob:%" or key like "delta:%"',
-                                                        output_fields=["key"])]
-            stale = [k for k in keys if int(k.split(":", 2)[1]) not in keep]
-            for i in range(0, len(stale), 256):
-                self.client.delete(self.name, filter=mc.ids_filter(stale[i:i + 256], "key"))
+    # ---- cleaning -----------------------------------------------------------------------
+
+    def clean(self, head: dict, keep: set[tuple[int, int]]) -> None:
+        """Delete the state rows no reader of ``head`` or of the write before needs: the lexicon, heads and removals
+        of attempts of decided writes other than ``keep`` (``(write, token)``), the consensus blocks of decided writes
+        and the registrations before ``head``'s. Rows of writes after ``head`` (attempts now running) stay."""
+        seq = int(head["seq"])
+        stale = []
+        for prefix in ("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:"):
+            for key in self._prefixed(prefix, value=False):
+                parts = key.split(":")
+                n = int(parts[1])
+                if prefix in ("px:",):
+                    drop = n <= seq
+                elif prefix in ("reg:", "marked:"):
+                    drop = n < seq - 1
+                else:
+                    drop = n <= seq and (n, int(parts[2])) not in keep
+                if drop:
+                    stale.append(key)
+        self._delete(stale)
 
 
-class EngineLock:
-    """Writers of one collection take turns, across processes and machines, through the ``lock`` row.
+__all__ = ["CHUNK", "CRASH_ENV", "HEAD", "LOCK", "MAX_DELTAS", "PAUSES_ENV", "State", "crash_point",
+           "create_state", "lexicon_chain", "new_token", "set_step_hook", "state_name", "visible"]
 
-    Milvus has no compare-and-set, so the lease is taken as in Fischer's mutual-exclusion algorithm: wait until the
-    row names no live owner, write your own name, wait ``settle`` seconds (longer than a write of that row takes),
-    and read it back — if it still names you, the lease is yours; else another writer won the race and you wait
-    again. A lease runs for :data:`LEASE_S` seconds and is renewed on every batch (:meth:`renew`), so a killed writer
-    blocks others for at most that long — and not at all on its own machine: the row names the host and process,
-    and a writer there sees that the process is gone (a rerun after ``kill -9`` starts at once). ``settle`` comes from ``TWOTOWER_MILVUS_LOCK_SETTLE`` (default 0.2 s)."""
 
-    def __init__(self, state: State, *, timeout: float = 600.0) -> None:
-        self.state, self.timeout = state, timeout
-        self.owner = uuid.uuid4().hex
-        self.settle = float(os.environ.get(SETTLE_ENV, "0.2"))
+def __getattr__(name: str):
+    """``EngineLock`` moved to :mod:`.lease`; importing it from here still works."""
+    if name == "EngineLock":
+        from twotower.retrieval.milvus.lease import EngineLock
 
-    def _holder(self) -> dict | None:
-        value = self.state._get([LOCK]).get(LOCK)
-        return json.loads(value) if value else None
-
-    def _write(self, until: float) -> None:
-        self.state._put({LOCK: json.dumps({"owner": self.owner, "until": until, "host": socket.gethostname(),
-                                           "pid": os.getpid()})})
-
-    def _free(self, holder: dict | None) -> bool:
-        if holder is None or holder["owner"] == self.owner or holder["until"] < time.time():
-            return True
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-            try:
-                os.kill(holder["pid"], 0)
-            except ProcessLookupError:  # its writer died on this machine
-                return True
-            except OSError:
-                return False
-        return False
-
-    def __enter__(self) -> "EngineLock":
-        deadline = time.monotonic() + self.timeout
-        while True:
-            holder = self._holder()
-            if self._free(holder):
-                self._write(time.time() + LEASE_S)
-                time.sleep(self.settle)
-                holder = self._holder()
-                if holder is not None and holder["owner"] == self.owner:
-                    return self
-            if time.monotonic() > deadline:
-                raise IndexStoreError(f"Milvus collection '{self.state.collection}' at {self.state.uri}: another "
-                                      f"writer has held the write lease for over {self.timeout:.0f} s; try again")
-            time.sleep(0.05 + self.settle * (uuid.uuid4().int % 100) / 100)
-
-    def renew(self) -> None:
-        """Extend the lease; an error when another writer took it (this writer stalled past its lease)."""
-        holder = self._holder()
-        if holder is None or holder["owner"] != self.owner:
-            raise IndexStoreError(f"Milvus collection '{self.state.collection}' at {self.state.uri}: this write "
-                                  f"stalled past its {LEASE_S:.0f} s lease and another writer took over; nothing of it "
-                                  "was published: run it again")
-        self._write(time.time() + LEASE_S)
-
-    def __exit__(self, *exc) -> None:
-        try:
-            if (self._holder() or {}).get("owner") == self.owner:
-                self._write(0.0)
-        except Exception:  # the lease runs out by itself
-            log.debug("releasing the Milvus write lease failed", exc_info=True)
+        return EngineLock
+    raise AttributeError(name)

@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.rows import RowTable
 from twotower.retrieval.milvus.state import State, visible
 from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
+
+if TYPE_CHECKING:
+    from twotower.retrieval.milvus.lexical_search import MilvusBM25
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +130,9 @@ class MilvusStore:
 
     def refresh(self) -> "MilvusStore":
         """The store of the latest committed write (``self`` when there was none since)."""
-        head = self.state.head()
-        if int(head["seq"]) == self.seq:
+        if not self.state.changed_since(self.seq):
             return self
+        head = self.state.head()
         return MilvusStore(self.root, self.dir, self.manifest, check=False, head=head)
 
     def close(self) -> None:
@@ -163,7 +167,7 @@ class MilvusStore:
 
     def _visible(self, expr: str = "") -> str:
         """This write's rows (:func:`.state.visible`), and of those the ones ``expr`` selects."""
-        return f"({visible(self.seq)}) and ({expr})" if expr else visible(self.seq)
+        return f"({visible(self.head)}) and ({expr})" if expr else visible(self.head)
 
     def filter_expression(self, flt) -> str:
         """The Milvus expression of a metadata filter (a parsed :class:`~twotower.retrieval.filters.Filter`) on this
@@ -181,7 +185,7 @@ class MilvusStore:
         ids = list(dict.fromkeys(ids))
         with self._errors("reading documents"):
             for i in range(0, len(ids), BATCH):
-                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.seq)})",
+                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.head)})",
                                                 output_fields=["id", *fields]):
                     out[e["id"]] = e
         return out
@@ -202,29 +206,70 @@ class MilvusStore:
     def document(self, row: int) -> dict:
         """``{"_id", "title", "text"}`` of the document in ``row``, with ``"metadata"`` when it has some (read from
         Milvus, recent ones cached)."""
-        doc_id = self.doc_ids[row]
+        return self._documents([self.doc_ids[row]])[0]
+
+    def _documents(self, ids: Sequence[str]) -> list[dict]:
+        """The documents ``ids`` (cached ones from the cache, the others in batched queries)."""
         with self._docs_lock:
-            doc = self._docs.get(doc_id)
-        if doc is None:
-            found = self._query([doc_id], ["title", "text", mc.METADATA]).get(doc_id)
-            if found is None:
-                raise UnknownIdError(f"{self.root}: document '{doc_id}' is no longer in the Milvus collection "
+            cached = {d: self._docs[d] for d in ids if d in self._docs}
+        wanted = [d for d in dict.fromkeys(ids) if d not in cached]
+        if wanted:
+            found = self._query(wanted, ["title", "text", mc.METADATA])
+            missing = [d for d in wanted if d not in found]
+            if missing:
+                raise UnknownIdError(f"{self.root}: document '{missing[0]}' is no longer in the Milvus collection "
                                      f"'{self.collection}' (removed meanwhile)")
-            doc = {"_id": doc_id, "title": found["title"], "text": found["text"]}
-            if found.get(mc.METADATA):  # as the local store: "metadata" only when the document has some
-                doc["metadata"] = found[mc.METADATA]
+            for doc_id in wanted:
+                e = found[doc_id]
+                doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+                if e.get(mc.METADATA):  # as the local store: "metadata" only when the document has some
+                    doc["metadata"] = e[mc.METADATA]
+                cached[doc_id] = doc
             with self._docs_lock:
-                self._docs[doc_id] = doc
+                for doc_id in wanted:
+                    self._docs[doc_id] = cached[doc_id]
                 while len(self._docs) > 10_000:
                     self._docs.popitem(last=False)
-        return dict(doc)
+        return [dict(cached[d]) for d in ids]
+
+    def prefetch(self, ids: Sequence[str]) -> None:
+        """Read the documents ``ids`` into the cache in batched queries (the ones still there: no error for others),
+        so that :meth:`document` then asks Milvus nothing."""
+        ids = list(dict.fromkeys(ids))
+        with self._docs_lock:
+            wanted = [d for d in ids if d not in self._docs]
+        found = self._query(wanted, ["title", "text", mc.METADATA]) if wanted else {}
+        with self._docs_lock:
+            for doc_id, e in found.items():
+                doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+                if e.get(mc.METADATA):
+                    doc["metadata"] = e[mc.METADATA]
+                self._docs[doc_id] = doc
+            while len(self._docs) > max(10_000, len(ids)):
+                self._docs.popitem(last=False)
 
     def document_fields(self, row: int) -> tuple[str, str, str]:
         d = self.document(row)
         return d["_id"], d["title"], d["text"]
 
     def documents(self, ids: Sequence[str]) -> list[dict]:
-        return [self.document(r) for r in self.rows(ids)]
+        """The documents ``ids`` (unknown ids are an error), in batched queries."""
+        ids = list(ids)
+        found = self._query(ids, ["title", "text", mc.METADATA])
+        missing = [d for d in ids if d not in found]
+        if missing:
+            shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
+            raise UnknownIdError(f"{self.root}: {len(missing)} document id(s) not in the index (Milvus collection "
+                                 f"'{self.collection}'): {shown}")
+        out = []
+        for doc_id in ids:
+            self.row_of.intern(doc_id)
+            e = found[doc_id]
+            doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
+            if e.get(mc.METADATA):
+                doc["metadata"] = e[mc.METADATA]
+            out.append(doc)
+        return out
 
     def float_vectors(self, rows) -> np.ndarray:
         """The stored vectors of ``rows`` (any shape) as float32, shaped ``rows.shape + (dim,)``."""
@@ -259,15 +304,16 @@ class MilvusStore:
 
     def _search_params(self, k: int, ef_search: int | None, nprobe: int | None) -> dict:
         index_type = self.manifest["milvus"]["index_type"]
-        if ef_search is not None and index_type != "HNSW":
+        hnsw, ivf = index_type in ("HNSW", "HNSW_SQ"), index_type in ("IVF_FLAT", "IVF_SQ8")
+        if ef_search is not None and not hnsw:
             raise IndexStoreError(f"efSearch applies to HNSW indexes; this Milvus index is {index_type}")
-        if nprobe is not None and index_type != "IVF_FLAT":
+        if nprobe is not None and not ivf:
             raise IndexStoreError(f"nprobe applies to IVF indexes; this Milvus index is {index_type}")
         defaults = self.manifest["milvus"].get("search", {})
-        if index_type == "HNSW":
+        if hnsw:
             return {"metric_type": "IP", "params": {"ef": max(k, ef_search or defaults.get("ef_search",
                                                                                         mc.DEFAULT_EF_SEARCH))}}
-        if index_type == "IVF_FLAT":
+        if ivf:
             return {"metric_type": "IP", "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
         return {"metric_type": "IP", "params": {}}
 
@@ -309,6 +355,8 @@ class MilvusStore:
 
     @property
     def bm25(self) -> "MilvusBM25":
+        from twotower.retrieval.milvus.lexical_search import MilvusBM25
+
         return MilvusBM25(self, self.lexicon)
 
     # ---- writing ------------------------------------------------------------------------
@@ -345,24 +393,4 @@ class MilvusStore:
             return MilvusStore(self.root, final, manifest, check=False, head=head)
 
 
-class MilvusBM25:
-    """``store.bm25``: twotower's BM25 searched on the collection's sparse vectors (:mod:`.lexical`)."""
-
-    def __init__(self, store: MilvusStore, lexicon: SparseBM25) -> None:
-        self.store = store
-        self.params = lexicon.params
-        self.lexicon = lexicon
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return self.store.doc_ids
-
-    def search(self, queries: Sequence[str], k: int = 1000, *, show_progress: bool = False,
-               n_threads: int = 0, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
-        """Top-k ``(scores, rows)``, best first; a document that shares no term with the query is not returned;
-        with ``expr`` (:meth:`MilvusStore.filter_expression`) only documents it selects."""
-        k = max(1, min(k, len(self.store)))
-        return self.store._ranked(mc.SPARSE, self.lexicon.query_vectors(queries), k, {"metric_type": "IP"}, expr)
-
-
-__all__ = ["MilvusBM25", "MilvusStore", "client_for", "forget_client"]
+__all__ = ["MilvusStore", "client_for", "forget_client"]

@@ -1,26 +1,34 @@
-"""Writing to a Milvus-backed index so that a crash cannot half-do it, and rerunning it finishes it.
+"""Writing to a Milvus-backed index so that no crash and no pause can half-do it, and rerunning it finishes it.
 
-A write (add, replace, remove) runs under the collection's write lease (:class:`.state.EngineLock`) and the index
-folder's writer lock, as write number N = the committed ``seq`` C + 1:
+A write (add, replace, remove) runs under the collection's write lease (:class:`.lease.EngineLock`, which keeps
+writers taking turns) and the index folder's writer lock. It is an *attempt*, with a random token T, at becoming write
+N = the committed C + 1 (:mod:`.state` describes the rows):
 
-1. *Recover*: rows of a write that never committed (``added > C``) are deleted, rows it marked (``removed > C``)
-   are un-marked, rows removed by committed writes are deleted for good, stale lexicon rows dropped. Idempotent.
-2. If the last committed write has this write's digest, it is done: nothing more (a rerun after a kill that came
-   after the commit point).
-3. New rows go in with ``added = N`` under keys ``N:<id>`` (so a replaced document's old row stays beside its new
-   one), rows replaced or removed are marked ``removed = N``; then flush. Readers of C see none of this.
-4. What the write changed in the lexicon (the new terms' ids, the df of the terms it touched, the document count) is
-   written as delta rows of write N (every so often the whole lexicon instead: :mod:`.state`), then the head row
-   names N: the commit point. Readers that look at the head after it see the whole write.
+1. *Settle* what C and the writes before it left: C's removals marked (if C's writer stopped before), rows removed
+   by committed writes deleted for good, rows of losing attempts deleted, stale state rows dropped. Idempotent, and
+   it only ever touches what a committed decision determines, so a settler that pauses cannot undo anything.
+2. If C has this write's digest, it is done: nothing more (a rerun after a kill that came after the decision).
+3. Register as an attempt at N, then check that N is still undecided (else start over from 1: another writer was
+   faster; nothing was written).
+4. New rows go in under keys ``T:<id>`` with ``added = N``, ``attempt = T``; the keys of the rows it replaces or
+   removes, what it changed in the lexicon and its head go in state rows of T. Readers of C see none of this.
+5. Propose T as write N (:mod:`.consensus`). The decision is the commit point: readers that look after it see all
+   of the write. If another attempt was decided, T's rows stay hidden for good (T is a loser) and the write fails
+   with "another writer took over; nothing of this write is visible".
+6. Mark the replaced and removed rows ``removed = N``, then ``marked:N``; write the head hint. (A reader that comes
+   before the marks hides those rows by key.)
 
-A kill anywhere before 4 leaves C's answers; the rerun recovers and does the write; a kill after 4 leaves N's
-answers, and the rerun finds its digest in the head.
+A kill anywhere before 5 leaves C's answers; the rerun settles and does the write; a kill after 5 leaves N's
+answers, and the rerun finds its digest in the head. A writer paused anywhere, for any time, cannot make a write
+half-visible. A write becomes visible only as a whole, and only if its writer returns success or has not returned
+yet (a writer that paused after proposing may be carried to the decision by another, and then learns it succeeded).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +42,14 @@ from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.state import CHUNK, MAX_DELTAS, EngineLock, State, crash_point, lexicon_chain, visible
+from twotower.retrieval.milvus.consensus import decide
+from twotower.retrieval.milvus.lease import EngineLock, TakenOver
+from twotower.retrieval.milvus.state import CHUNK, MAX_DELTAS, State, crash_point, lexicon_chain, new_token, visible
 
 METADATA_KINDS = "metadata_kinds"  # the manifest's key: {dotted path: kinds of value held there}
-BATCH = 256  # rows per upsert / ids per query
+BATCH = 1_024  # ids per query (an `in [...]` list: far below Milvus' 16,384 results and its expression limits)
+ROWS_ENV = "TWOTOWER_MILVUS_BATCH_ROWS"  # rows per insert, at most (default 1,024; the crash tests use fewer)
+ROW_BYTES = 16 << 20  # bytes per insert, at most (gRPC messages: 64 MiB by default on a server)
 EMPTY_TERM = 4_294_967_294  # a term id no query holds: the sparse vector of a document without terms (Milvus refuses {})
 
 
@@ -53,29 +65,48 @@ def check_sizes(docs: NewDocs) -> None:
                                       f"{given('backend', 'faiss')})")
 
 
-def doc_rows(docs: NewDocs, sparse: list | None, seq: int) -> list[dict]:
-    """The collection's rows of ``docs`` written by write ``seq``."""
+def doc_rows(docs: NewDocs, weighed, seq: int, token: int) -> list[dict]:
+    """The collection's rows of ``docs`` written by attempt ``token`` at write ``seq`` (``weighed``: their BM25
+    vectors, :class:`.lexical.Weighed`, or None)."""
     vectors = np.asarray(docs.vectors, dtype=np.float32)
     metadata = docs.metadata or [{}] * len(docs.ids)
     rows = []
     for j, doc_id in enumerate(docs.ids):
-        row = {"pk": f"{seq}:{doc_id}", "id": doc_id, "title": docs.titles[j], "text": docs.texts[j],
-               mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[j], "added": int(seq), "removed": 0}
-        if sparse is not None:
-            row[mc.SPARSE] = sparse[j] or {EMPTY_TERM: 1e-30}
+        row = {"pk": f"{token:x}:{doc_id}", "id": doc_id, "title": docs.titles[j], "text": docs.texts[j],
+               mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[j], "added": int(seq), "removed": 0,
+               "attempt": int(token), "length": 0, "avgdl": 0.0}
+        if weighed is not None:
+            row[mc.SPARSE] = weighed.vectors[j] or {EMPTY_TERM: 1e-30}
+            row["length"], row["avgdl"] = int(weighed.lengths[j]), float(weighed.avgdl)
         rows.append(row)
     return rows
 
 
+def _batches(rows: list[dict]):
+    """``rows`` in runs of at most ``TWOTOWER_MILVUS_BATCH_ROWS`` rows and about :data:`ROW_BYTES` bytes."""
+    most = int(os.environ.get(ROWS_ENV, "1024"))
+    start, size = 0, 0
+    for i, r in enumerate(rows):
+        n = 64 + 4 * len(r.get(mc.DENSE, ())) + 12 * len(r.get(mc.SPARSE) or ()) + sum(
+            len(r[f].encode("utf-8")) for f in ("pk", "id", "title", "text")) + len(str(r.get(mc.METADATA) or ""))
+        if i > start and (i - start >= most or size + n > ROW_BYTES):
+            yield rows[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(rows):
+        yield rows[start:]
+
+
 def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None) -> None:
-    """Upsert ``rows`` in batches (``batch:<i>`` crash points, the lease renewed), then flush."""
+    """Insert ``rows`` (new keys: each attempt writes its own) in batches (``batch:<i>`` steps, the lease renewed),
+    then flush."""
     from tqdm.auto import tqdm
 
     with mc.milvus_errors(uri, collection, "writing documents"), \
             tqdm(total=len(rows), desc="milvus", unit="doc", disable=not show_progress) as bar:
-        for b, i in enumerate(range(0, len(rows), BATCH)):
-            client.upsert(collection, rows[i:i + BATCH])
-            bar.update(len(rows[i:i + BATCH]))
+        for b, batch in enumerate(_batches(rows)):
+            client.insert(collection, batch)
+            bar.update(len(batch))
             crash_point(f"batch:{b + 1}")
             if lock is not None:
                 lock.renew()
@@ -85,7 +116,8 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
 
 
 def _fields(lexical: bool) -> list[str]:
-    return ["pk", "id", "title", "text", mc.METADATA, mc.DENSE, "added", "removed"] + ([mc.SPARSE] if lexical else [])
+    return ["pk", "id", "title", "text", mc.METADATA, mc.DENSE, "added", "removed", "attempt", "length",
+            "avgdl"] + ([mc.SPARSE] if lexical else [])
 
 
 def query_all(client, collection: str, expr: str, fields: list[str]) -> list[dict]:
@@ -99,19 +131,34 @@ def query_all(client, collection: str, expr: str, fields: list[str]) -> list[dic
     return out
 
 
-def recover(client, uri: str, collection: str, state: State, head: dict, lexical: bool) -> None:
-    """Undo what writes after ``head`` left (step 1 of the module's docstring); drop committed removals."""
-    seq = int(head["seq"])
-    with mc.milvus_errors(uri, collection, "recovering from an unfinished write"):
-        client.delete(collection, filter=f"added > {seq}")
-        marked = query_all(client, collection, f"removed > {seq}", _fields(lexical))
-        for i in range(0, len(marked), BATCH):
-            client.upsert(collection, [dict(r, removed=0) for r in marked[i:i + BATCH]])
+def settle(client, uri: str, collection: str, state: State, head: dict, lexical: bool) -> None:
+    """Step 1 of the module's docstring: finish and tidy what committed writes left. Everything here follows from
+    decisions alone (a settler paused anywhere writes what any other would), so it is safe however writers overlap."""
+    seq, token = int(head["seq"]), int(head["token"])
+    with mc.milvus_errors(uri, collection, "settling earlier writes"):
+        if head.get("pending"):  # write C's replaced and removed rows, not yet marked
+            mark(client, collection, head["pending"], seq, lexical)
+            state.mark_done(seq)
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
+        if head.get("hidden"):
+            client.delete(collection, filter=f"attempt in [{', '.join(str(int(t)) for t in head['hidden'])}]")
         client.flush(collection)
-    # the lexicon rows of the committed write and of the one before: a reader that opened that one may still load it
-    before = head.get("prev_chain", [head.get("prev_blobs_seq", seq)])
-    state.drop_blobs_except({*lexicon_chain(head), *(int(s) for s in before)})
+    # the state rows of the committed write and of the one before: a reader that opened that one may still load them
+    keep = {(seq, token), *(tuple(x) for x in lexicon_chain(head)), *(tuple(x) for x in head.get("prev_keep", []))}
+    state.clean(head, keep)
+    crash_point("recovered")
+
+
+def mark(client, collection: str, keys: list[str], seq: int, lexical: bool) -> None:
+    """Mark the rows ``keys`` removed by committed write ``seq``: each row as it is, with ``removed = seq`` (the same
+    row whoever writes it)."""
+    for i in range(0, len(keys), BATCH):
+        rows = client.query(collection, filter=mc.ids_filter(keys[i:i + BATCH], "pk"), output_fields=_fields(lexical))
+        rows = [dict(r, removed=seq) for r in rows if int(r["removed"]) in (0, seq)]
+        if rows:
+            client.upsert(collection, rows)
+        crash_point("marking")
+    client.flush(collection)
 
 
 def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=None) -> str:
@@ -128,73 +175,101 @@ def _shown(ids: list[str]) -> str:
 
 def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None, replace: bool = False,
           show_progress: bool = True) -> dict:
-    """Add/replace ``docs`` or remove ``remove`` as one write (see the module's docstring); the new head."""
-    client, uri, coll, root = store.client, store.uri, store.collection, store.root
+    """Add/replace ``docs`` or remove ``remove`` as one write (see the module's docstring); the new head.
+    :class:`.lease.TakenOver` when another writer took over (nothing of this write is visible then)."""
+    client, uri, coll = store.client, store.uri, store.collection
     state = State(client, uri, coll)
+    ids = list(docs.ids) if docs is not None else list(dict.fromkeys(remove or []))
+    key = (digest("add", ids, docs.titles, docs.texts, replace, docs.metadata) if docs is not None
+           else digest("remove", ids))
     with EngineLock(state) as lock:
-        head = state.head()
-        lexical = bool(head["manifest"].get("bm25"))
-        recover(client, uri, coll, state, head, lexical)
-        crash_point("recovered")
-        ids = list(docs.ids) if docs is not None else list(dict.fromkeys(remove or []))
-        key = (digest("add", ids, docs.titles, docs.texts, replace, docs.metadata) if docs is not None
-               else digest("remove", ids))
-        if head.get("write") == key:  # this very write committed before a crash: done
-            return head
-        seq, new = int(head["seq"]), int(head["seq"]) + 1
-        old = {}
-        with mc.milvus_errors(uri, coll, "reading documents"):
-            for i in range(0, len(ids), BATCH):
-                for e in client.query(coll, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(seq)})",
-                                      output_fields=_fields(lexical)):
-                    old[e["id"]] = e
+        while True:
+            head = state.head()
+            lexical = bool(head["manifest"].get("bm25"))
+            settle(client, uri, coll, state, head, lexical)
+            if head.get("write") == key:  # this very write committed before a crash: done
+                return head
+            seq, token = int(head["seq"]) + 1, new_token()
+            state.register(seq, token)
+            crash_point("registered")
+            if state.decided(seq) is None:
+                break
+            lock.renew()  # another attempt became write N meanwhile (nothing of this one written): again
+        old = read_rows(client, uri, coll, ids, head, _fields(lexical))
         if docs is not None and old and not replace:
             dup = [d for d in ids if d in old]
-            raise IndexStoreError(f"{root}: {len(dup)} document id(s) are already in the index: {_shown(dup)} "
+            raise IndexStoreError(f"{store.root}: {len(dup)} document id(s) are already in the index: {_shown(dup)} "
                                   f"(pass {switch('replace')} to overwrite them)")
         if docs is None and len(old) < len(ids):
             missing = [d for d in ids if d not in old]
-            raise UnknownIdError(f"{root}: {len(missing)} document id(s) not in the index (Milvus collection "
+            raise UnknownIdError(f"{store.root}: {len(missing)} document id(s) not in the index (Milvus collection "
                                  f"'{coll}'): {_shown(missing)}")
         lexicon = state.load_lexicon(head) if lexical else None
         rows = []
-        if lexicon is not None:  # the leaving documents' terms no longer count (df, number of documents)
+        if lexicon is not None:  # the leaving documents' terms no longer count (df, number of documents, length)
             lexicon.mark()
-            lexicon.forget([o[mc.SPARSE] for o in old.values()])
+            lexicon.forget([o[mc.SPARSE] for o in old.values()], [int(o["length"]) for o in old.values()])
         if docs is not None:
             texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
-            rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, new)
-        rows += [dict(r, removed=new) for r in old.values()]  # replaced or removed: invisible from write N on
+            rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, seq, token)
         put_rows(client, uri, coll, rows, show_progress=show_progress, lock=lock)
-        blobs, blobs_seq, deltas = head["blobs"], head["blobs_seq"], list(head.get("deltas", []))
-        if lexicon is not None:  # new terms' ids, df and the count: the lexicon of write N
-            blobs, blobs_seq, deltas = save_lexicon(state, new, lexicon, blobs, blobs_seq, deltas)
+        blobs, blobs_of, deltas = head["blobs"], head["blobs_of"], list(head.get("deltas", []))
+        if lexicon is not None:  # new terms' ids, df, the count and length: the lexicon of write N
+            blobs, blobs_of, deltas = save_lexicon(state, seq, token, lexicon, blobs, blobs_of, deltas)
         crash_point("blobs")
         dropped = fingerprint.combine((d, o["title"], o["text"]) for d, o in old.items())
         added = fingerprint.combine(zip(docs.ids, docs.titles, docs.texts)) if docs is not None else 0
         corpus = fingerprint.entry(fingerprint.parse(head["manifest"].get("corpus")) or 0, added, -dropped)
-        with mc.milvus_errors(uri, coll, "counting documents"):
-            n = int(client.query(coll, filter=visible(new), output_fields=["count(*)"])[0]["count(*)"])
-        manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=new)
+        n = int(head["manifest"]["num_docs"]) + len(rows) - len(old)
+        manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=seq)
         if docs is not None:  # the kinds of metadata the documents have held, per path (filtering.py)
             manifest[METADATA_KINDS] = metadata_kinds(docs.metadata or [], head["manifest"].get(METADATA_KINDS))
-        head = {"seq": new, "manifest": manifest, "blobs": blobs, "blobs_seq": blobs_seq, "deltas": deltas,
-                "write": key, "prev_chain": lexicon_chain(head)}
+        # the attempts that lost write C: hidden for good (a paused one may still write rows of C)
+        losers = sorted({*map(int, head.get("losers", [])), *(state.registered(int(head["seq"])) - {int(head["token"])})})
+        removed = [o["pk"] for o in old.values()]
+        new_head = {"seq": seq, "token": token, "manifest": manifest, "blobs": blobs, "blobs_of": blobs_of,
+                    "deltas": deltas, "write": key, "losers": losers,
+                    "removed": state.save_removals(seq, token, removed),
+                    "prev_keep": [[int(head["seq"]), int(head["token"])], *lexicon_chain(head)]}
+        state.save_value(new_head)
         lock.renew()
-        state.commit(head)
-        return head
+        crash_point("proposing")
+        decision = decide(state, seq, token, {"token": token})
+        if int(decision["token"]) != token:
+            with mc.milvus_errors(uri, coll, "deleting this write's rows"):  # hidden anyway; tidy
+                client.delete(coll, filter=f"attempt == {token}")
+            raise TakenOver(f"Milvus collection '{coll}' at {uri}: another writer took over (it became write {seq}); "
+                            "nothing of this write is visible: run it again")
+        crash_point("committed")
+        with mc.milvus_errors(uri, coll, "marking replaced and removed documents"):
+            mark(client, coll, removed, seq, lexical)
+        state.mark_done(seq)
+        crash_point("marked")
+        state.hint(seq)
+        return dict(new_head, hidden=sorted({*losers, *(state.registered(seq) - {token})}), pending=[])
 
 
-def save_lexicon(state: State, seq: int, lexicon: SparseBM25, blobs: dict[str, int], blobs_seq: int,
-                 deltas: list) -> tuple[dict[str, int], int, list]:
-    """Store the lexicon of write ``seq`` (:meth:`SparseBM25.mark` taken at its start) as a delta on the chain
-    ``blobs_seq`` + ``deltas``, or whole when the chain would hold :data:`.state.MAX_DELTAS` deltas or more rows of
-    deltas than the whole lexicon has: ``(blobs, blobs_seq, deltas)`` for the head."""
+def read_rows(client, uri: str, collection: str, ids: list[str], head: dict, fields: list[str]) -> dict[str, dict]:
+    """The rows of ``ids`` a reader of ``head`` sees (batched queries), by id."""
+    out: dict[str, dict] = {}
+    with mc.milvus_errors(uri, collection, "reading documents"):
+        for i in range(0, len(ids), BATCH):
+            for e in client.query(collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(head)})",
+                                  output_fields=fields):
+                out[e["id"]] = e
+    return out
+
+
+def save_lexicon(state: State, seq: int, token: int, lexicon: SparseBM25, blobs: dict[str, int], blobs_of: list,
+                 deltas: list) -> tuple[dict[str, int], list, list]:
+    """Store the lexicon of attempt ``token`` at write ``seq`` (:meth:`SparseBM25.mark` taken at its start) as a
+    delta on the chain ``blobs_of`` + ``deltas``, or whole when the chain would hold :data:`.state.MAX_DELTAS` deltas
+    or more rows of deltas than the whole lexicon has: ``(blobs, blobs_of, deltas)`` for the head."""
     delta = json.dumps(lexicon.delta(), ensure_ascii=True, separators=(",", ":"))
     rows = max(1, -(-len(delta) // CHUNK))
-    if len(deltas) + 1 >= MAX_DELTAS or sum(n for _, n in deltas) + rows > sum(blobs.values()):
-        return state.save_lexicon(seq, lexicon), seq, []
-    return blobs, blobs_seq, [*deltas, [seq, state.save_delta(seq, delta)]]
+    if len(deltas) + 1 >= MAX_DELTAS or sum(n for *_, n in deltas) + rows > sum(blobs.values()):
+        return state.save_lexicon(seq, token, lexicon), [seq, token], []
+    return blobs, blobs_of, [*deltas, [seq, token, state.save_delta(seq, token, delta)]]
 
 
 def write_version(root: Path, manifest: dict, lexicon: SparseBM25 | None, *, keep: int = 2) -> Path:

@@ -1,0 +1,120 @@
+"""The Milvus server's memory per document for each vector storage twotower maps to Milvus (issue #54).
+
+For each storage a fresh Milvus Lite server (``python -m milvus_lite server``) gets an index of N documents with
+random 384-d unit vectors and no text or BM25 (so that the figures are the vectors' and the rows' own), is loaded and
+searched, and then measured: the server process's resident memory (anonymous and file-backed, from
+``/proc/<pid>/smaps_rollup``) minus what the same server held with an empty collection of that schema, and the size
+of its data folder (segment files, index files, write-ahead log). Divided by N.
+
+Storages: ``fp32`` (FLOAT_VECTOR, FLAT), ``int8`` (FLOAT_VECTOR with an IVF_SQ8 index of one list: what
+``--vectors int8`` on Milvus builds), and the same two with HNSW (HNSW, HNSW_SQ). Milvus Lite 3.2.2 has no
+FLOAT16_VECTOR or BINARY_VECTOR field, so half precision and binary vectors are not measured on Milvus.
+
+    python benchmarks/milvus_memory.py --docs 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+import _common  # noqa: E402
+
+DIM = 384
+
+
+def _rss(pid: int) -> dict:
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        parts = line.split()
+        if parts[0] in ("Rss:", "Anonymous:", "Pss_File:", "Pss_Anon:"):
+            out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def _folder(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(kind: str, vectors: str, n: int, work: Path) -> dict:
+    from twotower.retrieval.index.kinds import IndexSpec
+    from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus.client import forget_client
+    from twotower.retrieval.milvus.store import MilvusStore
+
+    data = work / f"data_{kind}_{vectors}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data), "--host",
+                             "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            time.sleep(0.2)
+        rng = np.random.default_rng(0)
+        spec = IndexSpec(kind=kind, vectors=vectors)
+        one = rng.standard_normal((1, DIM)).astype(np.float32)
+        empty = MilvusStore.build(work / f"e_{kind}_{vectors}", NewDocs(["e0"], [""], [""], one / np.linalg.norm(one)),
+                                  model={"name": "random"}, spec=spec, uri=uri, collection="empty",
+                                  show_progress=False)
+        empty.search(one, 1)
+        before = _rss(proc.pid)
+        v = rng.standard_normal((n, DIM)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        t0 = time.perf_counter()
+        store = MilvusStore.build(work / f"i_{kind}_{vectors}", NewDocs([f"d{i}" for i in range(n)], [""] * n,
+                                                                         [""] * n, v),
+                                  model={"name": "random"}, spec=spec, uri=uri, collection="big", show_progress=False)
+        build_s = time.perf_counter() - t0
+        del v
+        store.search(rng.standard_normal((8, DIM)).astype(np.float32), 10)
+        time.sleep(2)
+        after = _rss(proc.pid)
+        forget_client(uri)
+        return {"system": f"{vectors} {store.manifest['milvus']['index_type']}", "docs": n,
+                "rss_bytes_per_doc": round((after["Rss"] - before["Rss"]) / n, 1),
+                "anon_bytes_per_doc": round((after["Anonymous"] - before["Anonymous"]) / n, 1),
+                "file_backed_bytes_per_doc": round((after["Pss_File"] - before["Pss_File"]) / n, 1),
+                "folder_bytes_per_doc": round(_folder(data) / n, 1), "build_s": round(build_s, 1)}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", type=int, default=100_000)
+    ap.add_argument("--kinds", default="flat,hnsw")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="milvus-memory-") as work:
+        for kind in args.kinds.split(","):
+            for vectors in ("fp32", "int8"):
+                rows.append(measure(kind, vectors, args.docs, Path(work)))
+                print(rows[-1], flush=True)
+    _common.write_results("milvus_memory", rows, notes=NOTES, extra={"load_average_1m": _common.load_average()})
+
+
+NOTES = """\
+Per document, from one server per storage (N documents, 384-d random unit vectors, no text, no BM25): `rss` is the
+Milvus Lite server process's resident memory after the build, the load and 8 searches, minus the same server's with
+a one-document collection of that schema; `anon` the anonymous part of it (heap: the index, the loaded rows),
+`file_backed` the file-backed part (memory-mapped segment and index files, proportional share); `folder` the server's
+data folder on disk (segment files, index files, write-ahead log). fp32 vectors are 1,536 bytes, int8 codes 384. A
+Milvus server keeps the raw FLOAT_VECTOR field on disk beside a scalar-quantized index; how much of it is resident
+depends on the server (Milvus Lite: see the figures). Milvus Lite 3.2.2 has no FLOAT16_VECTOR or BINARY_VECTOR field,
+so half precision and binary vectors (FAISS: 768 and 48 bytes per document, `compression_1m.md`) stay local.
+"""
+
+if __name__ == "__main__":
+    main()
