@@ -323,11 +323,3 @@ class State:
 __all__ = ["CHUNK", "CRASH_ENV", "HEAD", "LOCK", "MAX_DELTAS", "PAUSES_ENV", "State", "crash_point",
            "create_state", "lexicon_chain", "new_token", "set_step_hook", "state_name", "visible"]
 
-
-def __getattr__(name: str):
-    """``EngineLock`` moved to :mod:`.lease`; importing it from here still works."""
-    if name == "EngineLock":
-        from twotower.retrieval.milvus.lease import EngineLock
-
-        return EngineLock
-    raise AttributeError(name)
