@@ -92,6 +92,10 @@ def _check_value(value, where: str, path: str, depth: int) -> object:
             if not isinstance(key, str) or not key:
                 raise DataError(where, f"metadata key {key!r} is not a non-empty string", field=path or None,
                                 hint="JSON object keys are strings")
+            if text_problem(key):  # named with the surrogate escaped: a message must itself be valid UTF-8
+                shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                raise DataError(where, f"metadata key '{shown}' {text_problem(key)}",
+                                field=f"{path}.{shown}" if path else shown)
             out[key] = _check_value(item, where, f"{path}.{key}" if path else key, depth + 1)
         return out
     if isinstance(value, (list, tuple)):
