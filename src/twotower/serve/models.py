@@ -44,6 +44,20 @@ def _valid_filter(value):
     return value
 
 
+def _valid_metadata(value):
+    """A document's ``"metadata"`` checked by the one metadata rule (:func:`twotower.data.metadata.check_metadata`)
+    while the request is validated: a lone surrogate in a key, a number beyond ±2**53, nesting past 32 levels are a
+    422 at ``["body", "documents", i, "metadata"]`` naming the field, as a filter's mistakes are."""
+    from twotower.data.metadata import check_metadata
+    from twotower.errors import DataError
+
+    try:
+        check_metadata(value, "metadata")
+    except DataError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def build_models(limits) -> SimpleNamespace:
     """The models as attributes: SearchRequest, BatchSearchRequest, Segment, Highlight, Hit, SearchResponse,
     BatchSearchResponse, DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, Info, ErrorBody."""
@@ -122,7 +136,8 @@ def build_models(limits) -> SimpleNamespace:
         id: DocId = Field(validation_alias=AliasChoices("_id", "id"))
         title: Annotated[str, Field(max_length=limits.max_title_chars), Text] = ""
         text: DocText
-        metadata: Metadata = Field(default_factory=dict, description="JSON metadata stored with the document and "
+        metadata: Annotated[Metadata, AfterValidator(_valid_metadata)] = Field(
+            default_factory=dict, description="JSON metadata stored with the document and "
                                    "returned with it (at most 64 KiB; keys _id, id, text, title, score reserved)")
 
     class AddRequest(Strict):
