@@ -100,9 +100,8 @@ def _check_value(value, where: str, path: str, depth: int) -> object:
         return out
     if isinstance(value, (list, tuple)):
         return [_check_value(item, where, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise DataError(where, f"metadata value of type {type(value).__name__} is not JSON", field=path,
-                    hint="use strings, numbers, booleans, null, lists and objects (e.g. a set as a sorted list, "
-                         "bytes as a string)")
+    raise DataError(where, f"metadata value of type {type_name(value)} is not JSON", field=path,
+                    hint=not_json_hint(value))
 
 
 def check_metadata(metadata, where: str) -> dict:
@@ -123,6 +122,22 @@ def check_metadata(metadata, where: str) -> dict:
                         "(64 KiB) a document may carry", field="metadata",
                         hint="store large content elsewhere and keep a reference (a path, a URL) in the metadata")
     return out
+
+
+def type_name(value: Any) -> str:
+    """The name of ``value``'s type for a message: Python's own types by name (``int``), any other with its
+    package (``numpy.int64``, ``numpy.bool``), so that a numpy scalar is never taken for the Python type it
+    resembles."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def not_json_hint(value: Any) -> str:
+    """What to do with a value of a type JSON has no place for (a numpy scalar: ``.item()``)."""
+    if type(value).__module__.split(".")[0] == "numpy" and hasattr(value, "item"):
+        return "convert numpy scalars to Python numbers first, e.g. value.item()"
+    return ("use strings, numbers, booleans, null, lists and objects (e.g. a set as a sorted list, bytes as a "
+            "string)")
 
 
 def kind(value: Any) -> str:

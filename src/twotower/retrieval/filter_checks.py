@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 from twotower.data.ids import text_problem
+from twotower.data.metadata import kind, not_json_hint, type_name
 from twotower.errors import DataError
 
 MAX_FILTER_DEPTH = 32
@@ -65,6 +66,8 @@ def _check_leaf(value: Any, field: str, op: str | None) -> None:
                     "(about ±1.8e308): no metadata number can compare with it", field, "give a smaller number")
     if isinstance(value, str):
         _check_string(value, field, "the value")
+    if kind(value) == "other":
+        raise _fail(f"a value of type {type_name(value)} is not JSON", field, not_json_hint(value))
 
 
 def check_filter(obj: Any) -> None:
