@@ -138,4 +138,6 @@ def search_masked(store, q: np.ndarray, k: int, mask: np.ndarray, *, ef_search: 
     short = np.flatnonzero((out >= 0).sum(axis=1) < min(k, n_match))
     if len(short):  # the widened ANN search still came back short: those queries exactly
         scores[short], out[short] = exact(store, q[short], k, rows)
-    return scores, out.astype(np.int64)
+    from twotower.retrieval.index.search import ties_in_row_order
+
+    return ties_in_row_order(scores, out.astype(np.int64))  # equal scores by row, as exact() gives them
