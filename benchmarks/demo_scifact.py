@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DATA, RESULTS, write_results  # noqa: E402
+
+
+def _runtime(detail: dict | None) -> str:
+    """What encoded, in a few words: ``openvino-int8 documents, torch bf16 queries`` (``-``: nothing encoded)."""
+    parts = [f"{d['runtime']}{'' if d['runtime'].endswith(d['precision']) else ' ' + d['precision']} {what}"
+             for what, d in (detail or {}).items() if isinstance(d, dict) and d.get("runtime")]
+    return ", ".join(parts) or "-"
 
 
 def main() -> None:
@@ -40,7 +48,7 @@ def main() -> None:
             seconds = time.perf_counter() - t0
             result = json.loads(out.read_text())
             rows.append({"system": retriever, "model": result.get("model") or "-",
-                         "runtime": result.get("runtime") or "-", "precision": result.get("precision") or "-",
+                         "runtime": _runtime(result.get("runtime")), "runtime_detail": result.get("runtime") or {},
                          "ndcg@10": round(result["metrics"]["ndcg@10"], 4),
                          "recall@100": round(result["metrics"]["recall@100"], 4),
                          "seconds": round(seconds, 1), "command": " ".join(command[:-5] + command[-1:])})
@@ -48,8 +56,11 @@ def main() -> None:
     if previous.exists() and args.retrievers != "bm25,dense":  # a partial rerun keeps the other rows
         kept = [r for r in json.loads(previous.read_text())["rows"] if r["system"] not in args.retrievers.split(",")]
         rows = sorted(kept + rows, key=lambda r: r["system"])
-    write_results("demo_scifact", rows, notes="The two `twotower eval` commands of `make demo`, timed one after "
-                  "the other on an otherwise shared machine; set-up (venv, pip) not counted.")
+    load = os.getloadavg()[0]
+    write_results("demo_scifact", [{k: v for k, v in r.items() if k != "runtime_detail"} for r in rows],
+                  notes="The two `twotower eval` commands of `make demo`, timed one after the other; set-up (venv, "
+                  f"pip) not counted. Load average at the end: {load:.1f} on 2 cores (other jobs).",
+                  extra={"runtime_detail": {r["system"]: r["runtime_detail"] for r in rows}, "load_average": load})
 
 
 if __name__ == "__main__":
