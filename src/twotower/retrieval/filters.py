@@ -30,7 +30,10 @@ The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` 
 Errors (a :class:`~twotower.DataError` whose ``field`` names the offending path or operator): a filter that is not an
 object, an unknown operator, ``$in`` / ``$nin`` without a list, ``$and`` / ``$or`` without a non-empty list of
 objects, ``$exists`` without a boolean, a range operator with anything but a number or a string (booleans
-included), a comparison with a list or an object, a number that is not finite, an empty path segment.
+included), a comparison with a list or an object, a number that is not finite, an empty path segment; and, checked
+first, before anything is built (:mod:`twotower.retrieval.filter_checks`): more than 32 levels of ``$and`` /
+``$or``, 1,024 conditions or 4,096 ``$in`` / ``$nin`` values, a number beyond float range, a lone surrogate, a
+comparison with null (the one rule on every backend: Milvus cannot tell a null from a missing field).
 
 :func:`parse_filter` validates a filter once; :meth:`Filter.matches` is the reference evaluation over one metadata
 dict; :meth:`Filter.mask` evaluates it over a whole index version at once (a boolean array, one entry per document
