@@ -14,8 +14,9 @@ from twotower.errors import TwoTowerError
 from twotower.cli.helpers import read_filter_file
 
 FILTER_HELP = ('Only documents whose metadata pass this filter: JSON such as \'{"source": "wiki", "year": {"$gte": '
-               '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, dotted paths), or @FILE.json '
-               'to read it from a file. Docs: "Your documents: metadata and filters".')
+               '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, dotted paths; at most 32 levels '
+               'of $and / $or, 1,024 conditions, 4,096 $in values), or @FILE.json to read it from a file (a regular '
+               'file of at most 1 MiB). Docs: "Your documents: metadata and filters".')
 
 
 def read_filter(value: str | None):

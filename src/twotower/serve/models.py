@@ -75,7 +75,8 @@ def build_models(limits) -> SimpleNamespace:
     Metadata = dict[str, JsonValue]
     Filter = Annotated[Metadata | None, AfterValidator(_valid_filter), Field(
         default=None, description='a metadata filter: {"field": value}, $eq $ne $gt $gte $lt $lte $in $nin $exists, '
-        '$and / $or lists, dotted paths into nested objects (docs: Your documents: metadata and filters)')]
+        '$and / $or lists, dotted paths into nested objects; at most 32 levels of $and / $or, 1,024 conditions and '
+        '4,096 $in / $nin values, checked before any search (docs: Your documents: metadata and filters)')]
     Highlighting = Annotated[bool, Field(default=False, description='each hit with its "highlight": the '
                                         "query's terms marked in its title and in a window of its text")]
 
