@@ -71,15 +71,10 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
     return reduce_to_documents(q, entries, store.vectors, store.offsets, k)
 
 
-def ties_in_row_order(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each query's hits best first, equal scores in ascending row order (FAISS returns the right rows, lowest
-    first among ties at the cut, but in its heap's order): every search path orders ties as exact search does."""
-    order = np.lexsort((rows, -scores), axis=-1)
-    return np.take_along_axis(scores, order, axis=-1), np.take_along_axis(rows, order, axis=-1)
-
-
 def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """FAISS hits with missing ones (row -1) scored -inf, ties in row order, padded with such to ``k`` columns."""
+    from twotower.retrieval.index.filtered import ties_in_row_order
+
     scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
     scores, rows = ties_in_row_order(scores, rows)
     if scores.shape[1] < k:
