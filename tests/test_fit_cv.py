@@ -32,8 +32,9 @@ def _data(root):
 
 
 def _recipe(model, **kw) -> FitRecipe:
-    base = dict(model=str(model), batch_size=4, epochs=1, cv_below=100, cv_folds=3, lambdas=(0.0, 0.5, 1.0),
-                reranker_epochs=1, distill_candidates=4, distill_epochs=1)
+    base = dict(model=str(model), batch_size=4, epochs=1, cv_below=100, cv_folds=3, lambdas=(0.0, 0.5, 1.0))
+    if kw.get("reranker"):
+        base.update(reranker_epochs=1, distill_candidates=4, distill_epochs=1)
     return FitRecipe(**{**base, **kw})
 
 
@@ -240,7 +241,8 @@ def test_reranker_fit_distils_the_cross_encoders_scores(tiny_bert_dir, tmp_path)
     lists = load_pairs(out / "stages" / "distill" / "lists.jsonl")
     teacher = json.loads((out / "stages" / "distill" / "teacher.json").read_text())
     assert len(lists) == len(teacher) == distill["lists"] > 0
-    assert {e.qid for e in lists} <= set(stages["split"]["train"])
+    split = json.loads((out / "stages" / "split" / "done.json").read_text())
+    assert {e.qid for e in lists} <= set(split["train"]) and set(split["train"]).isdisjoint(split["dev"])
     ce = Reranker(out / "stages" / "rerank" / "reranker", precision="fp32")
     for ex, scores in zip(lists, teacher):
         assert len(scores) == 1 + 4 and len(ex.negative_ids) == 4
