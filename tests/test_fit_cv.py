@@ -21,9 +21,10 @@ WORDS = "cat dog tea rust python cell sun moon river stone tree bird fish apple 
 QUIET = FitOptions(show_progress=False, precision="fp32")
 
 
-def _data(root):
+def _data(root, fillers: int = 0):
     corpus = [{"_id": f"d{i}", "title": w, "text": f"{w} is about {w} and {WORDS[(i + 3) % len(WORDS)]}"}
               for i, w in enumerate(WORDS)]
+    corpus += [{"_id": f"f{i}", "text": f"filler number {i} of the corpus"} for i in range(fillers)]
     queries = [{"_id": f"q{i}", "text": f"what is {w}"} for i, w in enumerate(WORDS)]
     qrels = [(f"q{i}", f"d{i}", 1) for i in range(len(WORDS))] + [("q0", "d1", 1), ("q2", "d3", 1)]
     data = write_beir(root, corpus, queries, qrels, split="train")
@@ -102,8 +103,8 @@ def test_candidates_score_each_fold_independently():
 @pytest.fixture(scope="module")
 def cv_fit(tiny_bert_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fitcv")
-    data = _data(root / "data")
-    return data, run_fit(data, root / "out", _recipe(tiny_bert_dir), QUIET)
+    data = _data(root / "data", fillers=300)  # each fold's pool (n_best 10) well under half the corpus
+    return data, run_fit(data, root / "out", _recipe(tiny_bert_dir, n_best=10), QUIET)
 
 
 def test_cv_fit_folds_are_out_of_fold_and_recorded(cv_fit):
@@ -128,6 +129,7 @@ def test_cv_fit_folds_are_out_of_fold_and_recorded(cv_fit):
         assert set(run) == set(held)
         oof.update(run)
         assert stage["folds"][i]["held_out"] == held
+        assert stage["folds"][i]["pool_documents"] < 316 // 2  # the pooled ranking, not the whole corpus
     # the fine-tuned dense row's fold scores: recomputed here from the saved out-of-fold runs
     row = next(r for r in stage["candidates"] if r["model"] == "finetune" and r["mode"] == "dense")
     want = [evaluate({q: qrels[q] for q in f}, {q: oof[q] for q in f}, ("ndcg@10",))["ndcg@10"] for f in split["folds"]]

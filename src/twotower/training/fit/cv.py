@@ -9,7 +9,8 @@ How, within the single split's time:
   scored on each fold's queries, so a setting's mean and spread over folds cost no encoding at all;
 - for the *model* choice (zero-shot or fine-tuned) each fold gets a model fine-tuned on the other folds, and that
   model ranks only its own held-out queries' candidate pool (their zero-shot dense and BM25 top ``n_best``: the
-  documents a fusion of n_best-deep runs can return) instead of the whole corpus. Its runs are out-of-fold: no
+  documents a fusion of n_best-deep runs can return) instead of the whole corpus (where the pools hold more than
+  half the corpus, the whole corpus, exactly: never more than one corpus encoding per fold). Its runs are out-of-fold: no
   query is ever scored by a model that trained on it. A relevant document outside the pool can only be missed,
   so the estimate is never in the fine-tuned model's favour;
 - the mined-negative retraining is not a candidate here (its mining needs each fold model's ranking of its
@@ -167,9 +168,14 @@ def cv_stage(fit) -> dict:
             model = fit.load_model(fit.train(f"cv/fold{i}", r.model, folder / "pairs.jsonl", r.epochs, 0))
             pools = {q: candidate_pool([zero_shot, sparse], q, r.n_best) for q in held}
             docs = sorted(set().union(*pools.values()))
-            vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
             q_vecs = model.encode_queries([fit.ds.queries[q] for q in held], fit.encode_opts())
-            run = pooled_run(q_vecs, held, pools, dict(zip(docs, vecs)), r.n_best)
+            if len(docs) > len(fit.doc_ids) // 2:  # the pools cost about a corpus: rank the whole corpus, exactly
+                docs = list(fit.doc_ids)
+                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
+                run = select.dense_run(q_vecs, vecs, held, docs, r.n_best)
+            else:
+                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
+                run = pooled_run(q_vecs, held, pools, dict(zip(docs, vecs)), r.n_best)
             atomic_write_json(run_path, run)
             atomic_write_json(folder / "fold.json", {"held_out": held, "train_pairs": len(fold_pairs),
                                                      "pool_documents": len(docs),
