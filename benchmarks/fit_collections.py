@@ -155,7 +155,7 @@ def main() -> None:
     out = work / "fit"
     extra = args.fit_args.split()
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    fit_s = run_fit_cli(data, out, extra)
+    run_fit_cli(data, out, extra)
     report = json.loads((out / "fit.json").read_text())
     fit_wall = sum(s.get("wall_s", 0) for n, s in report["stages"].items() if n not in ("distill", "rerank"))
     row = {"collection": args.collection, "train_queries": n_train, "test_queries": n_test}

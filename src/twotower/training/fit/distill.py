@@ -144,3 +144,21 @@ def distill_stage(fit) -> dict:
             "examples_per_s": fit.last_rate, "reranker_train_s": round(ce_train_s, 1),
             "why": ("the distilled encoder's best retrieval beats the chosen one on dev" if kept else
                     "the distilled encoder does not beat the chosen retrieval on dev: left out")}
+
+
+def restore_selected(fit) -> None:
+    """A rerun without ``--reranker`` after one whose distilled encoder went into the model: the select stage's
+    choice back in ``OUT/model``."""
+    distilled = fit.stages.done("distill")
+    if distilled is None or not distilled.get("kept"):
+        return
+    import shutil
+
+    from twotower.retrieval.defaults import RetrievalDefaults
+    from twotower.training.fit import select
+
+    chosen, r = fit.stages.done("select")["chosen"], fit.recipe
+    fit.write_model(chosen["model"], RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"],
+                                                       norm=select.stored_norm(chosen), rerank_depth=r.rerank_depth,
+                                                       language=fit.bm25_language()))
+    shutil.rmtree(fit.out / "stages" / "distill")  # a later --reranker run distils (and decides) again

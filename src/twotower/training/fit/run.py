@@ -21,14 +21,13 @@ import numpy as np
 
 from twotower.checks import flag, given, option_name
 from twotower.data.beir import BeirDataset
-from twotower.data.pairs import load_pairs, pairs_from_beir, save_pairs
+from twotower.data.pairs import pairs_from_beir, save_pairs
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
-from twotower.retrieval.dense import exact_search
 from twotower.training.fit import cv, select
 from twotower.training.fit.label_free import fit_without_labels
-from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
+from twotower.training.fit.mined import MiningStages
 from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
 from twotower.training.fit.reranker import drop_reranker, rerank_stage
 from twotower.training.fit.stages import StageLog
@@ -65,7 +64,7 @@ class FitResult:
     message: str | None = None  # a note for the user (e.g. no training labels)
 
 
-class _Fit:
+class _Fit(MiningStages):
     def __init__(self, data: Path, out: Path, recipe: FitRecipe, opts: FitOptions) -> None:
         self.data, self.out, self.recipe, self.opts = data, out, recipe, opts
         self.stages = StageLog(out)
@@ -268,49 +267,6 @@ class _Fit:
         return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
                 "dev_dense": select.score(self.dev_qrels(), dense)}
 
-    def _rankings(self, model, qids: list[str], docs: np.ndarray) -> tuple[dict, np.ndarray]:
-        q = model.encode_queries([self.ds.queries[x] for x in qids], self.encode_opts())
-        scores, idx = exact_search(q, docs, self.recipe.rank_to)
-        rankings = {x: [(self.doc_ids[j], float(s)) for s, j in zip(rs, ri)] for x, rs, ri in zip(qids, scores, idx)}
-        return rankings, q
-
-    def stage_margin(self) -> dict:
-        r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
-        docs = self.doc_vectors("finetune", model)
-        dev = self.split()["dev"]
-        rankings, q = self._rankings(model, dev, docs)
-        row = {d: i for i, d in enumerate(self.doc_ids)}
-        positives = {x: {d: float(q[i] @ docs[row[d]]) for d, rel in self.ds.qrels[x].items() if rel > 0}
-                     for i, x in enumerate(dev)}
-        measured = measure_margins(rankings, positives, r.margins, (r.rank_from, r.rank_to))
-        margin, why = choose_margin(measured)
-        return {"margin": margin, "why": why, "measured": measured}
-
-    def stage_mine(self) -> dict:
-        r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
-        docs = self.doc_vectors("finetune", model)
-        train = self.split()["train"]  # never a dev query
-        rankings, q = self._rankings(model, train, docs)
-        row, qrow = {d: i for i, d in enumerate(self.doc_ids)}, {x: i for i, x in enumerate(train)}
-        pairs = load_pairs(self.out / "stages" / "split" / "train_pairs.jsonl")
-        pos_scores = {(p.qid, p.pid): float(q[qrow[p.qid]] @ docs[row[p.pid]]) for p in pairs}
-        mined, stats = mine_negatives(
-            pairs, rankings, pos_scores, self.ds.qrels, self.doc_text, margin=self.stages.done("margin")["margin"],
-            rank_range=(r.rank_from, r.rank_to), per_query=r.mined_per_query, seed=r.seed,
-            at_least=r.num_negatives, corpus_ids=self.doc_ids)
-        save_pairs(mined, self.stages.dir("mine") / "mined_pairs.jsonl")
-        return stats
-
-    def stage_retrain(self) -> dict:
-        start = str(self.out / self.stages.done("finetune")["model"])
-        pairs = self.out / "stages" / "mine" / "mined_pairs.jsonl"
-        path = self.train("retrain", start, pairs, self.recipe.mined_epochs, self.recipe.num_negatives)
-        dense = self.dense_dev("retrain", self.load_model(path))
-        return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
-                "dev_dense": select.score(self.dev_qrels(), dense)}
-
     def model_stages(self) -> list[str]:
         return [s for s in ("zeroshot", "finetune", "retrain") if self.stages.done(s) is not None]
 
@@ -375,6 +331,8 @@ class _Fit:
         for name in STAGES:
             if name != "split" and self.skipped(name):
                 if name == "distill":
+                    from twotower.training.fit.distill import restore_selected
+
                     restore_selected(self)  # a distilled encoder an earlier run put into the model
                 continue
             result = self.stages.done(name)
@@ -389,19 +347,6 @@ class _Fit:
                 result = self.stages.finish(name, getattr(self, f"stage_{name}")(), started)
             report[name] = {k: v for k, v in result.items() if k not in ("dev", "train")}  # ids: in stages/split
         return report
-
-
-def restore_selected(fit: _Fit) -> None:
-    """A rerun without ``--reranker`` after one whose distilled encoder went into the model: the select stage's
-    choice back in ``OUT/model``."""
-    distilled = fit.stages.done("distill")
-    if distilled is None or not distilled.get("kept"):
-        return
-    chosen, r = fit.stages.done("select")["chosen"], fit.recipe
-    fit.write_model(chosen["model"], RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"],
-                                                       norm=select.stored_norm(chosen), rerank_depth=r.rerank_depth,
-                                                       language=fit.bm25_language()))
-    shutil.rmtree(fit.out / "stages" / "distill")  # a later --reranker run distils (and decides) again
 
 
 def _last_rate(history: list[dict]) -> float | None:
