@@ -20,8 +20,9 @@ RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker'
 
 @dataclass(frozen=True)
 class FitRecipe:
-    """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split, the fine-tuning,
-    the mining and retraining, the retriever candidates (λ grid, n-best) and the optional re-ranker. Stored in
+    """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split (or, below
+    ``cv_below`` judged queries, the cross-validation folds), the fine-tuning, the mining and retraining, the
+    retriever candidates (λ grid, n-best) and the optional re-ranker and its distillation. Stored in
     ``fit.json``; a rerun with another recipe is refused (the re-ranker settings excepted).
 
     Example::
