@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DATA, RESULTS, write_results  # noqa: E402
+from _common import DATA, RESULTS, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 

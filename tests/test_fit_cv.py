@@ -10,14 +10,13 @@ import statistics
 
 import numpy as np
 import pytest
-
 from conftest import copy_without_dropout, write_beir
+
 from twotower.data.pairs import TrainExample, load_pairs
 from twotower.evaluation.metrics import evaluate
-from twotower.training.fit import FitOptions, FitRecipe, run_fit
-from twotower.training.fit import cv
+from twotower.training.fit import FitOptions, FitRecipe, cv, run_fit
 
-WORDS = "cat dog tea rust python cell sun moon river stone tree bird fish apple music train".split()
+WORDS = ["cat", "dog", "tea", "rust", "python", "cell", "sun", "moon", "river", "stone", "tree", "bird", "fish", "apple", "music", "train"]
 QUIET = FitOptions(show_progress=False, precision="fp32")
 
 
@@ -255,4 +254,4 @@ def test_reranker_fit_distils_the_cross_encoders_scores(tiny_bert_dir, tmp_path)
     assert cfg["stages"][0]["pairs"] == str(out / "stages" / "distill" / "lists.jsonl")
     assert distill["kept"] == (distill["dev_best_distilled"]["ndcg@10"] > distill["dev_before"]["ndcg@10"]
                                and distill["chosen"]["model"] == "distill")
-    assert result.report["choices"]["model"] == (("distill" if distill["kept"] else stages["select"]["chosen"]["model"]))
+    assert result.report["choices"]["model"] == ("distill" if distill["kept"] else stages["select"]["chosen"]["model"])

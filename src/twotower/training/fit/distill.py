@@ -123,11 +123,11 @@ def distill_stage(fit) -> dict:
         return {"settings": r.rerank_settings(), "kept": False, "chosen": before, "lists": 0,
                 "why": f"no training query has {r.distill_candidates} unjudged documents to rank: nothing to distil"}
     objective = DistillObjective(list(zip(examples, teacher)))
-    path = fit.train("distill", str(start), folder / "lists.jsonl", r.distill_epochs, 0, objective=objective,
-                     batch_size=max(2, r.batch_size // 4))
+    path = fit.train("distill", None if start is None else str(start), folder / "lists.jsonl", r.distill_epochs,
+                     0, objective=objective, batch_size=max(2, r.batch_size // 4))
     dense = fit.dense_dev("distill", fit.load_model(path))
     runs = {before["model"]: fit.dev_run(before["model"]), "distill": dense}
-    best, rows = select.choose_retriever(runs, fit.bm25_dev(), fit.dev_qrels(), lambdas=r.lambdas,
+    best, _ = select.choose_retriever(runs, fit.bm25_dev(), fit.dev_qrels(), lambdas=r.lambdas,
                                          n_best=r.n_best, metric=r.metric)
     kept = best["model"] == "distill" and best["dev"][r.metric] > before["dev"][r.metric]
     if kept:
