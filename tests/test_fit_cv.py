@@ -255,3 +255,27 @@ def test_reranker_fit_distils_the_cross_encoders_scores(tiny_bert_dir, tmp_path)
     assert distill["kept"] == (distill["dev_best_distilled"]["ndcg@10"] > distill["dev_before"]["ndcg@10"]
                                and distill["chosen"]["model"] == "distill")
     assert result.report["choices"]["model"] == ("distill" if distill["kept"] else stages["select"]["chosen"]["model"])
+
+
+def test_cli_passes_the_cv_and_distill_options(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import twotower as tt
+    from twotower.cli import app
+    from twotower.errors import TwoTowerError
+
+    seen = {}
+
+    def fake_fit(data, out, **kw):
+        seen.update(kw)
+        raise TwoTowerError("stopped by the test")
+
+    monkeypatch.setattr(tt, "fit", fake_fit)
+    res = CliRunner().invoke(app, ["fit", "--data", str(tmp_path), "--out", str(tmp_path / "o"), "--cv-below", "50",
+                                   "--cv-folds", "4", "--reranker", "--no-distill"])
+    assert res.exit_code == 2 and "stopped by the test" in res.output
+    assert (seen["cv_below"], seen["cv_folds"], seen["distill"], seen["reranker"]) == (50, 4, False, True)
+    seen.clear()
+    CliRunner().invoke(app, ["fit", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert (seen["cv_below"], seen["cv_folds"]) == (FitRecipe().cv_below, FitRecipe().cv_folds)
+    assert "distill" not in seen or seen["distill"] is FitRecipe().distill
