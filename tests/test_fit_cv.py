@@ -279,3 +279,19 @@ def test_cli_passes_the_cv_and_distill_options(monkeypatch, tmp_path):
     CliRunner().invoke(app, ["fit", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
     assert (seen["cv_below"], seen["cv_folds"]) == (FitRecipe().cv_below, FitRecipe().cv_folds)
     assert "distill" not in seen or seen["distill"] is FitRecipe().distill
+
+
+def test_decide_keeps_the_default_zero_shot_hybrid_unless_another_setting_pays():
+    def hybrid(lam, norm, folds):
+        return {**_row("zeroshot", folds, "hybrid"), "lambda": lam, "norm": norm}
+
+    default = hybrid(0.5, "minmax", [0.80, 0.90, 0.85])
+    noisy = hybrid(0.65, "zscore", [0.83, 0.88, 0.87])  # gains 0.03, -0.02, 0.02: mean 0.01 < stdev 0.026
+    chosen, why = cv.decide([default, noisy])
+    assert chosen is default and "default is kept" in why["zero_shot_setting"]
+    steady = hybrid(0.65, "zscore", [0.82, 0.92, 0.87])  # gains 0.02 each: spread 0
+    assert cv.decide([default, steady])[0] is steady
+    # a fine-tuned row is then measured against the zero-shot choice, not against the best zero-shot mean
+    fitted = {**hybrid(0.5, "minmax", [0.84, 0.92, 0.88]), "model": "finetune", "_order": 1}
+    chosen, why = cv.decide([default, noisy, fitted])  # gains over the default 0.04, 0.02, 0.03: mean 0.03 > 0.01
+    assert chosen is fitted and why["gain_by_fold"] == [0.04, 0.02, 0.03]
