@@ -173,7 +173,10 @@ def main() -> None:
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     run_fit_cli(data, out, extra)
     report = json.loads((out / "fit.json").read_text())
-    fit_wall = sum(s.get("wall_s", 0) for n, s in report["stages"].items() if n not in ("distill", "rerank"))
+    stages = report["stages"]
+    fit_wall = sum(s.get("wall_s", 0) for n, s in stages.items() if n not in ("distill", "rerank", "cv"))
+    if "cv" in stages:  # a cv stage resumed from saved fold runs times only its decision: the folds' own times count
+        fit_wall += max(stages["cv"]["wall_s"], sum(f.get("wall_s", 0) for f in stages["cv"]["folds"]))
     row = {"collection": args.collection, "train_queries": n_train, "test_queries": n_test}
     zs, runs = zero_shot(data, out)
     row.update(zs)
