@@ -182,7 +182,6 @@ def _passage_run(cfg: EvalConfig, ds: BeirDataset, model, opts, doc_ids: list[st
     elapsed = time.perf_counter() - t0
     timings["index_s"] = elapsed
     timings["encode_docs_per_s"] = len(doc_ids) / elapsed
-    timings["passages"] = split.num_passages
     qids = list(ds.queries)
     t0 = time.perf_counter()
     q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
