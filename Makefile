@@ -14,8 +14,9 @@ setup: $(VENV)/.setup-stamp
 # Torch goes first, pinned: a CPU wheel of 2.13.0 is what this project is built and tested on.
 $(VENV)/.setup-stamp: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench,docs]'
+	@echo "make setup: installing torch 2.13.0 (CPU) and twotower into $(VENV): a few minutes the first time"
+	$(BIN)/python -m pip install --progress-bar on --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install --progress-bar on --disable-pip-version-check -e '.[dev,bench,docs]'
 	touch $@
 
 demo: setup

@@ -267,7 +267,9 @@ def test_service_bad_metadata_is_refused_naming_the_field_and_nothing_is_written
     version = client.get("/healthz").json()["version"]
     body = json.dumps({"documents": [{"_id": "new", "text": "New text.", "metadata": metadata}]})
     answer = client.post("/documents", content=body, headers={**HEADERS, "Content-Type": "application/json"})
-    assert answer.status_code == 400 and named in answer.text and "documents[0]" in answer.text, answer.text
+    # checked with the request (issue #55: a 422 like a filter's mistakes, never a 500), located at the document
+    assert answer.status_code == 422 and named in answer.text, answer.text
+    assert answer.json()["detail"][0]["loc"][:3] == ["body", "documents", 0], answer.text
     assert client.get("/healthz").json()["version"] == version
     assert client.get("/documents/new").status_code == 404
 

@@ -30,7 +30,7 @@ def _data(root: Path, *, test_split: bool = True) -> Path:
 
 def _recipe(model: Path, **kw) -> FitRecipe:
     base = dict(model=str(model), min_dev=4, batch_size=4, epochs=1, mined_epochs=1, rank_from=1, rank_to=8,
-                mined_per_query=2)
+                mined_per_query=2, cv_below=0)  # the single dev split (test_fit_cv.py: cross-validation)
     return FitRecipe(**{**base, **kw})
 
 
@@ -97,7 +97,8 @@ def test_fit_never_reads_test_and_dev_stays_out_of_training(fitted):
 def test_fit_report_and_model(fitted):
     _, result, _ = fitted
     report = json.loads((result.out / "fit.json").read_text())
-    assert set(report["stages"]) == {"split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank"}
+    assert set(report["stages"]) == {"split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "distill",
+                                     "rerank"}
     for stage in ("zeroshot", "finetune", "retrain"):
         assert "ndcg@10" in report["stages"][stage]["dev_dense"]
     chosen = report["stages"]["select"]["chosen"]
@@ -317,7 +318,7 @@ def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_
     assert run_fit(data, out, recipe, QUIET).computed == []  # all done: nothing recomputed
     # a re-ranker can be added to a finished fit (only its stage runs) and dropped again
     with_ce = run_fit(data, out, _recipe(tiny_bert_dir, reranker=True), QUIET)
-    assert with_ce.computed == ["rerank"]
+    assert with_ce.computed == ["distill", "rerank"]
     from twotower.retrieval.defaults import RetrievalDefaults, read_defaults, write_defaults
 
     fitted = read_defaults(out / "model")  # as if it had improved dev: kept in the model
@@ -325,7 +326,8 @@ def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_
     write_defaults(out / "model", RetrievalDefaults(mode=fitted.mode, lam=fitted.lam, rerank="reranker"))
     assert run_fit(data, out, recipe, QUIET).computed == []
     assert read_defaults(out / "model").rerank is None and not (out / "model" / "reranker").exists()
-    assert run_fit(data, out, _recipe(tiny_bert_dir, reranker=True, rerank_depth=5), QUIET).computed == ["rerank"]
+    assert run_fit(data, out, _recipe(tiny_bert_dir, reranker=True, rerank_depth=5), QUIET).computed == [
+        "distill", "rerank"]
     with pytest.raises(TwoTowerError, match="different recipe.*lr"):
         run_fit(data, out, _recipe(tiny_bert_dir, lr=3e-5), QUIET)  # not the default lr
 

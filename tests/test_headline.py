@@ -50,3 +50,23 @@ def test_every_number_comes_from_its_results_row(tmp_path):
     (tmp_path / "docs" / "hooks" / "headline.json").write_text(json.dumps(spec))
     with pytest.raises(ValueError, match="no such row"):
         hook.table(tmp_path)
+
+
+def test_the_quickstarts_and_readme_quote_one_zero_shot_number_per_row():
+    """Issue #55: the README, both quickstarts and `make demo` showed three dense numbers. Every zero-shot SciFact
+    NDCG@10 / Recall@100 they quote is the demo results file's (the headline table's first two rows), and the runtime
+    is stated beside the dense one."""
+    import re
+
+    demo = {r["system"]: r for r in json.loads((ROOT / "benchmarks" / "results" / "demo_scifact.json").read_text())["rows"]}
+    allowed = {f"{demo[s][m]:.4f}" for s in ("bm25", "dense") for m in ("ndcg@10", "recall@100")}
+    spec = json.loads((ROOT / "docs" / "hooks" / "headline.json").read_text(encoding="utf-8"))
+    assert [(r["source"], r["system"]) for r in spec["rows"][:2]] == [("demo_scifact.json", "bm25"),
+                                                                     ("demo_scifact.json", "dense")]
+    for page in ("README.md", "docs/getting-started/quickstart-cli.md", "docs/getting-started/quickstart-python.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        quoted = set(re.findall(r"\b0\.6[0-9]{3}\b", text)) | set(re.findall(r"\b0\.9[0-3][0-9]{2}\b", text))
+        assert quoted <= allowed, (page, quoted - allowed)
+        assert f"{demo['dense']['ndcg@10']:.4f}" in text, page
+    cli = (ROOT / "docs/getting-started/quickstart-cli.md").read_text(encoding="utf-8")
+    assert demo["dense"]["runtime"] in cli

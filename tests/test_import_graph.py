@@ -34,6 +34,7 @@ KNOWN_CYCLES: set[frozenset[str]] = set()
 # The floors, bottom up (docs/project/architecture.md): a module imports its own floor and the floors below.
 FLOORS: dict[str, int] = {
     "twotower.errors": 0, "twotower.io": 0, "twotower.outputs": 0, "twotower.checks": 0,
+    "twotower.progress": 0,
     "twotower.data": 1, "twotower.encoders": 2, "twotower.retrieval": 3,
     "twotower.training": 4, "twotower.evaluation": 4, "twotower.serve": 4, "twotower.scale": 4,
     "twotower.analysis": 5, "twotower.api": 6, "twotower": 6, "twotower.integrations": 7,

@@ -17,19 +17,9 @@ from conftest import TINY_CORPUS  # noqa: E402
 from twotower.retrieval.filters import to_milvus_expr  # noqa: E402
 from twotower.retrieval.milvus.filtering import metadata_kinds, milvus_filter  # noqa: E402
 
+from manage_cases import _metadata  # noqa: E402  (the same metadata as the store-operation tests)
+
 WORDS = "tea green leaf cup water hot cold brew steam roast bean milk sugar sweet bitter".split()
-
-
-def _metadata(i: int) -> dict:
-    m: dict = {"src": ["wiki", "web", 'w"eb'][i % 3], "ok": i % 4 == 0}
-    if i % 5:
-        m["year"] = 1990 + i
-    m["tags"] = [["a", "b"], "c", [], ["b"]][i % 4]
-    if i % 6 == 0:
-        m["author"] = {"name": "Ann" if i % 12 == 0 else "Bo", "age": 30 + i}
-    if i % 7 == 0:
-        m["note"] = None
-    return m
 
 
 def _corpus() -> list[dict]:

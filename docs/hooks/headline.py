@@ -35,7 +35,8 @@ def table(root: Path = ROOT, *, links: str | None = None) -> str:
         command = f"`{data['command']}`"
         if links is not None:
             command += f" ([run]({links}/{Path(row['source']).with_suffix('.md').as_posix()}))"
-        lines.append(f"| {row['label']} | {ndcg} | {found[0]['recall@100']:.4f} | {row['precision']}; "
+        fields = {k: v for k, v in found[0].items() if k.isidentifier()}  # {runtime}, {seconds} from the row
+        lines.append(f"| {row['label']} | {ndcg} | {found[0]['recall@100']:.4f} | {row['precision'].format(**fields)}; "
                      f"{_cpu(data.get('machine') or {})} | {command} |")
     return "\n".join(lines)
 

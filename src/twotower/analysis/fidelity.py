@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.analysis.fidelity_report import fidelity_notes, plot_fidelity
 from twotower.analysis.fidelity_vectors import (
@@ -171,7 +171,7 @@ def run_fidelity(cfg: FidelityConfig) -> dict:
 
     # --- BM25 per document length: top-1, margins to all documents, valid queries
     per_len: dict[str | None, dict] = {}
-    for L in tqdm(lengths, desc="BM25 vectors by length", disable=not cfg.show_progress):
+    for L in progress_bar(lengths, desc="BM25 vectors by length", disable=not cfg.show_progress):
         vecs = bm25_vectors(doc_tokens, query_tokens, vocab_size, k1=cfg.k1, b=cfg.b, max_doc_tokens=L)
         scores = (vecs.queries @ vecs.docs.T).toarray()
         top1 = scores.argmax(axis=1)
@@ -207,7 +207,7 @@ def run_fidelity(cfg: FidelityConfig) -> dict:
 
     t_proj = time.perf_counter()
     total_steps = len(cfg.projections) * cfg.draws * len(bounds)
-    bar = tqdm(total=total_steps, desc="random projections", unit="chunk", disable=not cfg.show_progress)
+    bar = progress_bar(total=total_steps, desc="random projections", unit="chunk", disable=not cfg.show_progress)
     try:
         for kind in cfg.projections:
             for draw in range(cfg.draws):

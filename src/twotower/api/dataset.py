@@ -93,6 +93,13 @@ def as_documents(corpus, what: str = "corpus", *, ids=None, metadatas=None) -> d
     ...}]`` (the flat form: every other key is metadata, ``id`` a second spelling of ``_id``), ``{id: text}``,
     ``{id: {"title", "text", ...}}`` or :class:`Document` objects (their metadata apart: any key), checked as a BEIR ``corpus.jsonl`` is (ids non-empty and unique, texts strings, metadata JSON:
     :mod:`twotower.data.metadata`)."""
+    if isinstance(corpus, (set, frozenset)):
+        if not all(isinstance(t, str) for t in corpus) or ids is not None or metadatas is not None:
+            raise DataError(what, "a set has no order, so nothing in it can be paired with ids, metadatas or a "
+                            "position", hint="give a list")
+        corpus = sorted(corpus)  # a text's id comes from its content; sorted: the same order on every run
+    elif isinstance(corpus, Iterable) and not isinstance(corpus, (Sequence, Mapping, str, bytes)):
+        corpus = list(corpus)  # a generator or another iterator: read once, then as a list
     items = list(corpus) if isinstance(corpus, Sequence) and not isinstance(corpus, (str, bytes)) else None
     if items and isinstance(items[0], str):
         records = _string_records(items, what, ids, metadatas)

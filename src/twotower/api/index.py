@@ -273,6 +273,9 @@ class Index(Managing):
 
         check_search_options(queries, k=k, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe,
                              prf_depth=prf_depth, lam=lam, prf_weight=prf_weight)
+        # numpy integers pass the checks as numbers; FAISS takes Python ints only
+        k, rerank_depth, ef_search, nprobe, prf_depth = (None if v is None else int(v) for v in (
+            k, rerank_depth, ef_search, nprobe, prf_depth))
         if rerank_depth is not None and rerank is None:
             raise TwoTowerError("rerank_depth sets how many hits rerank re-ranks: pass rerank or drop it")
         searcher = self._searcher
@@ -320,6 +323,7 @@ class Index(Managing):
         from twotower.api._checks import check_run_queries
 
         check_run_queries(queries, k)
+        k = int(k)
         self._searcher.refresh()
         return self._searcher.run(dict(queries), k, **options)
 

@@ -29,6 +29,10 @@ def fit_cmd(
     split: str = typer.Option("train", help="qrels split to learn from (a seeded dev part of it is held out)."),
     dev_fraction: float = typer.Option(0.2, "--dev-fraction", help="Share of judged queries held out as dev."),
     min_dev: int = typer.Option(50, "--min-dev", min=1, help="At least this many dev queries (at most half)."),
+    cv_below: int = typer.Option(_D.cv_below, "--cv-below", min=0, help="Below this many judged queries the choices "
+                                 "are made by cross-validation (no dev split; the final model trains on all of them); "
+                                 "0: never."),
+    cv_folds: int = typer.Option(_D.cv_folds, "--cv-folds", min=2, help="Folds of that cross-validation."),
     epochs: float = typer.Option(_D.epochs, help="Fine-tuning epochs."),
     lr: float = typer.Option(_D.lr, help="Peak learning rate (both training rounds)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
@@ -44,6 +48,8 @@ def fit_cmd(
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
+    distill: bool = typer.Option(_D.distill, "--distill/--no-distill", help="With --reranker: distill its scores "
+                                 "into the dual encoder (kept only where it improves dev)."),
     language: str = typer.Option(_D.language, "--language", help=LANGUAGE_HELP + " Stored with the model for "
                                  "its hybrid (default auto: detected from the documents)."),
     seed: Seed = 42,
@@ -78,7 +84,8 @@ def fit_cmd(
         result = tt.fit(data, out, **({"margins": grid} if grid else {}), **mrl, model=model, split=split,
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
-                        rerank_depth=rerank_depth, precision=precision, device=device, runtime=runtime,
+                        rerank_depth=rerank_depth, cv_below=cv_below, cv_folds=cv_folds,
+                        **({} if distill == _D.distill else {"distill": distill}), precision=precision, device=device, runtime=runtime,
                         cache_chunk=cache_chunk, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
         fail(exc)

@@ -61,3 +61,15 @@ def locate_beir(path: Path, cache: Path) -> Path:
     from twotower.data.fetch import resolve_data
 
     return resolve_data(path, cache)
+
+
+FILTER_FILE_MAX_BYTES = 1024 * 1024  # a filter file: at most 1 MiB (a filter holds at most 1,024 conditions)
+
+
+def read_filter_file(path: Path, option: str = "--filter") -> str:
+    """The text of a filter given as ``@FILE``: a regular file (never a FIFO, nor a device such as /dev/zero, which
+    would block or fill memory) of at most :data:`FILTER_FILE_MAX_BYTES`, UTF-8 with or without a byte-order mark;
+    anything else a TwoTowerError naming ``option`` and the file."""
+    from twotower.io import read_input_text
+
+    return read_input_text(path, option, limit=FILTER_FILE_MAX_BYTES, what="filter file")

@@ -11,11 +11,13 @@ import typer
 import twotower as tt
 from twotower.cli.console import DEVICE_HELP, PRF_DEPTH_HELP, PRF_WEIGHT_HELP, console, fail
 from twotower.errors import TwoTowerError
+from twotower.cli.helpers import read_filter_file
 
 FILTER_HELP = ('Only documents whose metadata pass this filter: JSON such as \'{"source": "wiki", "year": {"$gte": '
                '2020}}\' ($eq $ne $gt $gte $lt $lte $in $nin $exists, $and / $or lists, $not, dotted paths, '
-               '{"$text": {"$contains": "phrase"}}: an exact substring of the text), or @FILE.json '
-               'to read it from a file. Docs: "Your documents: metadata and filters".')
+               '{"$text": {"$contains": "phrase"}}: an exact substring of the text; at most 32 levels of $and / $or, '
+               '1,024 conditions, 4,096 $in values), or @FILE.json to read it from a file (a regular file of at most '
+               '1 MiB). Docs: "Your documents: metadata and filters".')
 
 
 def read_filter(value: str | None):
@@ -24,13 +26,8 @@ def read_filter(value: str | None):
     if value is None:
         return None
     text = value
-    if value.startswith("@"):
-        path = Path(value[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TwoTowerError(f"--filter {value}: cannot read {path} ({exc}); give a JSON file, or the JSON "
-                                "itself") from None
+    if value.startswith("@"):  # a regular file of at most 1 MiB, UTF-8 (a byte-order mark is dropped)
+        text = read_filter_file(Path(value[1:]), "--filter")
     try:
         return tt.parse_filter(text)
     except TwoTowerError as exc:

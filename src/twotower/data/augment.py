@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.data.beir import _iter_lines, iter_json_records
 from twotower.data.ids import text_problem
@@ -208,7 +208,7 @@ def load_chunks(path: str | Path, tokenizer, cfg: ViewConfig | None = None, *, l
     cfg.validate()
     chunks: list[Chunk] = []
     docs = iter_documents(path)
-    bar = tqdm(desc="chunking corpus", unit="doc", disable=not show_progress)
+    bar = progress_bar(desc="chunking corpus", unit="doc", disable=not show_progress)
     batch: list[tuple[str, list[str]]] = []
 
     def flush() -> None:

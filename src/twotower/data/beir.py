@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.checks import switch
 from twotower.data.ids import id_problem, text_problem
 from twotower.data.grades import check_grade
-from twotower.data.metadata import check_metadata
+from twotower.data.metadata import check_metadata, type_name
 from twotower.errors import DataError
 from twotower.io import open_input
 
@@ -42,6 +42,14 @@ class Document:
     title: str
     text: str
     metadata: dict = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.metadata is None:  # no metadata
+            object.__setattr__(self, "metadata", {})
+        elif not isinstance(self.metadata, Mapping):
+            raise DataError(f"Document({self.id!r})", f"metadata must be a dict (or None), got "
+                            f"{type_name(self.metadata)}", field="metadata",
+                            hint='e.g. Document("d1", "Title", "Text", {"source": "wiki"})')
 
     @property
     def full_text(self) -> str:

@@ -97,13 +97,16 @@ def _check_value(value, where: str, path: str, depth: int) -> object:
             if not isinstance(key, str) or not key:
                 raise DataError(where, f"metadata key {key!r} is not a non-empty string", field=path or None,
                                 hint="JSON object keys are strings")
+            if text_problem(key):  # named with the surrogate escaped: a message must itself be valid UTF-8
+                shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                raise DataError(where, f"metadata key '{shown}' {text_problem(key)}",
+                                field=f"{path}.{shown}" if path else shown)
             out[key] = _check_value(item, where, f"{path}.{key}" if path else key, depth + 1)
         return out
     if isinstance(value, (list, tuple)):
         return [_check_value(item, where, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise DataError(where, f"metadata value of type {type(value).__name__} is not JSON", field=path,
-                    hint="use strings, numbers, booleans, null, lists and objects (e.g. a set as a sorted list, "
-                         "bytes as a string)")
+    raise DataError(where, f"metadata value of type {type_name(value)} is not JSON", field=path,
+                    hint=not_json_hint(value))
 
 
 def check_metadata(metadata, where: str, *, flat: bool = False) -> dict:
@@ -149,6 +152,22 @@ def flat_document(doc_id: str, title: str, text: str, metadata: Mapping | None, 
     metadata = metadata or {}
     _refuse_flat_clash(metadata, where)
     return {"_id": doc_id, "title": title, "text": text, **metadata}
+
+
+def type_name(value: Any) -> str:
+    """The name of ``value``'s type for a message: Python's own types by name (``int``), any other with its
+    package (``numpy.int64``, ``numpy.bool``), so that a numpy scalar is never taken for the Python type it
+    resembles."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__.split('.')[0]}.{t.__name__}"
+
+
+def not_json_hint(value: Any) -> str:
+    """What to do with a value of a type JSON has no place for (a numpy scalar: ``.item()``)."""
+    if type(value).__module__.split(".")[0] == "numpy" and hasattr(value, "item"):
+        return "convert numpy scalars to Python numbers first, e.g. value.item()"
+    return ("use strings, numbers, booleans, null, lists and objects (e.g. a set as a sorted list, bytes as a "
+            "string)")
 
 
 def kind(value: Any) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.encoders.device import attention_kernels
 from twotower.encoders.encoder import TextEncoder
@@ -316,7 +316,7 @@ def encode_texts(
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
     was_training = encoder.training
     encoder.eval()
-    bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
+    bar = progress_bar(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
     pending: list[tuple[np.ndarray, torch.Tensor]] = []  # batches whose embeddings are still on the device
 
     def to_host() -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import default_batch_size, encode_texts, length_sorted_batches
@@ -128,7 +128,7 @@ class GraphTower:
         batch_size = batch_size or (AMX_BATCH if self.runtime.startswith("openvino") and has_amx()
                                     else default_batch_size(torch.device("cpu")))
         out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
-        bar = tqdm(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
+        bar = progress_bar(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
         batches = ((rows, ids.numpy(), mask.numpy())
                    for rows, ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length, batch_size))
         try:

@@ -70,7 +70,7 @@ def canonical(metric: str) -> str:
 
 def check_metrics(metrics) -> None:
     """Raise ValueError, before any work, for an empty list, a metric that :func:`per_query` cannot compute, or
-    one metric named twice in two spellings (``ndcg@10`` and ``NDCG@10``: results are keyed by the names given)."""
+    one metric named twice in two spellings (``ndcg@10`` and ``NDCG@10``: both would be the key ``ndcg@10``)."""
     if isinstance(metrics, str) or not hasattr(metrics, "__iter__"):
         raise ValueError(f"metrics {metrics!r}: a list of names such as ['ndcg@10', 'recall@100']")
     metrics = list(metrics)
@@ -121,7 +121,8 @@ def check_qrels(qrels, what: str = "qrels") -> None:
 
 
 def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identical_ids: bool = True) -> dict[str, dict[str, float]]:
-    """``{metric: {query_id: value}}`` for every judged query (missing ones scored 0)."""
+    """``{metric: {query_id: value}}`` for every judged query (missing ones scored 0), keyed by each metric's one
+    spelling (:func:`canonical`: ``NDCG@010`` and ``ndcg_cut_10`` are both ``ndcg@10``)."""
     if ignore_identical_ids:
         run = drop_identical_ids(run)
     judged = {q: rels for q, rels in qrels.items() if rels}
@@ -145,7 +146,7 @@ def per_query(qrels: Qrels, run: Run, metrics=DEFAULT_METRICS, *, ignore_identic
             values.update({q: r[key] for q, r in res.items()})
         else:
             raise ValueError(f"unknown metric '{metric}': use ndcg, recall, p, map, mrr or acc with @k")
-        out[metric] = values
+        out[f"{name}@{cut}"] = values  # one key per metric, however it was spelt (canonical)
     return out
 
 

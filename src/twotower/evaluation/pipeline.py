@@ -182,7 +182,6 @@ def _passage_run(cfg: EvalConfig, ds: BeirDataset, model, opts, doc_ids: list[st
     elapsed = time.perf_counter() - t0
     timings["index_s"] = elapsed
     timings["encode_docs_per_s"] = len(doc_ids) / elapsed
-    timings["passages"] = split.num_passages
     qids = list(ds.queries)
     t0 = time.perf_counter()
     q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
@@ -249,7 +248,11 @@ def _index_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 
     searcher = Searcher(cfg.index, model=cfg.model, precision=cfg.precision, device=cfg.device)
     bm25_saved = searcher.store.manifest.get("bm25")
-    if cfg.language not in (None, "auto") and cfg.retriever in ("bm25", "hybrid") and bm25_saved:
+    if cfg.language not in (None, "auto") and (cfg.retriever not in ("bm25", "hybrid", "rrf") or not bm25_saved):
+        raise TwoTowerError(f"{given('language', cfg.language)} sets BM25's text analysis; "
+                            + (f"{_mode(cfg.retriever)} does not use BM25" if bm25_saved else
+                               f"{cfg.index} has no BM25") + f": drop {flag('language')}")
+    if cfg.language not in (None, "auto") and cfg.retriever in ("bm25", "hybrid", "rrf") and bm25_saved:
         saved = BM25Params.from_dict(bm25_saved).language
         if cfg.language != saved:
             raise TwoTowerError(f"{cfg.index}: its BM25 was built for language '{saved}', not '{cfg.language}': "
@@ -342,6 +345,15 @@ def check_eval_options(cfg: EvalConfig) -> None:
     from twotower.retrieval.prf import check_prf
 
     check_prf(cfg.prf_depth, cfg.prf_weight, mode=cfg.retriever, mode_option="--retriever")
+    if cfg.index is not None:  # the index's encoder encoded its documents and encodes the queries as it was built
+        unused = [flag(name) for name, value in (("query_max_length", cfg.query_max_length),
+                                                 ("doc_max_length", cfg.doc_max_length), ("pooling", cfg.pooling),
+                                                 ("batch_size", cfg.batch_size)) if value is not None]
+        unused += [flag("compile")] if cfg.compile else []
+        if unused:
+            raise TwoTowerError(f"{', '.join(unused)}: a stored index ({flag(*_INDEX)}) encodes with the settings "
+                                f"its encoder was built with, so these would be ignored; drop them, or evaluate "
+                                f"without {flag(*_INDEX)}")
     set_bm25 = [flag(name) for name, value in (("k1", cfg.k1), ("b", cfg.b)) if value is not None]
     if set_bm25 and cfg.index is not None:
         raise TwoTowerError(f"{'/'.join(set_bm25)}: a stored index ({flag(*_INDEX)}) scores with the BM25 parameters "

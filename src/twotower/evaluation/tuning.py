@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twotower.evaluation.metrics import Qrels, Run, evaluate
+from twotower.evaluation.metrics import Qrels, Run, canonical, evaluate
 from twotower.retrieval.hybrid import interpolate
 
 
@@ -28,6 +28,6 @@ def tune_lambda(
     s = {q: v for q, v in sparse.items() if q in qids}
     if not d and not s:
         raise ValueError("no query of the runs is judged in the given qrels")
-    table = {lam: evaluate(qrels, interpolate(d, s, lam, n_best=n_best), (metric,))[metric] for lam in grid}
+    table = {lam: evaluate(qrels, interpolate(d, s, lam, n_best=n_best), (metric,))[canonical(metric)] for lam in grid}
     best = max(table, key=lambda lam: (round(table[lam], 10), -abs(lam - 0.5)))
     return best, table

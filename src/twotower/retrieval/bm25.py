@@ -26,6 +26,7 @@ import numpy as np
 from twotower.checks import flag
 from twotower.errors import TwoTowerError
 from twotower.io import NPY_LOCK, atomic_write_json
+from twotower.progress import worth_showing
 from twotower.retrieval.analyzers import AUTO, Analyzer, analyzer_for, check_language, detect_language
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class BM25:
         if self.params.language == AUTO:
             self._set_language(detect_language(texts))
             log.info("BM25 language detected from the documents: %s", self.params.language)
+        show_progress = worth_showing(show_progress, len(texts))  # bm25s' bars have no delay: none for little work
         if self.params.ngram == 2:
             tokens = self._ngram_tokens(texts, show_progress=show_progress)
             if not any(tokens):  # no document has a usable term (all stopwords, punctuation): bm25s cannot build
@@ -134,7 +136,8 @@ class BM25:
                     q_ids[i] = [empty]
         weights = None if mask is None else np.asarray(mask, dtype=np.float32)
         indices, scores = self.index_.retrieve(
-            q_ids, k=k, show_progress=show_progress, n_threads=n_threads, weight_mask=weights
+            q_ids, k=k, show_progress=worth_showing(show_progress, len(queries)), n_threads=n_threads,
+            weight_mask=weights
         )
         if unmatched:
             scores[unmatched] = 0.0

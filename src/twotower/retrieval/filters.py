@@ -32,7 +32,10 @@ The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` 
 Errors (a :class:`~twotower.DataError` whose ``field`` names the offending path or operator): a filter that is not an
 object, an unknown operator, ``$in`` / ``$nin`` without a list, ``$and`` / ``$or`` without a non-empty list of
 objects, ``$exists`` without a boolean, a range operator with anything but a number or a string (booleans
-included), a comparison with a list or an object, a number that is not finite, an empty path segment.
+included), a comparison with a list or an object, a number that is not finite, an empty path segment; and, checked
+first, before anything is built (:mod:`twotower.retrieval.filter_checks`): more than 32 levels of ``$and`` /
+``$or``, 1,024 conditions or 4,096 ``$in`` / ``$nin`` values, a number beyond float range, a lone surrogate, a
+comparison with null (the one rule on every backend: Milvus cannot tell a null from a missing field).
 
 :func:`parse_filter` validates a filter once; :meth:`Filter.matches` is the reference evaluation over one metadata
 dict; :meth:`Filter.mask` evaluates it over a whole index version at once (a boolean array, one entry per document
@@ -51,6 +54,7 @@ import numpy as np
 
 from twotower.data.metadata import kind
 from twotower.errors import DataError
+from twotower.retrieval.filter_checks import check_filter, load_filter_text
 from twotower.retrieval.filter_columns import RANGES, MetadataColumns
 from twotower.retrieval.filter_ops import negated_expr, text_expr, text_phrase
 
@@ -301,14 +305,23 @@ def parse_filter(obj: Any) -> Filter:
     if obj is None:
         return And(())
     if isinstance(obj, str):
-        try:
-            obj = json.loads(obj)
-        except json.JSONDecodeError as exc:
-            raise _fail(f"not JSON: {exc.msg} at column {exc.colno}", "filter") from None
+        obj = load_filter_text(obj)
+    check_filter(obj)  # the limits, and what no backend takes: before any work (retrieval.filter_checks)
     return _parse(obj, "filter")
 
 
 # ---------------------------------------------------------------------------------------------- Milvus
+
+
+_MILVUS_ESCAPES = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def milvus_string(text: str) -> str:
+    """``text`` as a double-quoted Milvus string literal. Milvus's expression parser knows the escapes ``\\\\``,
+    ``\\"``, ``\\n``, ``\\r`` and ``\\t`` only (``\\u0001``, ``\\x01``, ``\\b`` are "unknown escape sequences"),
+    and takes every other character, control characters included, as it stands; so those five are escaped and the
+    rest written raw. (A lone surrogate, which UTF-8 cannot carry, never gets here: parse_filter refuses it.)"""
+    return '"' + text.translate(_MILVUS_ESCAPES) + '"'
 
 
 def _milvus_literal(value: Any) -> str:
@@ -317,12 +330,12 @@ def _milvus_literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a double-quoted string with \\ and \" escaped
+        return milvus_string(value)
     return repr(value)
 
 
 def _milvus_path(field: str, path: tuple[str, ...]) -> str:
-    return field + "".join(f"[{json.dumps(p, ensure_ascii=False)}]" for p in path)
+    return field + "".join(f"[{milvus_string(p)}]" for p in path)
 
 
 def _milvus_condition(c: Condition, field: str) -> str:

@@ -158,6 +158,20 @@ def check_build(out: str | Path, spec: IndexSpec, cfg: EncodeConfig, *, dim: int
     check_spec(spec, dim, num_docs, num_docs * multivector if multivector else num_docs)
 
 
+def check_multivector_sizes(encoder, multivector: int | None, project_dim: int | None) -> None:
+    """Refuse sizes the model cannot honour, before anything is encoded: ME-BERT's m above the document length in
+    tokens (a document has no more token vectors than that), a projection wider than the model's vectors (a
+    random projection to more dimensions adds none of information, only size)."""
+    length = getattr(encoder, "doc_max_length", None)
+    if multivector and length and multivector > length:
+        raise TwoTowerError(f"{given('multivector', multivector)}: a document gives at most {length} token vectors "
+                            f"(the model's document length), so m can be at most {length}")
+    dim = encoder.doc_tower.dim
+    if project_dim and project_dim > dim:
+        raise TwoTowerError(f"{given('project', project_dim)} is wider than the model's {dim}-dimensional token "
+                            f"vectors: a projection makes them smaller; give {flag('project')} {dim} or fewer")
+
+
 def build_index(
     data: str | Path,
     out: str | Path,
@@ -223,6 +237,7 @@ def build_index_from(
         multivector = int(encoder.multivector)
         log.info("the model was trained with --multivector %d: building a multi-vector index with m=%d", multivector,
                  multivector)
+    check_multivector_sizes(encoder, multivector, project_dim)  # before any encoding: sizes no model can honour
     projection = None
     if project_dim:
         if not multivector:

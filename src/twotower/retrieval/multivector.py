@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import autocast_context, default_batch_size, length_sorted_batches, resolve_precision
@@ -129,7 +129,7 @@ def encode_multivector(
     proj = torch.from_numpy(np.asarray(projection, dtype=np.float32)).to(device) if projection is not None else None
     was_training = encoder.training
     encoder.eval()
-    bar = tqdm(total=len(texts), desc=f"encoding documents (m={m})", unit="text", disable=not show_progress or not texts)
+    bar = progress_bar(total=len(texts), desc=f"encoding documents (m={m})", unit="text", disable=not show_progress or not texts)
     try:
         with torch.inference_mode(), autocast_context(precision, device):
             for rows, input_ids, mask in length_sorted_batches(encoder.tokenizer, texts, max_length, batch_size):

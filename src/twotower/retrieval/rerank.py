@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.errors import ModelError
 from twotower.io import atomic_directory
@@ -260,7 +260,7 @@ def train_reranker(
     group_size = 1 + cfg.negatives
     losses: list[float] = []
     t0 = time.perf_counter()
-    bar = tqdm(total=steps, desc="training re-ranker", disable=not cfg.show_progress)
+    bar = progress_bar(total=steps, desc="training re-ranker", disable=not cfg.show_progress)
     for _ in range(cfg.epochs):
         rng.shuffle(groups)
         for b in range(0, len(groups), cfg.batch_queries):

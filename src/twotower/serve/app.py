@@ -171,6 +171,12 @@ def create_app(
             if "integer string conversion" in str(exc.__cause__ or ""):  # Python's limit on digits, not bad JSON
                 detail = ("the request body holds a number of more than 4,300 digits: no field takes such a number "
                           f"(k is at most {limits.max_k})")
+            if isinstance(exc.__cause__, RecursionError):  # JSON nested past what Python's reader takes
+                from twotower.retrieval.filter_checks import MAX_FILTER_DEPTH
+
+                return error(422, "invalid_request", "the request body nests objects and lists deeper than JSON "
+                             f"reading allows (a filter's $and / $or nest at most {MAX_FILTER_DEPTH} levels, metadata "
+                             "32): flatten it")
         response = error(exc.status_code, kinds.get(exc.status_code, "http_error"), detail)
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value

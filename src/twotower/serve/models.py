@@ -44,6 +44,20 @@ def _valid_filter(value):
     return value
 
 
+def _valid_metadata(value):
+    """A document's ``"metadata"`` checked by the one metadata rule (:func:`twotower.data.metadata.check_metadata`)
+    while the request is validated: a lone surrogate in a key, a number beyond ±2**53, nesting past 32 levels are a
+    422 at ``["body", "documents", i, "metadata"]`` naming the field, as a filter's mistakes are."""
+    from twotower.data.metadata import check_metadata
+    from twotower.errors import DataError
+
+    try:
+        check_metadata(value, "metadata")
+    except DataError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 def build_models(limits) -> SimpleNamespace:
     """The models as attributes: SearchRequest, BatchSearchRequest, Segment, Highlight, Hit, SearchResponse,
     BatchSearchResponse, Lead, DocumentIn, AddRequest, DocumentOut, WriteResponse, Health, Info, ErrorBody."""
@@ -62,7 +76,8 @@ def build_models(limits) -> SimpleNamespace:
     Filter = Annotated[Metadata | None, AfterValidator(_valid_filter), Field(
         default=None, description='a metadata filter: {"field": value}, $eq $ne $gt $gte $lt $lte $in $nin $exists, '
         '$and / $or lists, $not, dotted paths into nested objects, {"$text": {"$contains": "phrase"}} (an exact '
-        "substring of the document's text) (docs: Your documents: metadata and filters)")]
+        "substring of the document's text); at most 32 levels of $and / $or, 1,024 conditions and 4,096 $in / $nin "
+        "values, checked before any search (docs: Your documents: metadata and filters)")]
     Highlighting = Annotated[bool, Field(default=False, description='each hit with its "highlight": the '
                                         "query's terms marked in its title and in a window of its text")]
 
@@ -141,9 +156,10 @@ def build_models(limits) -> SimpleNamespace:
         id: DocId = Field(validation_alias=AliasChoices("_id", "id"))
         title: Annotated[str, Field(max_length=limits.max_title_chars), Text] = ""
         text: DocText
-        metadata: Metadata = Field(default_factory=dict, description="JSON metadata stored with the document and "
-                                   "returned with it exactly as sent (its own namespace: any key, id and text "
-                                   "included; at most 64 KiB)")
+        metadata: Annotated[Metadata, AfterValidator(_valid_metadata)] = Field(
+            default_factory=dict, description="JSON metadata stored with the document and returned with it exactly "
+                                              "as sent (its own namespace: any key, id and text included; at most "
+                                              "64 KiB)")
 
     class AddRequest(Strict):
         documents: Annotated[list[DocumentIn | DocText], Field(

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.checks import given, switch
 from twotower.data.pairs import TrainExample
@@ -325,7 +325,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         device = describe(self.device)
         self.model.train()
-        bar = tqdm(total=total, initial=first, desc=f"training [{stage.name}]", unit="step",
+        bar = progress_bar(total=total, initial=first, desc=f"training [{stage.name}]", unit="step",
                    disable=not cfg.show_progress or self.rank != 0)
         seen, t0 = 0, time.perf_counter()
         for step in range(first, total):

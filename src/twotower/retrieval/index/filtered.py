@@ -65,6 +65,13 @@ def exact(store, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, n
     return out_s, out_r
 
 
+def ties_in_row_order(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's hits best first, equal scores in ascending row order (FAISS returns the right rows, lowest
+    first among ties at the cut, but in its heap's order): every search path orders ties as exact search does."""
+    order = np.lexsort((rows, -scores), axis=-1)
+    return np.take_along_axis(scores, order, axis=-1), np.take_along_axis(rows, order, axis=-1)
+
+
 def _selector(mask: np.ndarray):
     import faiss
 
@@ -138,4 +145,4 @@ def search_masked(store, q: np.ndarray, k: int, mask: np.ndarray, *, ef_search: 
     short = np.flatnonzero((out >= 0).sum(axis=1) < min(k, n_match))
     if len(short):  # the widened ANN search still came back short: those queries exactly
         scores[short], out[short] = exact(store, q[short], k, rows)
-    return scores, out.astype(np.int64)
+    return ties_in_row_order(scores, out.astype(np.int64))  # equal scores by row, as exact() gives them

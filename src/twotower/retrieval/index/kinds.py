@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
+from twotower.progress import progress_bar
 
 from twotower.checks import check_number, flag, given
 from twotower.retrieval.bm25 import BM25Params
@@ -217,7 +217,7 @@ def add_binary(index, bits: np.ndarray) -> None:
 
 
 def add_in_chunks(index, vectors: np.ndarray, *, show_progress: bool, desc: str = "indexing") -> None:
-    with tqdm(total=len(vectors), desc=desc, unit="vec", disable=not show_progress or len(vectors) < CHUNK) as bar:
+    with progress_bar(total=len(vectors), desc=desc, unit="vec", disable=not show_progress or len(vectors) < CHUNK) as bar:
         for s in range(0, len(vectors), CHUNK):
             block = np.ascontiguousarray(vectors[s : s + CHUNK], dtype=np.float32)
             index.add(block)

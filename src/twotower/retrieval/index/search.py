@@ -70,8 +70,11 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
 
 
 def pad(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """FAISS hits with missing ones (row -1) scored -inf, and padded with such to ``k`` columns."""
+    """FAISS hits with missing ones (row -1) scored -inf, ties in row order, padded with such to ``k`` columns."""
+    from twotower.retrieval.index.filtered import ties_in_row_order
+
     scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
+    scores, rows = ties_in_row_order(scores, rows)
     if scores.shape[1] < k:
         extra = k - scores.shape[1]
         scores = np.pad(scores, ((0, 0), (0, extra)), constant_values=-np.inf)

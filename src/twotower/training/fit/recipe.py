@@ -12,15 +12,17 @@ from twotower.errors import TwoTowerError
 DEFAULT_LAMBDAS = tuple(round(i / 20, 2) for i in range(21))
 DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 # the optional last stage's settings: a finished fit may add, change or drop its re-ranker on a rerun
-RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr")
+RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr", "distill",
+               "distill_candidates", "distill_epochs")
 TUPLE_KEYS = ("margins", "lambdas", "matryoshka", "matryoshka_weights")  # lists in JSON, tuples in the recipe
 RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker's share in the blend, chosen on dev
 
 
 @dataclass(frozen=True)
 class FitRecipe:
-    """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split, the fine-tuning,
-    the mining and retraining, the retriever candidates (λ grid, n-best) and the optional re-ranker. Stored in
+    """Everything :func:`twotower.fit` does, as settings: the starting model and the dev split (or, below
+    ``cv_below`` judged queries, the cross-validation folds), the fine-tuning, the mining and retraining, the
+    retriever candidates (λ grid, n-best) and the optional re-ranker and its distillation. Stored in
     ``fit.json``; a rerun with another recipe is refused (the re-ranker settings excepted).
 
     Example::
@@ -36,6 +38,10 @@ class FitRecipe:
     min_dev: int = 50  # at least this many dev queries (half the judged queries when there are fewer than 2×)
     seed: int = 42
     language: str = "auto"  # BM25's text analysis (retrieval.analyzers); auto: detected from the documents
+    # below cv_below judged queries the choices are made by cv_folds-fold cross-validation (fit/cv.py), not on one
+    # dev split, and the final model trains on every judged query; 0: never
+    cv_below: int = 300
+    cv_folds: int = 3
     # stage 1: fine-tune on the training part's judged pairs
     epochs: float = 4.0  # dev NDCG@10 on SciFact: 0.758 at 2 epochs, 0.792 at 4 (README, fit)
     lr: float = 1e-4  # dev NDCG@10 after fine-tuning 4 epochs: 0.792 at 5e-5, 0.825 at 1e-4
@@ -66,6 +72,11 @@ class FitRecipe:
     reranker_epochs: int = 4  # SciFact: 1 epoch at 3e-5 leaves the loss at chance (1.385 → 1.356); 4 at 1e-4 → 0.092
     reranker_negatives: int = 3
     reranker_lr: float = 1e-4
+    # with the re-ranker: its scores distilled into the dual encoder (KL over each training query's top
+    # distill_candidates of the chosen retriever, fit/distill.py), kept only where it improves dev
+    distill: bool = True
+    distill_candidates: int = 8
+    distill_epochs: float = 2.0
 
     def validate(self) -> None:
         """TwoTowerError for a setting that cannot fit, naming it (``--epochs`` on the CLI, ``epochs=`` in Python):
@@ -86,15 +97,20 @@ class FitRecipe:
             n(getattr(self, key), key, integer=True, minimum=1)
         n(self.n_best, "n_best", integer=True, minimum=10)
         n(self.reranker_lr, "reranker_lr", above=0)
+        n(self.cv_below, "cv_below", integer=True, minimum=0)
+        n(self.cv_folds, "cv_folds", integer=True, minimum=2)
+        n(self.distill_candidates, "distill_candidates", integer=True, minimum=2)
+        n(self.distill_epochs, "distill_epochs", above=0)
         check_numbers(self.margins, "margins", minimum=0, below=1)
         check_numbers(self.lambdas, "lambdas", minimum=0, maximum=1)
-        for key in ("mine", "reranker"):
+        for key in ("mine", "reranker", "distill"):
             if not isinstance(getattr(self, key), bool):
                 raise TwoTowerError(f"{option_name(key)} {getattr(self, key)!r}: True or False")
         defaults = FitRecipe()
         for flag, keys in (("mine", ("mined_epochs", "mined_per_query", "num_negatives", "rank_from", "rank_to",
                                      "margins")),
-                           ("reranker", ("rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr"))):
+                           ("reranker", ("rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr", "distill",
+                                         "distill_candidates", "distill_epochs"))):
             unused = [k for k in keys if not getattr(self, flag) and getattr(self, k) != getattr(defaults, k)]
             if unused:  # set, yet never read with that stage off
                 raise TwoTowerError(f"{', '.join(option_name(k).rstrip('=') for k in unused)} set the "

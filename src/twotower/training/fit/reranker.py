@@ -20,25 +20,58 @@ from twotower.training.fit import select
 from twotower.training.fit.recipe import RERANK_WEIGHTS
 
 
-def rerank_stage(fit) -> dict:
-    """The stage's result: the dev scores before and after, the weight chosen, whether the re-ranker was kept (then
-    in ``OUT/model/reranker``, named by the model's retrieval defaults), its training time and cost per query.
-    ``fit``: the running fit (``run._Fit``: its recipe, options, stages, dev split and runs)."""
-    from twotower.retrieval.rerank import Reranker, RerankerTrainConfig, blend, ranking, train_reranker
+def train_ids(fit) -> set[str]:
+    """The queries the cross-encoder learns from: the training part (never a dev query); with cross-validation
+    every fold but the first, whose queries then choose its weight."""
+    split = fit.split()
+    if fit.cv:
+        return set(split["train"]) - set(split["folds"][0])
+    return set(split["train"])
+
+
+def ensure_reranker(fit) -> tuple[Path, float]:
+    """The fitted cross-encoder's directory (trained here unless an earlier run left it) and its training time."""
+    from twotower.retrieval.rerank import RerankerTrainConfig, train_reranker
 
     r = fit.recipe
-    chosen = fit.stages.done("select")["chosen"]
-    qrels = fit.dev_qrels()
-    base = select.fused(chosen["mode"], fit.dev_run(chosen["model"]), fit.bm25_dev(), chosen["lambda"], r.n_best,
-                        chosen.get("norm"))
     ce_dir = fit.stages.dir("rerank") / "reranker"
     t0 = time.perf_counter()
     if not (ce_dir / "config.json").is_file():
         cfg = RerankerTrainConfig(epochs=r.reranker_epochs, negatives=r.reranker_negatives, lr=r.reranker_lr,
                                   seed=r.seed, precision=fit.opts.precision, device=fit.opts.device,
                                   show_progress=fit.opts.show_progress)
-        train_reranker(fit.data, ce_dir, base=r.model, split=r.split, cfg=cfg, query_ids=set(fit.split()["train"]))
-    train_s = time.perf_counter() - t0
+        train_reranker(fit.data, ce_dir, base=r.model, split=r.split, cfg=cfg, query_ids=train_ids(fit))
+    return ce_dir, time.perf_counter() - t0
+
+
+def _dev_runs(fit, chosen: dict) -> tuple[dict, dict]:
+    """(qrels, first-stage run) the weight is chosen on: the dev split; with cross-validation the first fold's
+    queries, ranked by the out-of-fold run of the chosen model (a model that never trained on them)."""
+    import json
+
+    r = fit.recipe
+    qrels = fit.dev_qrels()
+    dense, sparse = fit.dev_run(chosen["model"]) if not fit.cv else None, fit.bm25_dev()
+    if fit.cv:
+        held = set(fit.split()["folds"][0])
+        qrels = {q: v for q, v in qrels.items() if q in held}
+        dense = (fit.dev_run("zeroshot") if chosen["model"] == "zeroshot" else
+                 json.loads((fit.out / "stages" / "cv" / "fold0" / "dev_run.json").read_text()))
+        dense = {q: v for q, v in dense.items() if q in held}
+        sparse = {q: v for q, v in sparse.items() if q in held}
+    return qrels, select.fused(chosen["mode"], dense, sparse, chosen["lambda"], r.n_best, chosen.get("norm"))
+
+
+def rerank_stage(fit) -> dict:
+    """The stage's result: the dev scores before and after, the weight chosen, whether the re-ranker was kept (then
+    in ``OUT/model/reranker``, named by the model's retrieval defaults), its training time and cost per query.
+    ``fit``: the running fit (``run._Fit``: its recipe, options, stages, dev split and runs)."""
+    from twotower.retrieval.rerank import Reranker, blend, ranking
+
+    r = fit.recipe
+    chosen = fit.chosen()
+    qrels, base = _dev_runs(fit, chosen)
+    ce_dir, train_s = ensure_reranker(fit)
     ce = Reranker(ce_dir, batch_size=fit.opts.batch_size or 32, precision=fit.opts.precision,
                   device=fit.opts.device)
     t0 = time.perf_counter()
@@ -61,7 +94,8 @@ def rerank_stage(fit) -> dict:
         write_defaults(fit.out / "model", defaults)
     return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
             "weight": weight, "dev_by_weight": {str(w): v for w, v in weights.items()},
-            "train_s": round(train_s, 1), "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth}
+            "train_s": round(train_s, 1), "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth,
+            "dev_queries": len(qrels), "trained_on_queries": len(train_ids(fit))}
 
 
 def drop_reranker(out: Path) -> None:

@@ -1,5 +1,7 @@
-"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (re-rank: reranker.py), each
-stage resumable (stages.py), every choice made on the dev part of the judged train queries (recipe.py), the result a
+"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (with the re-ranker:
+distill, distill.py; re-rank, reranker.py), each stage resumable (stages.py), every choice made on the dev part of
+the judged train queries (recipe.py); with fewer than ``recipe.cv_below`` judged queries: split → zero-shot → cv →
+fine-tune on all of them (only where cv chose it) → select, the choices by cross-validation (cv.py). The result: a
 model directory whose twotower.json carries the chosen retrieval (retrieval/defaults.py), and ``fit.json``.
 
 The test split is never read: only ``qrels/<recipe.split>.tsv``, the corpus and the queries are.
@@ -19,21 +21,20 @@ import numpy as np
 
 from twotower.checks import flag, given, option_name
 from twotower.data.beir import BeirDataset
-from twotower.data.pairs import load_pairs, pairs_from_beir, save_pairs
+from twotower.data.pairs import pairs_from_beir, save_pairs
 from twotower.errors import TwoTowerError
 from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json
 from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
-from twotower.retrieval.dense import exact_search
-from twotower.training.fit import select
+from twotower.training.fit import cv, select
 from twotower.training.fit.label_free import fit_without_labels
-from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
+from twotower.training.fit.mined import MiningStages
 from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
 from twotower.training.fit.reranker import drop_reranker, rerank_stage
 from twotower.training.fit.stages import StageLog
 
 log = logging.getLogger(__name__)
 
-STAGES = ("split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "rerank")
+STAGES = ("split", "zeroshot", "cv", "finetune", "margin", "mine", "retrain", "select", "distill", "rerank")
 FEW_DEV = 10  # dev queries below which fit warns that its choices rest on too few
 # a training round also checkpoints every 10 minutes: mpnet-base's retraining on 2 CPU cores took ~190 s a step,
 # so 25 steps (the other rule) would be 80 minutes of work a kill could lose
@@ -63,7 +64,7 @@ class FitResult:
     message: str | None = None  # a note for the user (e.g. no training labels)
 
 
-class _Fit:
+class _Fit(MiningStages):
     def __init__(self, data: Path, out: Path, recipe: FitRecipe, opts: FitOptions) -> None:
         self.data, self.out, self.recipe, self.opts = data, out, recipe, opts
         self.stages = StageLog(out)
@@ -89,9 +90,30 @@ class _Fit:
     def split(self) -> dict:
         return self.stages.done("split")
 
+    @property
+    def cv(self) -> bool:
+        """Choices by cross-validation (cv.py): no dev split, every judged query in folds."""
+        return self.split().get("folds") is not None
+
+    def eval_ids(self) -> list[str]:
+        """The queries the choices are scored on: the dev split, or (cv) every judged query, out-of-fold."""
+        split = self.split()
+        return sorted(q for fold in split["folds"] for q in fold) if self.cv else split["dev"]
+
     def dev_qrels(self) -> dict:
-        dev = set(self.split()["dev"])
+        dev = set(self.eval_ids())
         return {q: r for q, r in self.ds.qrels.items() if q in dev}
+
+    def chosen(self) -> dict:
+        """The retrieval chosen so far: the select stage's, or the distilled model's where distillation won."""
+        distilled = self.stages.done("distill")
+        if distilled is not None and distilled.get("kept"):
+            return distilled["chosen"]
+        return self.stages.done("select")["chosen"]
+
+    def model_path(self, stage: str):
+        """The encoder a stage made (the zero-shot one: the recipe's)."""
+        return self.recipe.model if stage == "zeroshot" else self.out / self.stages.done(stage)["model"]
 
     def load_model(self, path):
         from twotower.encoders.device import resolve_device
@@ -120,7 +142,7 @@ class _Fit:
 
     def dense_dev(self, stage: str, model) -> dict:
         """``model``'s dev run (n_best deep), saved beside its vectors for later stages."""
-        dev = self.split()["dev"]
+        dev = self.eval_ids()
         docs = self.doc_vectors(stage, model)
         q = model.encode_queries([self.ds.queries[x] for x in dev], self.encode_opts())
         run = select.dense_run(q, docs, dev, self.doc_ids, self.recipe.n_best)
@@ -149,7 +171,8 @@ class _Fit:
 
         return detect_language([doc.full_text for doc in load_corpus(self.data / "corpus.jsonl").values()])
 
-    def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int) -> Path:
+    def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int, *,
+              objective=None, batch_size: int | None = None) -> Path:
         from twotower.training.checkpoints import check_resumable, complete_checkpoints
         from twotower.training.config import StageConfig, TrainConfig
         from twotower.training.trainer import Trainer
@@ -162,7 +185,7 @@ class _Fit:
             checkpoint_every=25, checkpoint_minutes=CHECKPOINT_MINUTES,
             matryoshka=list(r.matryoshka) if r.matryoshka else None,
             matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None, stages=[StageConfig(
-                name=stage, pairs=str(pairs), epochs=epochs, batch_size=r.batch_size, lr=r.lr,
+                name=stage.replace("/", "-"), pairs=str(pairs), epochs=epochs, batch_size=batch_size or r.batch_size, lr=r.lr,
                 temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives,
                 cache_chunk=self.opts.cache_chunk)],
         )
@@ -176,7 +199,7 @@ class _Fit:
         resume = bool(complete_checkpoints(run_dir / "checkpoints"))
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished attempt without a checkpoint: nothing to keep
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, objective=objective)
         trainer.train(resume=resume)
         self.last_rate = _last_rate(trainer.history)
         return run_dir / "model"
@@ -184,7 +207,12 @@ class _Fit:
     # ------------------------------------------------------------------ stages
     def stage_split(self) -> dict:
         r = self.recipe
-        dev, train = split_queries(self.ds.qrels, r.dev_fraction, r.min_dev, r.seed)
+        folds = None
+        if cv.use_cv(len(self.ds.qrels), r.cv_below, r.cv_folds):  # few labels: folds, and all of them train
+            folds = cv.make_folds(self.ds.qrels, r.cv_folds, r.seed)
+            dev, train = [], sorted(self.ds.qrels)
+        else:
+            dev, train = split_queries(self.ds.qrels, r.dev_fraction, r.min_dev, r.seed)
         keep = set(train)
         pairs = [p for p in pairs_from_beir(self.ds) if p.qid in keep]
         if not pairs:
@@ -197,14 +225,19 @@ class _Fit:
         check_learnable(pairs, StageConfig(name="finetune", batch_size=r.batch_size),
                         where=f"{self.data}/qrels/{r.split}.tsv, the {len(train)} training queries left after "
                               f"holding out {len(dev)} for dev")
-        if len(dev) < FEW_DEV:
+        if folds is None and len(dev) < FEW_DEV:
             log.warning("%s/qrels/%s.tsv: %d dev queries: fit chooses the model, the fusion and its λ on them, and "
                         "a dev score on so few (%s) says little; about %d judged train queries (%s on each "
                         "side) make the choices reliable", self.data, r.split, len(dev), ", ".join(dev[:5]),
                         2 * r.min_dev, given("min_dev", r.min_dev))
         save_pairs(pairs, self.stages.dir("split") / "train_pairs.jsonl")
-        return {"dev": dev, "train": train, "dev_queries": len(dev), "train_queries": len(train),
-                "train_pairs": len(pairs), "seed": r.seed}
+        out = {"dev": dev, "train": train, "dev_queries": len(dev), "train_queries": len(train),
+               "train_pairs": len(pairs), "seed": r.seed}
+        if folds is not None:
+            out.update(folds=folds, why=(f"{len(train)} judged queries, fewer than {given('cv_below', r.cv_below)}: "
+                                         f"choices by {len(folds)}-fold cross-validation, the final model trained on "
+                                         "all of them"))
+        return out
 
     def stage_zeroshot(self) -> dict:
         from twotower.retrieval.bm25 import BM25, BM25Params
@@ -215,7 +248,7 @@ class _Fit:
 
             check_matryoshka(list(self.recipe.matryoshka), None, model_dim=model.dim)
         dense = self.dense_dev("zeroshot", model)
-        dev = self.split()["dev"]
+        dev = self.eval_ids()
         bm = BM25(BM25Params(language=self.recipe.language)).index(
             self.doc_ids, [self.doc_text(d) for d in self.doc_ids], show_progress=self.opts.show_progress)
         sparse = bm.search_run(dev, [self.ds.queries[q] for q in dev], self.recipe.n_best, show_progress=False)
@@ -227,58 +260,34 @@ class _Fit:
     def stage_finetune(self) -> dict:
         pairs = self.out / "stages" / "split" / "train_pairs.jsonl"
         path = self.train("finetune", self.recipe.model, pairs, self.recipe.epochs, 0)
+        if self.cv:  # trained on every judged query: nothing left to score it on (cv did, out-of-fold)
+            return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate, "dev_dense": None,
+                    "note": "trained on every judged query (cross-validation chose it: stages.cv)"}
         dense = self.dense_dev("finetune", self.load_model(path))
-        return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
-                "dev_dense": select.score(self.dev_qrels(), dense)}
-
-    def _rankings(self, model, qids: list[str], docs: np.ndarray) -> tuple[dict, np.ndarray]:
-        q = model.encode_queries([self.ds.queries[x] for x in qids], self.encode_opts())
-        scores, idx = exact_search(q, docs, self.recipe.rank_to)
-        rankings = {x: [(self.doc_ids[j], float(s)) for s, j in zip(rs, ri)] for x, rs, ri in zip(qids, scores, idx)}
-        return rankings, q
-
-    def stage_margin(self) -> dict:
-        r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
-        docs = self.doc_vectors("finetune", model)
-        dev = self.split()["dev"]
-        rankings, q = self._rankings(model, dev, docs)
-        row = {d: i for i, d in enumerate(self.doc_ids)}
-        positives = {x: {d: float(q[i] @ docs[row[d]]) for d, rel in self.ds.qrels[x].items() if rel > 0}
-                     for i, x in enumerate(dev)}
-        measured = measure_margins(rankings, positives, r.margins, (r.rank_from, r.rank_to))
-        margin, why = choose_margin(measured)
-        return {"margin": margin, "why": why, "measured": measured}
-
-    def stage_mine(self) -> dict:
-        r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
-        docs = self.doc_vectors("finetune", model)
-        train = self.split()["train"]  # never a dev query
-        rankings, q = self._rankings(model, train, docs)
-        row, qrow = {d: i for i, d in enumerate(self.doc_ids)}, {x: i for i, x in enumerate(train)}
-        pairs = load_pairs(self.out / "stages" / "split" / "train_pairs.jsonl")
-        pos_scores = {(p.qid, p.pid): float(q[qrow[p.qid]] @ docs[row[p.pid]]) for p in pairs}
-        mined, stats = mine_negatives(
-            pairs, rankings, pos_scores, self.ds.qrels, self.doc_text, margin=self.stages.done("margin")["margin"],
-            rank_range=(r.rank_from, r.rank_to), per_query=r.mined_per_query, seed=r.seed,
-            at_least=r.num_negatives, corpus_ids=self.doc_ids)
-        save_pairs(mined, self.stages.dir("mine") / "mined_pairs.jsonl")
-        return stats
-
-    def stage_retrain(self) -> dict:
-        start = str(self.out / self.stages.done("finetune")["model"])
-        pairs = self.out / "stages" / "mine" / "mined_pairs.jsonl"
-        path = self.train("retrain", start, pairs, self.recipe.mined_epochs, self.recipe.num_negatives)
-        dense = self.dense_dev("retrain", self.load_model(path))
         return {"model": str(path.relative_to(self.out)), "examples_per_s": self.last_rate,
                 "dev_dense": select.score(self.dev_qrels(), dense)}
 
     def model_stages(self) -> list[str]:
         return [s for s in ("zeroshot", "finetune", "retrain") if self.stages.done(s) is not None]
 
+    def stage_cv(self) -> dict:
+        return cv.cv_stage(self)
+
+    def stage_distill(self) -> dict:
+        from twotower.training.fit.distill import distill_stage
+
+        return distill_stage(self)
+
     def stage_select(self) -> dict:
         r = self.recipe
+        if self.cv:
+            best = self.stages.done("cv")["chosen"]
+            best = {"model": best["model"], "mode": best["mode"], "lambda": best["lambda"], "norm": best["norm"],
+                    "dev": {r.metric: best["mean"], "spread": best["spread"], "folds": best["folds"]}}
+            self.write_model(best["model"], RetrievalDefaults(
+                mode=best["mode"], lam=best["lambda"], norm=select.stored_norm(best), rerank_depth=r.rerank_depth,
+                language=self.bm25_language()))
+            return {"chosen": best, "by": "cross-validation (stages.cv: every candidate's folds)"}
         runs = {s: self.dev_run(s) for s in self.model_stages()}
         best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
                                              n_best=r.n_best, metric=r.metric)
@@ -287,13 +296,13 @@ class _Fit:
                                                           language=self.bm25_language()))
         return {"chosen": best, "candidates": rows}
 
-    def write_model(self, stage: str, defaults: RetrievalDefaults) -> None:
+    def write_model(self, stage: str, defaults: RetrievalDefaults, path: Path | None = None) -> None:
         target = self.out / "model"
         with atomic_directory(target) as tmp:
             if stage == "zeroshot":
                 self.load_model(self.recipe.model).save(tmp / "m")
             else:
-                shutil.copytree(self.out / self.stages.done(stage)["model"], tmp / "m")
+                shutil.copytree(path or self.out / self.stages.done(stage)["model"], tmp / "m")
             for item in (tmp / "m").iterdir():
                 item.rename(tmp / item.name)
             (tmp / "m").rmdir()
@@ -303,19 +312,34 @@ class _Fit:
         return rerank_stage(self)
 
     # ------------------------------------------------------------------ driver
-    def wanted(self) -> list[str]:
+    def skipped(self, name: str) -> bool:
+        """Whether this fit leaves stage ``name`` out (asked when it comes up: cv's choice decides the fine-tune)."""
         r = self.recipe
-        skip = set() if r.mine else {"margin", "mine", "retrain"}
-        if not r.reranker:
-            skip.add("rerank")
-        return [s for s in STAGES if s not in skip]
+        if name in ("distill", "rerank") and not r.reranker or name == "distill" and not r.distill:
+            return True
+        if name == "cv":
+            return not self.cv
+        if self.cv:  # few labels: no mined retraining (cv.py says why), no distillation (no dev to keep it by)
+            if name in ("margin", "mine", "retrain", "distill"):
+                return True
+            if name == "finetune":
+                return self.stages.done("cv")["chosen"]["model"] == "zeroshot"
+        return not r.mine and name in ("margin", "mine", "retrain")
 
     def run(self) -> dict:
         report = {}
-        for name in self.wanted():
+        for name in STAGES:
+            if name != "split" and self.skipped(name):
+                if name == "distill":
+                    from twotower.training.fit.distill import restore_selected
+
+                    restore_selected(self)  # a distilled encoder an earlier run put into the model
+                continue
             result = self.stages.done(name)
-            if name == "rerank" and result is not None and result.get("settings") != self.recipe.rerank_settings():
-                shutil.rmtree(self.out / "stages" / "rerank")  # other re-ranker settings than last time: redo it
+            if name in ("distill", "rerank") and result is not None and (
+                    result.get("settings") != self.recipe.rerank_settings()):
+                for stale in ("distill", "rerank"):  # other re-ranker settings than last time: redo them
+                    shutil.rmtree(self.out / "stages" / stale, ignore_errors=True)
                 result = None
             if result is None:
                 log.info("fit: stage %s", name)
@@ -372,7 +396,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
         stages = fit.run()
         if not recipe.reranker:
             drop_reranker(out)
-        chosen = stages["select"]["chosen"]
+        chosen = fit.chosen()
         kept_ce = stages.get("rerank", {}).get("kept", False)
         choices = {"model": chosen["model"], "mode": chosen["mode"], "lambda": chosen["lambda"],
                    "norm": select.stored_norm(chosen), "rerank": "reranker" if kept_ce else None,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from twotower.evaluation.metrics import evaluate
+from twotower.evaluation.metrics import canonical, evaluate
 from twotower.retrieval.dense import exact_search, to_run
 from twotower.retrieval.hybrid import NORMS, interpolate, rrf
 
@@ -53,7 +53,7 @@ def choose_retriever(
     def key(row):
         lam_gap = abs(row["lambda"] - 0.5) if row["lambda"] is not None else 0.0
         norm_order = list(NORMS).index(row["norm"]) if row["norm"] else 0
-        return (-round(row["dev"][metric], 10), MODE_ORDER[row["mode"]], norm_order, lam_gap, row["_order"])
+        return (-round(row["dev"][canonical(metric)], 10), MODE_ORDER[row["mode"]], norm_order, lam_gap, row["_order"])
 
     best = min(rows, key=key)
     for row in rows:

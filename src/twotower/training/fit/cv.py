@@ -1,0 +1,218 @@
+"""``twotower fit``'s choices by k-fold cross-validation, for data with few judged queries (below
+``recipe.cv_below``): one dev split of a few dozen queries is mostly noise (one query moves NDCG@10 by 0.02), and
+it keeps a fifth of the few labels from ever training the final model.
+
+How, within the single split's time:
+
+- the judged queries are cut into ``recipe.cv_folds`` seeded folds, by query id;
+- the *cheap* choices (mode, λ, normalisation) are made over fixed runs: every candidate retrieval setting is
+  scored on each fold's queries, so a setting's mean and spread over folds cost no encoding at all;
+- for the *model* choice (zero-shot or fine-tuned) each fold gets a model fine-tuned on the other folds, and that
+  model ranks only its own held-out queries' candidate pool (their zero-shot dense and BM25 top ``n_best``: the
+  documents a fusion of n_best-deep runs can return) instead of the whole corpus (where the pools hold more than
+  half the corpus, the whole corpus, exactly: never more than one corpus encoding per fold). Its runs are out-of-fold: no
+  query is ever scored by a model that trained on it. A relevant document outside the pool can only be missed,
+  so the estimate is never in the fine-tuned model's favour;
+- the mined-negative retraining is not a candidate here (its mining needs each fold model's ranking of its
+  training queries over the corpus); with few queries it is the fine-tune's second round that has least to add.
+
+The rule (:func:`decide`): every departure from what fit does without labels must pay for itself. The default
+zero-shot retrieval (the hybrid at λ 0.5, min-max) stays unless another zero-shot setting beats it by more than
+the spread of their per-fold differences (mean gain > sample standard deviation of the gain over the folds); that
+zero-shot choice stays unless the best fine-tuned setting beats it the same way: fit never trades a sure zero-shot
+score for a gain the folds cannot tell from noise. The final model then trains on
+every judged query with the chosen settings.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from twotower.evaluation.metrics import evaluate
+from twotower.retrieval.searcher import DEFAULT_LAMBDA
+from twotower.training.fit import select
+
+Run = dict[str, dict[str, float]]
+
+
+def make_folds(query_ids, k: int, seed: int) -> list[list[str]]:
+    """``k`` folds of the judged query ids: a seeded shuffle of the sorted ids dealt round-robin (sizes differ by at
+    most one; the same ids and seed always give the same folds)."""
+    ids = sorted(set(query_ids))
+    random.Random(seed).shuffle(ids)
+    return [sorted(ids[i::k]) for i in range(k)]
+
+
+def use_cv(n_queries: int, cv_below: int, k: int) -> bool:
+    """Cross-validate when there are fewer than ``cv_below`` judged queries and at least 2 per fold."""
+    return n_queries < cv_below and n_queries >= 2 * k
+
+
+def candidate_pool(runs: Sequence[Run], qid: str, depth: int) -> set[str]:
+    """The documents of ``qid`` in any of ``runs``' top ``depth``."""
+    pool: set[str] = set()
+    for run in runs:
+        docs = run.get(qid, {})
+        pool.update(sorted(docs, key=lambda d: (-docs[d], d))[:depth])
+    return pool
+
+
+def pooled_run(q_vecs: np.ndarray, qids: Sequence[str], pools: Mapping[str, set[str]],
+               doc_vecs: Mapping[str, np.ndarray], depth: int) -> Run:
+    """Each query's dense run (its ``depth`` best) over its own pool, from the pool's vectors ``doc_vecs``."""
+    run: Run = {}
+    for i, q in enumerate(qids):
+        ids = sorted(pools[q])
+        if not ids:
+            run[q] = {}
+            continue
+        scores = np.stack([doc_vecs[d] for d in ids]) @ q_vecs[i]
+        top = np.argsort(-scores, kind="stable")[:depth]
+        run[q] = {ids[j]: float(scores[j]) for j in top}
+    return run
+
+
+def fold_scores(qrels, run: Run, folds: Sequence[Sequence[str]], metric: str) -> list[float]:
+    """``metric`` of ``run`` on each fold's queries (a fold without judged queries: skipped)."""
+    out = []
+    for fold in folds:
+        part = {q: qrels[q] for q in fold if q in qrels}
+        if part:
+            out.append(round(evaluate(part, {q: run.get(q, {}) for q in part}, (metric,))[metric], 4))
+    return out
+
+
+def candidates(dense_runs: Mapping[str, Run], sparse: Run, qrels, folds, *, lambdas, n_best: int,
+               metric: str) -> list[dict]:
+    """Every (model, mode, λ, normalisation) with its score on each fold, their mean and spread (sample standard
+    deviation over folds), the same grid as the single split's (``select.choose_retriever``)."""
+    from twotower.retrieval.hybrid import NORMS
+
+    rows = []
+    for order, (name, dense) in enumerate(dense_runs.items()):
+        options = ([("dense", None, None)] + [("hybrid", float(x), n) for n in NORMS for x in lambdas]
+                   + [("rrf", None, None)])
+        for mode, lam, norm in options:
+            scores = fold_scores(qrels, select.fused(mode, dense, sparse, lam, n_best, norm), folds, metric)
+            rows.append({"model": name, "mode": mode, "lambda": lam, "norm": norm, "folds": scores,
+                         "mean": round(statistics.fmean(scores), 4),
+                         "spread": round(statistics.stdev(scores), 4) if len(scores) > 1 else 0.0, "_order": order})
+    return rows
+
+
+def _key(row: dict):
+    """Best first: the higher mean, then the simpler mode, min-max, λ nearest 0.5, the earlier model."""
+    from twotower.retrieval.hybrid import NORMS
+
+    lam_gap = abs(row["lambda"] - 0.5) if row["lambda"] is not None else 0.0
+    norm_order = list(NORMS).index(row["norm"]) if row["norm"] else 0
+    return (-row["mean"], select.MODE_ORDER[row["mode"]], norm_order, lam_gap, row["_order"])
+
+
+def _beats(row: dict, base: dict) -> tuple[bool, list[float], float, float]:
+    """(wins, gain by fold, mean gain, spread): ``row`` beats ``base`` when its mean gain is positive and above the
+    sample standard deviation of the per-fold gains."""
+    gains = [round(a - b, 4) for a, b in zip(row["folds"], base["folds"])]
+    gain = statistics.fmean(gains)
+    spread = statistics.stdev(gains) if len(gains) > 1 else float("inf")
+    return gain > 0 and gain > spread, gains, gain, spread
+
+
+def default_row(rows: list[dict], zero_shot: str = "zeroshot", lam: float = DEFAULT_LAMBDA) -> dict | None:
+    """The retrieval fit uses without labels for an encoder of known-to-match language: the zero-shot hybrid at
+    ``lam`` with min-max normalisation (None where the grid lacks it)."""
+    return next((r for r in rows if r["model"] == zero_shot and r["mode"] == "hybrid" and r["lambda"] == lam
+                 and r["norm"] in (None, "minmax")), None)
+
+
+def decide(rows: list[dict], zero_shot: str = "zeroshot") -> tuple[dict, dict]:
+    """(chosen row, why) from :func:`candidates`, each departure paying for itself: the best zero-shot setting
+    replaces the default one (:func:`default_row`) only where it beats it by more than the spread of the per-fold
+    gains; then the best fitted row replaces that only where it beats it the same way."""
+    zs = min((r for r in rows if r["model"] == zero_shot), key=_key)
+    base = default_row(rows, zero_shot)
+    why: dict = {}
+    if base is not None and base is not zs:
+        wins, gains, gain, spread = _beats(zs, base)
+        why["zero_shot_setting"] = (
+            f"{zs['mode']} λ {zs['lambda']} {zs['norm'] or ''} beats the default hybrid λ {base['lambda']} by "
+            f"{gain:.4f} over the folds, more than their spread ({spread:.4f})" if wins else
+            f"the best zero-shot setting ({zs['mode']} λ {zs['lambda']} {zs['norm'] or ''}) gains {gain:+.4f} over the "
+            f"default hybrid λ {base['lambda']}, not more than the folds' spread ({spread:.4f}): the default is kept")
+        zs = zs if wins else base
+    others = [r for r in rows if r["model"] != zero_shot]
+    why["best_zero_shot"] = _public(zs)
+    if not others:
+        return zs, {**why, "rule": "no fitted model to compare: the best zero-shot setting"}
+    fitted = min(others, key=_key)
+    wins, gains, gain, spread = _beats(fitted, zs)
+    why.update({"best_fitted": _public(fitted), "gain_by_fold": gains, "mean_gain": round(gain, 4),
+                "gain_spread": round(spread, 4), "rule": (
+                    f"{fitted['model']} beats zero-shot by {gain:.4f} on average over {len(gains)} folds, more than "
+                    f"the folds' spread of that gain ({spread:.4f})" if wins else
+                    f"{fitted['model']}'s mean gain over zero-shot ({gain:+.4f}) does not exceed the folds' spread "
+                    f"of that gain ({spread:.4f}): the zero-shot setting is kept")})
+    return (fitted if wins else zs), why
+
+
+def _public(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+def public_rows(rows: list[dict]) -> list[dict]:
+    return [_public(r) for r in rows]
+
+
+def cv_stage(fit) -> dict:
+    """The cv stage of the running fit (``run._Fit``): one model fine-tuned per fold on the other folds' pairs, its
+    out-of-fold run over each held-out query's pool (kept in ``stages/cv/fold<i>/dev_run.json``; the fold model
+    itself is deleted once its run is saved), then every candidate scored by fold and :func:`decide`."""
+    import json
+    import shutil
+    import time
+
+    from twotower.data.pairs import load_pairs, save_pairs
+    from twotower.io import atomic_write_json
+
+    r = fit.recipe
+    folds = fit.split()["folds"]
+    zero_shot, sparse = fit.dev_run("zeroshot"), fit.bm25_dev()
+    pairs = load_pairs(fit.out / "stages" / "split" / "train_pairs.jsonl")
+    out_of_fold: Run = {}
+    fold_info = []
+    for i, held in enumerate(folds):
+        folder = fit.stages.dir(f"cv/fold{i}")
+        run_path = folder / "dev_run.json"
+        started = time.perf_counter()
+        if not run_path.is_file():
+            out = set(held)
+            fold_pairs = [p for p in pairs if p.qid not in out]
+            save_pairs(fold_pairs, folder / "pairs.jsonl")
+            model = fit.load_model(fit.train(f"cv/fold{i}", r.model, folder / "pairs.jsonl", r.epochs, 0))
+            pools = {q: candidate_pool([zero_shot, sparse], q, r.n_best) for q in held}
+            docs = sorted(set().union(*pools.values()))
+            q_vecs = model.encode_queries([fit.ds.queries[q] for q in held], fit.encode_opts())
+            if len(docs) > len(fit.doc_ids) // 2:  # the pools cost about a corpus: rank the whole corpus, exactly
+                docs = list(fit.doc_ids)
+                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
+                run = select.dense_run(q_vecs, vecs, held, docs, r.n_best)
+            else:
+                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
+                run = pooled_run(q_vecs, held, pools, dict(zip(docs, vecs)), r.n_best)
+            atomic_write_json(run_path, run)
+            atomic_write_json(folder / "fold.json", {"held_out": held, "train_pairs": len(fold_pairs),
+                                                     "pool_documents": len(docs),
+                                                     "wall_s": round(time.perf_counter() - started, 1)})
+            shutil.rmtree(folder / "run" / "model", ignore_errors=True)  # its run is all cv needs
+            shutil.rmtree(folder / "run" / "checkpoints", ignore_errors=True)
+        out_of_fold.update(json.loads(run_path.read_text()))
+        fold_info.append({"fold": i, **json.loads((folder / "fold.json").read_text())})
+    rows = candidates({"zeroshot": zero_shot, "finetune": out_of_fold}, sparse, fit.dev_qrels(), folds,
+                      lambdas=r.lambdas, n_best=r.n_best, metric=r.metric)
+    chosen, why = decide(rows)
+    return {"folds": fold_info, "metric": r.metric, "chosen": _public(chosen), "why": why,
+            "candidates": public_rows(rows)}
