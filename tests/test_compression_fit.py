@@ -27,7 +27,7 @@ def test_cli_fit_carries_matryoshka_into_training_and_resumes(tiny_bert_dir, tmp
     out = tmp_path / "fit"
     args = ["fit", "--data", str(data), "--out", str(out), "--model", str(tiny_bert_dir), "--min-dev", "4",
             "--batch-size", "4", "--epochs", "1", "--no-mine", "--no-progress", "--precision", "fp32",
-            "--matryoshka", "32,16,8", "--matryoshka-weights", "1,1,2"]
+            "--matryoshka", "32,16,8", "--matryoshka-weights", "1,1,2", "--cv-below", "0"]
     runner = CliRunner()
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -47,7 +47,7 @@ def test_api_fit_carries_matryoshka_into_both_training_rounds(tiny_bert_dir, tmp
     data = _data(tmp_path / "data")
     result = tt.fit(data, tmp_path / "fit", model=str(tiny_bert_dir), min_dev=4, batch_size=4, epochs=1,
                     mined_epochs=1, rank_from=1, rank_to=8, mined_per_query=2, matryoshka=[32, 8],
-                    show_progress=False, precision="fp32")
+                    show_progress=False, precision="fp32", cv_below=0)
     configs = _configs(result.out)
     assert sorted(configs) == ["finetune", "retrain"]
     for config in configs.values():

@@ -73,7 +73,7 @@ def test_fit_dev_score_is_what_eval_gives_with_the_stored_choices(tiny_bert_dir,
     qrels = [(f"q{i}", f"d{i}", 1) for i in range(len(WORDS))] + [("q0", "d1", 1), ("q2", "d3", 1)]
     data = write_beir(tmp_path / "data", corpus, queries, qrels, split="train")
     recipe = FitRecipe(model=str(tiny_bert_dir), min_dev=6, batch_size=4, epochs=1, mine=False, seed=3,
-                       lambdas=(0.1, 0.9))  # no λ is its own mirror image
+                       lambdas=(0.1, 0.9), cv_below=0)  # no λ is its own mirror image; one dev split (no folds)
     result = run_fit(data, tmp_path / "out", recipe, FitOptions(show_progress=False, precision="fp32"))
     choices = result.report["choices"]
     # the fusion is where a stored choice can differ from the scored one: this data must make fit choose it
@@ -138,7 +138,8 @@ def test_fit_trains_past_an_empty_judged_document_and_eval_still_judges_it(tiny_
     from twotower.training.fit import FitOptions, FitRecipe, run_fit
 
     data = _with_empty_documents(tmp_path / "d")
-    recipe = FitRecipe(model=str(tiny_bert_dir), min_dev=2, dev_fraction=0.1, batch_size=4, epochs=1, mine=False)
+    recipe = FitRecipe(model=str(tiny_bert_dir), min_dev=2, dev_fraction=0.1, batch_size=4, epochs=1, mine=False,
+                       cv_below=0)  # the single-split fit (its fine-tuning stage)
     with caplog.at_level(logging.WARNING):
         result = run_fit(data, tmp_path / "out", recipe, FitOptions(show_progress=False, precision="fp32"))
     assert result.report["stages"]["finetune"]["model"]
