@@ -149,16 +149,21 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress)
     doc_ids = list(ds.corpus)
     t0 = time.perf_counter()
-    if cfg.passages and not cfg.prf_depth:  # as an index with passages searches (PRF: each document's first window)
-        return _passage_run(cfg, ds, model, opts, doc_ids, timings, t0)
-    doc_vecs = model.encode_documents([ds.corpus[d].full_text for d in doc_ids], replace(opts, compile=cfg.compile))
+    # passages as an index with passages searches (PRF: each document's first window)
+    offsets, texts = _passages(model, ds, doc_ids) if cfg.passages and not cfg.prf_depth else \
+        (None, [ds.corpus[d].full_text for d in doc_ids])
+    doc_vecs = model.encode_documents(texts, replace(opts, compile=cfg.compile))
     elapsed = time.perf_counter() - t0
     timings["index_s"] = elapsed
     timings["encode_docs_per_s"] = len(doc_ids) / elapsed
     qids = list(ds.queries)
     t0 = time.perf_counter()
     q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
-    if cfg.prf_depth:
+    if offsets is not None:  # each document scored by its best passage, exactly
+        from twotower.retrieval.multivector import exact_multivector_search
+
+        scores, idx = exact_multivector_search(q_vecs, doc_vecs, offsets, cfg.top_k)
+    elif cfg.prf_depth:
         from twotower.retrieval.prf import search_with_feedback
 
         scores, idx = search_with_feedback(q_vecs, doc_vecs, cfg.top_k, cfg.prf_depth, _prf_weight(cfg))
@@ -168,26 +173,16 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     return to_run(qids, doc_ids, scores, idx)
 
 
-def _passage_run(cfg: EvalConfig, ds: BeirDataset, model, opts, doc_ids: list[str], timings: dict, t0: float) -> Run:
-    """Dense retrieval over passages (:mod:`twotower.encoders.passages`, the defaults an index uses): every
-    passage encoded, each document scored by its best passage, exactly."""
+def _passages(model, ds: BeirDataset, doc_ids: list[str]):
+    """``(offsets, texts)``: the corpus split into passages as an index splits it by default
+    (:mod:`twotower.encoders.passages`)."""
     from twotower.encoders.passages import PassageSpec, split_documents
-    from twotower.retrieval.multivector import exact_multivector_search
 
     docs = [ds.corpus[d] for d in doc_ids]
     split = split_documents(model.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs],
                             PassageSpec().resolved(model.doc_max_length), prompt=model.prompts.get("document", ""),
                             ids=doc_ids)
-    vecs = model.encode_documents(split.texts, replace(opts, compile=cfg.compile))
-    elapsed = time.perf_counter() - t0
-    timings["index_s"] = elapsed
-    timings["encode_docs_per_s"] = len(doc_ids) / elapsed
-    qids = list(ds.queries)
-    t0 = time.perf_counter()
-    q_vecs = model.encode_queries([ds.queries[q] for q in qids], opts)
-    scores, idx = exact_multivector_search(q_vecs, vecs, split.offsets, cfg.top_k)
-    timings["queries_per_s"] = len(qids) / (time.perf_counter() - t0)
-    return to_run(qids, doc_ids, scores, idx)
+    return split.offsets, split.texts
 
 
 def _prf_weight(cfg: EvalConfig) -> float:
