@@ -25,7 +25,8 @@ from twotower.retrieval.filters import parse_filter
 from twotower.retrieval.index.errors import UnknownIdError, WouldEmptyError
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
-from twotower.retrieval.milvus.writes import BATCH, query_all
+from twotower.retrieval.milvus.rows import read_visible
+from twotower.retrieval.milvus.writes import query_all
 
 
 def _expr(store, flt) -> str:
@@ -44,12 +45,7 @@ def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: st
         store.rows(ids)  # unknown ids: an error naming them
         if not expr:
             return ids
-        passed: set[str] = set()
-        with store._errors("reading documents"):
-            for i in range(0, len(ids), BATCH):
-                where = f"{mc.ids_filter(ids[i:i + BATCH])} and {store._visible(expr)}"
-                passed.update(e["id"] for e in store.client.query(store.collection, filter=where,
-                                                                  output_fields=["id"]))
+        passed = read_visible(store, ids, ["id"], expr)
         return [d for d in ids if d in passed]
     with store._errors("listing document ids"):
         return sorted({e["id"] for e in query_all(store.client, store.collection, store._visible(expr), ["id"])})

@@ -4,6 +4,10 @@ A :class:`~twotower.retrieval.milvus.store.MilvusStore` numbers the ids its sear
 (``doc_ids`` grows, ``row_of`` — a :class:`RowTable` — maps back and asks Milvus about ids it has not met), so
 nothing holds the whole id list in memory.
 
+Reads by id (:func:`read_visible`) go to Milvus in batches as large as Milvus allows: in Milvus Lite each
+``id in [...]`` query is a pass over every row of the collection (only a ``pk in [...]`` query looks rows up), so
+5,000 ids cost one pass, not five as in batches of 1,024 (issue #54).
+
 Example::
 
     row = store.row_of.intern("doc-1")  # the id's row, numbered now if the store had not met it
@@ -13,8 +17,48 @@ Example::
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
+from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.state import visible
+
+READ_BATCH = 16_384  # ids per query: Milvus' query result window (limit + offset, and rows per query, at most 16,384)
+# a server refuses a result over its byte limit (quotaAndLimits.limits.maxOutputSize, 100 MB by default: "query
+# results exceed the limit size") or over its gRPC message size ("larger than max"): the batch is then split in halves
+_TOO_LARGE = ("limit size", "maxoutputsize", "larger than max", "message larger")
+
+
+def _too_large(exc: BaseException) -> bool:
+    return mc._is_milvus(exc) and any(w in mc._message(exc).lower() for w in _TOO_LARGE)
+
+
+def read_visible(store, ids: Sequence[str], fields: Sequence[str], expr: str = "") -> dict[str, dict]:
+    """The rows of ``ids`` that ``store``'s committed write shows (:func:`.state.visible`) and ``expr`` (a Milvus
+    expression, :meth:`~.store.MilvusStore.filter_expression`) selects, by id, each with ``id`` and ``fields``: one
+    query per :data:`READ_BATCH` distinct ids; a batch whose result the server finds too large is asked again in
+    halves. Ids no visible row holds are absent."""
+    ids = list(dict.fromkeys(ids))
+    where = store._visible(expr)
+    fields = ["id", *(f for f in fields if f != "id")]
+    out: dict[str, dict] = {}
+
+    def ask(chunk: list[str]) -> None:
+        try:
+            rows = store.client.query(store.collection, filter=f"{mc.ids_filter(chunk)} and ({where})",
+                                      output_fields=fields)
+        except Exception as exc:
+            if len(chunk) == 1 or not _too_large(exc):
+                raise
+            ask(chunk[:len(chunk) // 2])
+            ask(chunk[len(chunk) // 2:])
+            return
+        for e in rows:
+            out[e["id"]] = e
+
+    with store._errors("reading documents"):
+        for i in range(0, len(ids), READ_BATCH):
+            ask(ids[i:i + READ_BATCH])
+    return out
 
 
 class RowTable:
@@ -61,3 +105,14 @@ class RowTable:
         if doc_id in self._rows:
             return self._rows[doc_id]
         return self.intern(doc_id) if self._store.existing([doc_id]) else default
+
+    def known(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` in the index (each numbered), asked in batched queries, not one per id."""
+        with self._lock:
+            found = {d for d in ids if d in self._rows}
+        rest = [d for d in dict.fromkeys(ids) if d not in found and isinstance(d, str)]
+        if rest:
+            for d in read_visible(self._store, rest, ["id"]):
+                self.intern(d)
+                found.add(d)
+        return found

@@ -38,9 +38,9 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
-from twotower.retrieval.milvus.rows import RowTable
+from twotower.retrieval.milvus.rows import RowTable, read_visible
 from twotower.retrieval.milvus.state import State, visible
-from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
+from twotower.retrieval.milvus.writes import check_sizes, digest, write, write_version
 
 if TYPE_CHECKING:
     from twotower.retrieval.milvus.lexical_search import MilvusBM25
@@ -181,14 +181,8 @@ class MilvusStore:
     # ---- documents ----------------------------------------------------------------------
 
     def _query(self, ids: Sequence[str], fields: list[str]) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        ids = list(dict.fromkeys(ids))
-        with self._errors("reading documents"):
-            for i in range(0, len(ids), BATCH):
-                for e in self.client.query(self.collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(self.head)})",
-                                                output_fields=["id", *fields]):
-                    out[e["id"]] = e
-        return out
+        """The visible rows of ``ids`` with ``fields``, by id (batched: :func:`.rows.read_visible`)."""
+        return read_visible(self, ids, fields)
 
     def existing(self, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` that the collection holds."""
