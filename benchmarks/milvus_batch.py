@@ -4,15 +4,19 @@ batched (duplicate checks, ``documents()``, the rows a remove or replace reads, 
 Both backends hold the same index: SciFact's 5,183 documents with BM25, random 384-d vectors (encoding is the same
 for both and left out). Timed, each on its own copy: the duplicate check of 1,000 and 10,000 new ids plus the add
 itself (``store.existing`` + ``store.add`` on Milvus, ``row_of`` + ``store.add`` locally), ``documents()`` of 5,000
-ids (``tt.Index.documents``'s path: ``store.documents``), and a remove of 1,000. Milvus: Milvus Lite, embedded (a
-``.db`` folder).
+ids (``tt.Index.documents``'s path: ``store.documents``; the median of ``--repeat`` runs, each of new ids on a freshly
+opened store, local and Milvus alternating; also in queries of 1,024 ids as before the reads were batched by 16,384,
+and Milvus Lite's engine alone), and a remove of 1,000. Milvus: Milvus Lite, embedded (a ``.db`` folder). The load average of the shared machine is
+recorded with each row.
 
-    python benchmarks/milvus_batch.py
+    python benchmarks/milvus_batch.py [--repeat 5]
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -26,9 +30,13 @@ import _common  # noqa: E402
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, help="runs of documents() per backend (the median is kept)")
+    args = ap.parse_args()
     import twotower as tt
     from twotower.retrieval.index.kinds import IndexSpec
     from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus import rows as milvus_rows
     from twotower.retrieval.milvus.store import MilvusStore, forget_client
     from twotower.retrieval.store import IndexStore
 
@@ -63,21 +71,28 @@ def main() -> None:
         build["milvus"] = time.perf_counter() - t0
         stores = {"local": lambda: IndexStore.open(work / "local"), "milvus": lambda: MilvusStore.open(work / "milvus")}
 
-        def timed(name: str, fn) -> None:
+        def timed(name: str, fn, repeat: int = 1) -> None:
+            """``fn(store, backend, run)`` on a freshly opened store of each backend, ``repeat`` runs alternating
+            (both backends meet the same load); the median run."""
             row = {"operation": name}
-            for backend, opener in stores.items():
-                store = opener()
-                t0 = time.perf_counter()
-                fn(store, backend)
-                row[f"{backend}_s"] = round(time.perf_counter() - t0, 3)
+            runs: dict[str, list[float]] = {backend: [] for backend in stores}
+            for run in range(repeat):
+                for backend, opener in stores.items():
+                    store = opener()
+                    t0 = time.perf_counter()
+                    fn(store, backend, run)
+                    runs[backend].append(time.perf_counter() - t0)
+            for backend in stores:
+                row[f"{backend}_s"] = round(statistics.median(runs[backend]), 3)
             row["milvus_over_local"] = round(row["milvus_s"] / row["local_s"], 2)
+            row["load_1m"] = round(_common.load_average(), 2)
             rows.append(row)
             print(row, flush=True)
 
         def add(n: int, tag: str):
             docs = new_docs(n, tag)
 
-            def run(store, backend):
+            def run(store, backend, _run):
                 if backend == "milvus":
                     assert not store.existing(docs.ids)
                 else:
@@ -87,23 +102,67 @@ def main() -> None:
 
         rows.append({"operation": "build 5,183 (for reference)", "local_s": round(build["local"], 3),
                      "milvus_s": round(build["milvus"], 3),
-                     "milvus_over_local": round(build["milvus"] / build["local"], 2)})
+                     "milvus_over_local": round(build["milvus"] / build["local"], 2),
+                     "load_1m": round(_common.load_average(), 2)})
         timed("add 1,000 (duplicate check + write)", add(1_000, "a"))
         timed("add 10,000 (duplicate check + write)", add(10_000, "b"))
-        sample = list(rng.choice(ids, size=5_000, replace=False))
-        timed("documents() of 5,000", lambda store, _: store.documents(sample))
-        timed("remove 1,000", lambda store, _: store.remove(sample[:1_000], show_progress=False))
+        # a new sample of 5,000 ids each run (the same for both backends): Milvus Lite caches a compiled expression
+        samples = [[str(d) for d in rng.choice(ids, size=5_000, replace=False)] for _ in range(args.repeat)]
+        timed(f"documents() of 5,000 (median of {args.repeat})",
+              lambda store, _, run: store.documents(samples[run]), args.repeat)
+
+        def before(store, backend, run):  # the same in queries of 1,024 ids, as before issue #54's read batching
+            if backend == "local":
+                return store.documents(samples[run])
+            saved, milvus_rows.READ_BATCH = milvus_rows.READ_BATCH, 1_024
+            try:
+                return store.documents(samples[run])
+            finally:
+                milvus_rows.READ_BATCH = saved
+
+        timed(f"documents() of 5,000 in queries of 1,024 ids (before; median of {args.repeat})", before, args.repeat)
+        in_process(rows, stores["milvus"](), samples, args.repeat)
+        sample = samples[0]
+        timed("remove 1,000", lambda store, _, __: store.remove(sample[:1_000], show_progress=False))
         forget_client(str(work / "m.db"))
         shutil.rmtree(work, ignore_errors=True)
     _common.write_results("milvus_batch", rows, notes=NOTES,
                           extra={"load_average_1m": {"start": load_start, "end": _common.load_average()}})
 
 
+def in_process(rows: list, store, samples: list[list[str]], repeat: int) -> None:
+    """Where documents()' time goes on Milvus Lite: the same query run by Milvus Lite's engine in this process (no
+    gRPC, no pymilvus; new id lists, as the engine caches compiled expressions), the median of ``repeat`` runs;
+    skipped where Milvus Lite's internals differ."""
+    from twotower.retrieval.milvus import client as mc
+
+    try:
+        from milvus_lite import server_manager_instance
+
+        engine = server_manager_instance._servers[store.uri][1].get_collection(store.collection)
+    except Exception as exc:  # another Milvus Lite than 3.x
+        print(f"in-process rows skipped: {exc!r}")
+        return
+    fields = ["id", "title", "text", mc.METADATA]
+    runs = []
+    for run in range(repeat):
+        sample = samples[run][1:] + samples[run][:1]  # another expression than the runs above
+        t0 = time.perf_counter()
+        got = engine.query(f"{mc.ids_filter(sample)} and ({store._visible()})", output_fields=fields)
+        runs.append(time.perf_counter() - t0)
+        assert len(got) == len(sample)
+    row = {"operation": f"documents() of 5,000: Milvus Lite's engine alone (its query() in process; median of "
+                        f"{repeat})", "milvus_s": round(statistics.median(runs), 3),
+           "load_1m": round(_common.load_average(), 2)}
+    rows.append(row)
+    print(row, flush=True)
+
+
 NOTES = """\
 Seconds of one run each, on 2 shared cores (the load average is in the JSON). The local backend writes a new version
 folder (vectors, ids, BM25 index); Milvus upserts the rows in batches of 256, keeps the BM25 statistics' delta in the
-state collection and decides the write by consensus on state rows. Ids go to Milvus 256 per query (`id in [...]`
-expressions).
+state collection and decides the write by consensus on state rows. Reads by id go to Milvus 16,384 per query (`id in
+[...]` expressions; Milvus' query result window); writes read the rows they replace 1,024 per query.
 """
 
 if __name__ == "__main__":

@@ -133,8 +133,10 @@ def test_unknown_options_and_wrong_embeddings_are_named(tmp_path):
         TwoTowerVectorStore(embedding=lambda texts: texts)
 
 
-def test_a_milvus_backed_store(tmp_path):
+def test_a_milvus_backed_store(tmp_path, monkeypatch):
     pytest.importorskip("milvus_lite", reason="Milvus Lite (pip install milvus-lite) is not installed")
+    from pymilvus import MilvusClient
+
     store = TwoTowerVectorStore.from_texts(TEXTS, FAKE, metadatas=METAS, ids=IDS, path=tmp_path / "m",
                                            backend="milvus", uri=str(tmp_path / "m.db"), collection="lc")
     got = store.similarity_search_with_score("warm drinks", k=3, filter={"group": 2})
@@ -143,3 +145,12 @@ def test_a_milvus_backed_store(tmp_path):
     store.delete(["n2", "missing"])
     store.add_texts(["replaced"], [{"id": 99}], ids=["n5"])
     assert store.get_by_ids(["n2", "n5"]) == [Document(page_content="replaced", metadata={"id": 99}, id="n5")]
+    queries = []  # issue #54: reads by id in batched queries, not one or two per id
+    real = MilvusClient.query
+    monkeypatch.setattr(MilvusClient, "query", lambda self, *a, **k: queries.append(1) or real(self, *a, **k))
+    asked = IDS + [f"missing{i}" for i in range(30)] + ["n0"]
+    assert [d.id for d in store.get_by_ids(asked)] == [i for i in IDS if i != "n2"] + ["n0"]
+    assert len(queries) <= 4  # the committed state's check, the ids, the documents (was 48: one or two per id)
+    queries.clear()
+    store.delete([f"missing{i}" for i in range(30)])  # unknown ids: no error, nothing written
+    assert len(queries) <= 2

@@ -107,7 +107,7 @@ class IndexHolder:
             if self.index is None:
                 return
             store = self.index.store
-            present = list(dict.fromkeys(i for i in (store.doc_ids if ids is None else ids) if i in store.row_of))
+            present = _present(store, list(dict.fromkeys(store.doc_ids if ids is None else ids)))
             if not present:
                 return
             if len(present) < len(self.index):
@@ -135,8 +135,10 @@ class IndexHolder:
                 return []
             self.index._searcher.refresh()
             store = self.index.store
-            rows = [store.row_of[i] for i in ids if i in store.row_of]
-            return [_document(store.document(r)) for r in rows]
+            present = _present(store, list(ids))
+            if hasattr(store, "prefetch"):  # a Milvus index: the documents in batched queries, not one each
+                store.prefetch(present)
+            return [_document(store.document(store.row_of[i])) for i in present]
 
     def ids_matching(self, filter) -> list[str]:
         """The ids of the documents ``filter`` lets through (None: all), in row order (a local index)."""
@@ -180,6 +182,16 @@ class IndexHolder:
                 raise TwoTowerError("maximal marginal relevance needs one vector per document; this index is "
                                     "multi-vector")
             return store.float_vectors(np.array([store.row_of[i] for i in ids], dtype=np.int64))
+
+
+def _present(store, ids: list[str]) -> list[str]:
+    """Those of ``ids`` in the index, in their order; on Milvus asked in batched queries (``row_of.known``), not one
+    query per id."""
+    known = getattr(store.row_of, "known", None)
+    if known is not None:
+        found = known(ids)
+        return [i for i in ids if i in found]
+    return [i for i in ids if i in store.row_of]
 
 
 def _document(doc: dict) -> dict:

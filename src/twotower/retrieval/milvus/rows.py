@@ -109,7 +109,7 @@ class RowTable:
     def known(self, ids: Sequence[str]) -> set[str]:
         """Those of ``ids`` in the index (each numbered), asked in batched queries, not one per id."""
         with self._lock:
-            found = {d for d in ids if d in self._rows}
+            found = {d for d in ids if isinstance(d, str) and d in self._rows}
         rest = [d for d in dict.fromkeys(ids) if d not in found and isinstance(d, str)]
         if rest:
             for d in read_visible(self._store, rest, ["id"]):

@@ -189,7 +189,9 @@ class MilvusStore:
         return set(self._query(ids, ["id"]))
 
     def rows(self, ids: Sequence[str]) -> list[int]:
-        known = self.existing(ids)
+        """The rows of ``ids`` (unknown ids are an error): the ids this store met already from memory, the others in
+        batched queries."""
+        known = self.row_of.known(ids)
         missing = [d for d in ids if d not in known]
         if missing:
             shown = ", ".join(repr(d) for d in missing[:5]) + (" …" if len(missing) > 5 else "")
@@ -227,14 +229,15 @@ class MilvusStore:
         return [dict(cached[d]) for d in ids]
 
     def prefetch(self, ids: Sequence[str]) -> None:
-        """Read the documents ``ids`` into the cache in batched queries (the ones still there: no error for others),
-        so that :meth:`document` then asks Milvus nothing."""
+        """Read the documents ``ids`` into the cache in batched queries (the ones still there, each numbered: no error
+        for others), so that :meth:`document` and ``row_of`` then ask Milvus nothing."""
         ids = list(dict.fromkeys(ids))
         with self._docs_lock:
             wanted = [d for d in ids if d not in self._docs]
         found = self._query(wanted, ["title", "text", mc.METADATA]) if wanted else {}
         with self._docs_lock:
             for doc_id, e in found.items():
+                self.row_of.intern(doc_id)
                 doc = {"_id": doc_id, "title": e["title"], "text": e["text"]}
                 if e.get(mc.METADATA):
                     doc["metadata"] = e[mc.METADATA]
