@@ -193,6 +193,10 @@ class IndexStore:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` this version holds."""
+        return {d for d in ids if d in self.row_of}
+
     def info(self) -> dict:
         """The manifest, with ``backend`` and ``live_version`` (this version's name)."""
         return {**self.manifest, "backend": "faiss", "live_version": self.version}

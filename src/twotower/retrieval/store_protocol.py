@@ -63,6 +63,9 @@ class Store(Protocol):
         """Top-``k`` ``(scores, rows)`` per query vector, best first (row -1 / score -inf where fewer)."""
         ...
 
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` the store holds (batched: no round trip per id)."""
+
     def rows(self, ids: Sequence[str]) -> list[int]: ...
 
     def document(self, row: int) -> dict: ...

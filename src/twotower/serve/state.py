@@ -128,7 +128,8 @@ class ServiceState:
 
         with self.write_lock:
             store = self.snapshot()
-            dup = [d.id for d in docs if d.id in store.row_of]
+            held = store.existing([d.id for d in docs])  # one batched lookup, not a query per document on Milvus
+            dup = [d.id for d in docs if d.id in held]
             if dup and not replace:
                 raise Conflict(f"{len(dup)} document id(s) already in the index: "
                                 + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
