@@ -86,7 +86,7 @@ class Index(Managing):
         workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
         collection: str | None = None, runtime: str | None = None, embedding=None, passages: bool | None = None,
         passage_window: int | None = None, passage_overlap: int | None = None, max_passages: int | None = None,
-        **options,
+        passage_score: str | None = None, **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -108,7 +108,8 @@ class Index(Managing):
         cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on for a local index):
         a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
         into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each;
-        it scores as its best passage, which every :class:`Hit` carries. At most ``max_passages`` (1000) per
+        it scores as its best passage (``passage_score="max"``; ``"first"``: as its first passage, the ranking of
+        truncation), and every :class:`Hit` carries its best passage. At most ``max_passages`` (1000) per
         document. ``passages=False`` keeps each document's first window only. Everything is checked before any
         encoding.
 
@@ -155,7 +156,7 @@ class Index(Managing):
                            compile=compile)
         from twotower.api.index_build import passage_option, write_index
 
-        split = passage_option(passages, passage_window, passage_overlap, max_passages)
+        split = passage_option(passages, passage_window, passage_overlap, max_passages, passage_score)
 
         model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
                                    metadatas=metadatas, language_given=language is not None, runtime=runtime,

@@ -37,7 +37,8 @@ def _encoder_parts(encoder, device: str):
         (str(encoder) if encoder is not None else None)
 
 
-def passage_option(passages: bool | None, window: int | None, overlap: int | None, limit: int | None):
+def passage_option(passages: bool | None, window: int | None, overlap: int | None, limit: int | None,
+                   score: str | None = None):
     """What :meth:`Index.build <twotower.Index.build>`'s passage options ask for: None (the backend's default),
     False (each document's first window), or a :class:`~twotower.encoders.passages.PassageSpec` (checked again
     against the encoder's length before any encoding)."""
@@ -47,7 +48,8 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
     if passages is not None and not isinstance(passages, bool):
         raise TwoTowerError(f"{flag('passages')}: True or False, not {passages!r}")
     tuned = {name: value for name, value in (("passage_window", window), ("passage_overlap", overlap),
-                                             ("max_passages", limit)) if value is not None}
+                                             ("max_passages", limit), ("passage_score", score))
+             if value is not None}
     if passages is False:
         if tuned:
             off = switch("passages", "--no-passages").replace("True", "False")
@@ -55,11 +57,12 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
                                 "one of them")
         return False
     for name, value in tuned.items():
-        check_number(value, name, integer=True, minimum=0 if name == "passage_overlap" else 1)
+        if name != "passage_score":
+            check_number(value, name, integer=True, minimum=0 if name == "passage_overlap" else 1)
     if passages is None and not tuned:
         return None
     return PassageSpec(window=window, overlap=overlap,
-                       max_passages=MAX_PASSAGES if limit is None else limit)
+                       max_passages=MAX_PASSAGES if limit is None else limit, score=score or "max")
 
 
 def external_parts(docs: list, embedding, given_vectors):

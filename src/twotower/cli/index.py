@@ -82,6 +82,9 @@ def index_build(
                                                   "passages share (default: an eighth of the window, 32 for 256)."),
     max_passages: Optional[int] = typer.Option(None, "--max-passages", help="Most passages a document may make "
                                                "(default 1000); a longer document is refused."),
+    passage_score: Optional[str] = typer.Option(None, "--passage-score", help="How a document of several passages "
+                                                "scores: max (its best passage, the default) or first (its first "
+                                                "passage, as truncation ranks; hits still carry the best)."),
 ) -> None:
     """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
     try:
@@ -93,7 +96,7 @@ def index_build(
             ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
             vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor, runtime=runtime,
             passages=passages, passage_window=passage_window, passage_overlap=passage_overlap,
-            max_passages=max_passages,
+            max_passages=max_passages, passage_score=passage_score,
             **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
                else {}))
     except (TwoTowerError, ValueError) as exc:

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 OVERLAP_SHARE = 8  # by default two neighbouring passages share 1/8 of the window (32 tokens of MiniLM's 256)
 MAX_PASSAGES = 1_000  # per document (≈ 200k tokens at MiniLM's 256): more is refused unless max_passages is raised
 MIN_WINDOW = 16  # tokens: a smaller window leaves no room for text behind the title
+SCORES = ("max", "first")  # a document scores as its best passage (MaxP) or as its first (FirstP)
 _SENTENCE_END = re.compile(r"[.!?;。！？…]['\")\]]*$")
 
 
@@ -44,11 +45,13 @@ _SENTENCE_END = re.compile(r"[.!?;。！？…]['\")\]]*$")
 class PassageSpec:
     """How documents are split: ``window`` tokens at most per passage (None: the encoder's document length),
     ``overlap`` tokens shared by neighbours (None: an eighth of the window), at most ``max_passages`` passages per
-    document."""
+    document; ``score``: how a document scores, ``"max"`` (its best passage, MaxP) or ``"first"`` (its first passage,
+    FirstP: the ranking of truncation, while hits still carry their best passages)."""
 
     window: int | None = None
     overlap: int | None = None
     max_passages: int = MAX_PASSAGES
+    score: str = "max"
 
     def resolved(self, doc_max_length: int) -> "PassageSpec":
         """This spec checked against an encoder whose document tower reads ``doc_max_length`` tokens, with the
@@ -62,14 +65,17 @@ class PassageSpec:
             raise TwoTowerError(f"{flag('passage_overlap')} {overlap} must be less than half of the passage window "
                                 f"({window} tokens), so that each passage moves on by more than it repeats")
         limit = check_number(self.max_passages, "max_passages", integer=True, minimum=1)
-        return PassageSpec(window=int(window), overlap=int(overlap), max_passages=int(limit))
+        if self.score not in SCORES:
+            raise TwoTowerError(f"{flag('passage_score')} is one of {', '.join(SCORES)}, not {self.score!r}")
+        return PassageSpec(window=int(window), overlap=int(overlap), max_passages=int(limit), score=self.score)
 
     def manifest(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_manifest(cls, entry: dict | None) -> "PassageSpec | None":
-        return None if not entry else cls(**{k: entry[k] for k in ("window", "overlap", "max_passages") if k in entry})
+        return None if not entry else cls(**{k: entry[k] for k in ("window", "overlap", "max_passages", "score")
+                                                    if k in entry})
 
 
 @dataclass

@@ -150,14 +150,17 @@ def encode_multivector(
 
 
 def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, rows: Sequence[int],
-                  decode=None) -> np.ndarray:
+                  decode=None, first: bool = False) -> np.ndarray:
     """Exact ME-BERT (or MaxP passage) scores (n_queries, len(rows)): max over each document's vectors (−inf for a
     document with none). One gather and one matmul for all the rows' vectors, then a segmented max. ``decode``:
-    stored rows to float32 (an index's codec: fp16, int8, bits), default a plain cast."""
+    stored rows to float32 (an index's codec: fp16, int8, bits), default a plain cast. ``first``: each document's
+    first vector only (passages scored FirstP)."""
     rows = np.asarray(rows, dtype=np.int64)
     out = np.full((len(queries), len(rows)), -np.inf, dtype=np.float32)
     starts = np.asarray(offsets)[rows]
     counts = np.asarray(offsets)[rows + 1] - starts
+    if first:
+        counts = np.minimum(counts, 1)
     has = counts > 0
     if not has.any():
         return out
@@ -170,13 +173,14 @@ def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray,
 
 
 def reduce_to_documents(
-    queries: np.ndarray, entries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int, decode=None
+    queries: np.ndarray, entries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int, decode=None,
+    first: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Turn entry hits (n_queries, n) into the top-``k`` documents, re-scored exactly.
 
     ``entries`` are rows of ``vectors`` (−1 for none); the owner of entry e is the document d
     with offsets[d] <= e < offsets[d+1]. Returns ``(scores, doc_rows)``, (n_queries, k), best
-    first, padded with −inf / −1.
+    first, padded with −inf / −1. ``first``: a document scores by its first row (:func:`maxsim_scores`).
     """
     scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
     docs = np.full((len(queries), k), -1, dtype=np.int64)
@@ -185,7 +189,7 @@ def reduce_to_documents(
         cand = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
         if len(cand) == 0:
             continue
-        s = maxsim_scores(queries[qi : qi + 1], vectors, offsets, cand, decode)[0]
+        s = maxsim_scores(queries[qi : qi + 1], vectors, offsets, cand, decode, first)[0]
         top = np.argsort(-s, kind="stable")[:k]
         scores[qi, : len(top)] = s[top]
         docs[qi, : len(top)] = cand[top]

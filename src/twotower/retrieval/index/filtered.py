@@ -55,8 +55,10 @@ def exact(store, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, n
             else:
                 from twotower.retrieval.multivector import maxsim_scores
 
+                from twotower.retrieval.index.grouped import first_only
+
                 scores[:, s : s + len(block)] = maxsim_scores(block_q, store.vectors, store.offsets, block,
-                                                              store.codec.decode)
+                                                              store.codec.decode, first_only(store))
         for i, row_scores in enumerate(scores):
             best = np.argpartition(-row_scores, take - 1)[:take] if len(rows) > 4 * take else np.arange(len(rows))
             order = best[np.lexsort((best, -row_scores[best]))][:take]  # best first, equal scores by row
@@ -134,9 +136,10 @@ def search_masked(store, q: np.ndarray, k: int, mask: np.ndarray, *, ef_search: 
         else:
             scores, out = index.search(q, k, params=_params(store, index, sel, ef_search, nprobe, share))
     else:  # passages or ME-BERT: the selector covers every row of a matching document
-        from twotower.retrieval.index.grouped import search_grouped
+        from twotower.retrieval.index.grouped import row_mask, search_grouped
 
-        sel = _selector(np.repeat(mask, np.diff(store.offsets)))
+        rows_seen = row_mask(store, mask)
+        sel, share = _selector(rows_seen), max(float(rows_seen.mean()), 1e-9)  # the share of vector rows let through
         params = None if store.codec.vectors == "binary" else _params(store, index, sel, ef_search, nprobe, share)
         scores, out = search_grouped(store, q, k, ef_search=ef_search, nprobe=nprobe, candidates=candidates,
                                      rescore_factor=rescore_factor, sel=sel, share=share, params=params,

@@ -1,5 +1,6 @@
 """Searching an index whose documents own several vector rows: passages of long documents (MaxP) and ME-BERT's m
-token vectors. Both score a document by its best row.
+token vectors. Both score a document by its best row; passages built with ``passage_score="first"`` score a document
+by its first row (FirstP), searched through a selector over first rows (:func:`row_mask`).
 
 The FAISS index holds rows (passages or token vectors). A search asks it for the top entries, maps each entry to
 the document that owns it (``offsets``), and scores those candidate documents exactly over all of their rows, decoded
@@ -21,6 +22,23 @@ from __future__ import annotations
 import numpy as np
 
 WIDEN = 4  # passages: first k × WIDEN entries, then × WIDEN again until k documents
+
+
+def first_only(store) -> bool:
+    """Whether ``store``'s documents score by their first passage (``passage_score="first"``), not their best."""
+    return (store.passages or {}).get("score", "max") == "first"
+
+
+def row_mask(store, doc_mask: np.ndarray) -> np.ndarray:
+    """The vector rows that the documents of ``doc_mask`` let a search see: all of each document's rows, or only its
+    first under :func:`first_only`."""
+    offsets = np.asarray(store.offsets)
+    counts = np.diff(offsets)
+    if not first_only(store):
+        return np.repeat(doc_mask, counts)
+    out = np.zeros(int(offsets[-1]), dtype=bool)
+    out[offsets[:-1][doc_mask & (counts > 0)]] = True
+    return out
 
 
 def owners(offsets: np.ndarray, entries: np.ndarray) -> np.ndarray:
@@ -71,4 +89,4 @@ def search_grouped(store, q: np.ndarray, k: int, *, ef_search, nprobe, candidate
         if found >= wanted:
             break
         n *= WIDEN
-    return reduce_to_documents(q, entries, store.vectors, store.offsets, k, store.codec.decode)
+    return reduce_to_documents(q, entries, store.vectors, store.offsets, k, store.codec.decode, first_only(store))

@@ -47,6 +47,11 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
                    mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`IndexStore.search <twotower.retrieval.store.IndexStore.search>` for the projected queries ``q``:
     ``(scores, rows)``, each (n_queries, k), best first; row -1 and score -inf where fewer."""
+    if mask is None and store.offsets is not None:
+        from twotower.retrieval.index.grouped import first_only
+
+        if first_only(store):  # FirstP: FAISS sees only first rows, through the filtered path's selector
+            mask = np.ones(len(store), dtype=bool)
     if mask is not None:
         from twotower.retrieval.index.filtered import search_masked
 
