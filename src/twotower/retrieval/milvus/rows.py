@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from twotower.retrieval.milvus.state import visible
+from twotower.retrieval.milvus.state import documents_visible
 
 
 class RowTable:
@@ -37,7 +37,7 @@ class RowTable:
         """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
         with self._store._errors("listing document ids"):
             it = self._store.client.query_iterator(self._store.collection, batch_size=1000,
-                                                   filter=visible(self._store.head), output_fields=["id"])
+                                                   filter=documents_visible(self._store.head), output_fields=["id"])
             try:
                 while batch := it.next():
                     for e in batch:
