@@ -18,7 +18,7 @@ pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
-from conftest import subprocess_env  # noqa: E402
+from conftest import serve_client, subprocess_env  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client  # noqa: E402
 from twotower.retrieval.milvus.writes import query_all  # noqa: E402
 
@@ -124,6 +124,8 @@ def test_a_row_per_passage_tied_to_its_document(pair):
     assert sorted(d.id for d in milvus.get()) == sorted(d["_id"] for d in _docs())
     assert milvus.list(limit=100).total == 11
     assert [d.text for d in milvus.get(["long3"])] == [_docs()[3]["text"]]
+    body = serve_client(milvus.path, None).get("/info").json()  # GET /info reports the passages
+    assert body["passages"] == mi["num_passages"] and body["documents"] == 11
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid", "rrf", "bm25"])

@@ -35,6 +35,12 @@ _TEXT = re.compile(r"\btext like\b")  # a $text condition in a filter's expressi
 WIDEN = 4  # rows asked per document wanted, and the factor each widening multiplies them by (as grouped.py)
 
 
+def split_any(store) -> bool:
+    """Whether ``store`` (one committed write) holds a document of several passages (rows outnumber documents):
+    without one, every search and passage is a document's own row, read as without passages."""
+    return bool(store.passages) and int(store.manifest.get("num_vectors") or 0) > int(store.manifest["num_docs"])
+
+
 def check_rows(root: Path, docs, passages: dict | None) -> None:
     """``docs`` (a ``NewDocs``) fit an index with ``passages`` (its spec's entry, None: none): several vectors per
     document only as passages with their spans, and only into an index that keeps passages."""
@@ -96,9 +102,12 @@ def _search(store, data: list, k: int, params: Callable[[int], dict], expr: str)
 
 def passage_table(store, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``{row: (spans, vectors)}`` of the documents ``rows`` (a store's rows): their passages' ``(start, end)``
-    offsets (p, 2) and dense vectors (p, dim), in passage order. A document no longer visible is left out."""
+    offsets (p, 2) and dense vectors (p, dim), in passage order. A document no longer visible is left out, and
+    all of them when no document has several passages (:func:`split_any`)."""
     from twotower.retrieval.milvus.writes import BATCH, query_all
 
+    if not split_any(store):  # every document one passage: its whole text (the hit's passage needs no query)
+        return {}
     wanted = {store.doc_ids[int(r)]: int(r) for r in rows if int(r) >= 0}
     ids = list(wanted)
     parts: dict[str, list] = {}
@@ -120,6 +129,8 @@ def passage_table(store, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.
 def best_passage_vectors(store, queries: np.ndarray, doc_rows: np.ndarray) -> np.ndarray:
     """The vector of each document in ``doc_rows`` (n_queries, d) that scores best for its query (``queries``:
     projected, one per row of ``doc_rows``): (n_queries, d, dim), what pseudo-relevance feedback reads."""
+    if not split_any(store):
+        return store.float_vectors(doc_rows)
     table = passage_table(store, np.unique(doc_rows))
     out = np.empty((*doc_rows.shape, store.dim), dtype=np.float32)
     for i, docs in enumerate(doc_rows):
@@ -129,4 +140,4 @@ def best_passage_vectors(store, queries: np.ndarray, doc_rows: np.ndarray) -> np
     return out
 
 
-__all__ = ["best_passage_vectors", "check_rows", "passage_table", "search_documents"]
+__all__ = ["best_passage_vectors", "check_rows", "passage_table", "search_documents", "split_any"]

@@ -39,6 +39,7 @@ from twotower.retrieval.milvus.build import attach_version, build_version, check
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.passages import check_rows as _check_rows
+from twotower.retrieval.milvus.passages import passage_table, search_documents, split_any
 from twotower.retrieval.milvus.rows import RowTable
 from twotower.retrieval.milvus.state import State, documents_visible, visible
 from twotower.retrieval.milvus.writes import BATCH, check_sizes, digest, write, write_version
@@ -156,8 +157,7 @@ class MilvusStore:
 
     @property
     def passages(self) -> dict | None:
-        """The :class:`~twotower.encoders.passages.PassageSpec` entry long documents are split by (a row per
-        passage: :mod:`.passages`), None when each document keeps its first window."""
+        """How long documents are split (a PassageSpec's entry; a row per passage: :mod:`.passages`), or None."""
         return self.manifest.get("passages")
 
     def __len__(self) -> int:
@@ -285,8 +285,6 @@ class MilvusStore:
 
     def passage_table(self, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """``{row: (spans, vectors)}`` of the documents ``rows``' passages (:func:`.passages.passage_table`)."""
-        from twotower.retrieval.milvus.passages import passage_table
-
         return passage_table(self, rows)
 
     def float_vectors(self, rows) -> np.ndarray:
@@ -361,9 +359,7 @@ class MilvusStore:
         (:meth:`filter_expression`) among the documents it selects (Milvus filters before it ranks)."""
         q = self.project_queries(queries)
         k = max(1, k)
-        if self.passages:  # a document scores as its best passage
-            from twotower.retrieval.milvus.passages import search_documents
-
+        if split_any(self):  # a document scores as its best passage
             return search_documents(self, [v for v in q], k, lambda n: self._search_params(n, ef_search, nprobe),
                                     expr)
         return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe), expr)

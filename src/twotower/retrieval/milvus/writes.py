@@ -10,8 +10,9 @@ N = the committed C + 1 (:mod:`.state` describes the rows):
 2. If C has this write's digest, it is done: nothing more (a rerun after a kill that came after the decision).
 3. Register as an attempt at N, then check that N is still undecided (else start over from 1: another writer was
    faster; nothing was written).
-4. New rows go in under keys ``T:<id>`` with ``added = N``, ``attempt = T``; the keys of the rows it replaces or
-   removes, what it changed in the lexicon and its head go in state rows of T. Readers of C see none of this.
+4. New rows go in under keys ``T:<id>`` (and ``T.<p>:<id>`` for a long document's further passages: :func:`doc_rows`)
+   with ``added = N``, ``attempt = T``; the keys of the rows it replaces or removes (all of a document's passages),
+   what it changed in the lexicon and its head go in state rows of T. Readers of C see none of this.
 5. Propose T as write N (:mod:`.consensus`). The decision is the commit point: readers that look after it see all
    of the write. If another attempt was decided, T's rows stay hidden for good (T is a loser) and the write fails
    with "another writer took over; nothing of this write is visible".
