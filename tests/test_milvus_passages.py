@@ -19,7 +19,7 @@ pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
 from conftest import serve_client, subprocess_env  # noqa: E402
-from twotower.retrieval.milvus.client import forget_client  # noqa: E402
+from twotower.retrieval.milvus.client import forget_client, quote  # noqa: E402
 from twotower.retrieval.milvus.writes import query_all  # noqa: E402
 
 WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega tea cat purr bone heart gene cell "
@@ -81,15 +81,16 @@ def _assert_same(got, want, abs_tol=1e-5):
 def _visible_rows(index, doc_id: str | None = None) -> list[dict]:
     """The collection's rows a reader of the index's committed write sees (of ``doc_id``), asked of Milvus."""
     store = index.store
-    where = store._visible() + (f' and id == "{doc_id}"' if doc_id else "")
-    return query_all(store.client, store.collection, where, ["pk", "id", "passage", "span_start", "span_end", "text",
-                                                             "removed"])
+    where = store._visible() + (f" and id == {quote(doc_id)}" if doc_id else "")
+    return store.client.query(store.collection, filter=where, output_fields=["pk", "id", "passage", "span_start",
+                                                                              "span_end", "text", "removed"])
 
 
 def _all_rows(index, doc_id: str) -> list[dict]:
     """Every row Milvus holds of ``doc_id``, visible or not."""
     store = index.store
-    return query_all(store.client, store.collection, f'id == "{doc_id}"', ["pk", "passage", "removed", "added"])
+    return store.client.query(store.collection, filter=f"id == {quote(doc_id)}",
+                              output_fields=["pk", "passage", "removed", "added"])
 
 
 def _spans(index, doc_id: str) -> list[tuple[int, int]]:
@@ -139,6 +140,31 @@ def test_search_equals_the_local_index(pair, mode):
             text = next(d["text"] for d in _docs() if d["_id"] == doc_id)
             for ptext, a, b, _ in passages:
                 assert text[a:b] == ptext
+
+
+def test_every_document_comes_back_when_k_asks_for_all(pair):
+    local, milvus, _ = pair  # k × 4 rows hold fewer than 11 documents: the search widens until it has them all
+    assert milvus.info()["num_passages"] > 4 * 11 // 2
+    for q in QUERIES:
+        got = _hits(milvus.search(q, k=11, passages=1))
+        assert len({h[0] for h in got}) == 11
+        _assert_same(got, _hits(local.search(q, k=11, passages=1)))
+
+
+@pytest.mark.parametrize("options", [{"kind": "hnsw"}, {"vectors": "int8"}])
+def test_ann_and_int8_indexes_return_k_distinct_documents_by_their_best_passage(pair, tiny_bert_dir, options):
+    local, _, root = pair
+    name = "ann_" + "_".join(map(str, options.values()))
+    index = _build(root, tiny_bert_dir, _docs(), name, backend="milvus", uri=str(root / "m.db"), collection=name,
+                   **options)
+    for q in QUERIES:
+        hits = index.search(q, k=8)
+        exact = {h.id: h.score for h in local.search(q, k=11)}
+        assert len({h.id for h in hits}) == len(hits) == 8
+        assert len({h.id for h in hits} & set(list(exact)[:8])) >= 6
+        for h in hits:
+            assert h.text[h.passage.start:h.passage.end] == h.passage.text
+            assert h.score == pytest.approx(exact[h.id], abs=2e-3 if options.get("vectors") else 1e-5)
 
 
 def test_a_hit_carries_the_passage_that_matched_with_exact_offsets(pair):
@@ -196,6 +222,16 @@ def test_replace_and_remove_leave_no_passage_of_the_old_version(pair, tiny_bert_
     for q in QUERIES:
         _assert_same(_hits(milvus.search(q, k=10, mode="hybrid", passages=2)),
                      _hits(loc.search(q, k=10, mode="hybrid", passages=2)))
+    odd = 'q"uo\\te\'s'  # an id with quotes and a backslash: its passages' keys read back exactly
+    odd_doc = {"_id": odd, "title": "", "text": _long_text(rng, 10)}
+    for index in (milvus, loc):
+        index.add([odd_doc])
+    n = len(_spans(milvus, odd))
+    assert n > 1 and _spans(milvus, odd) == _local_spans(loc, odd)
+    milvus.add([{"_id": odd, "title": "", "text": "short"}], replace=True)
+    assert _spans(milvus, odd) == [(0, 5)] and milvus.search("short", k=11)[0].passage.text == "short"
+    milvus.remove([odd])
+    assert _visible_rows(milvus, odd) == []
     milvus.add([{"_id": "new", "text": "a new document"}])  # the next write sweeps the old rows away for good
     for doc_id in ("long2", "long4", "long1"):
         assert not {r["pk"] for r in _all_rows(milvus, doc_id)} & set(old[doc_id]), doc_id

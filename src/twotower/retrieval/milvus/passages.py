@@ -59,11 +59,11 @@ def search_documents(store, data: list, k: int, params: Callable[[int], dict],
     if k > MAX_TOPK:
         raise IndexStoreError(f"k {k}: Milvus returns at most {MAX_TOPK} hits per query; ask for fewer")
     if _TEXT.search(expr):
-        from twotower.retrieval.milvus.writes import BATCH, query_all
+        from twotower.retrieval.milvus.writes import BATCH
 
-        with store._errors("searching"):
-            ids = sorted({e["id"] for e in query_all(store.client, store.collection, store._doc_rows_where(expr),
-                                                     ["id"])})
+        with store._errors("searching"):  # every matching id (a query without a limit returns all)
+            ids = sorted({e["id"] for e in store.client.query(store.collection, filter=store._doc_rows_where(expr),
+                                                              output_fields=["id"])})
         scores = np.full((len(data), k), -np.inf, dtype=np.float32)
         rows = np.full((len(data), k), -1, dtype=np.int64)
         for i in range(0, len(ids), BATCH):
@@ -104,18 +104,16 @@ def passage_table(store, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.
     """``{row: (spans, vectors)}`` of the documents ``rows`` (a store's rows): their passages' ``(start, end)``
     offsets (p, 2) and dense vectors (p, dim), in passage order. A document no longer visible is left out, and
     all of them when no document has several passages (:func:`split_any`)."""
-    from twotower.retrieval.milvus.writes import BATCH, query_all
-
     if not split_any(store):  # every document one passage: its whole text (the hit's passage needs no query)
         return {}
     wanted = {store.doc_ids[int(r)]: int(r) for r in rows if int(r) >= 0}
     ids = list(wanted)
     parts: dict[str, list] = {}
     with store._errors("reading passages"):
-        for i in range(0, len(ids), BATCH):
-            where = f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(store.head)})"
-            for e in query_all(store.client, store.collection, where,
-                               ["id", "passage", "span_start", "span_end", mc.DENSE]):
+        for i in range(0, len(ids), 64):  # all rows of 64 documents a query (not pymilvus' iterator: writes.read_rows)
+            where = f"{mc.ids_filter(ids[i:i + 64])} and ({visible(store.head)})"
+            for e in store.client.query(store.collection, filter=where,
+                                        output_fields=["id", "passage", "span_start", "span_end", mc.DENSE]):
                 parts.setdefault(e["id"], []).append(e)
     out = {}
     for doc_id, found in parts.items():

@@ -273,7 +273,9 @@ def read_rows(client, uri: str, collection: str, ids: list[str], head: dict, fie
             where = mc.ids_filter(ids[i:i + BATCH])
             for e in client.query(collection, filter=f"{where} and ({documents_visible(head)})", output_fields=fields):
                 out[e["id"]] = e
-            for e in query_all(client, collection, f"{where} and ({visible(head)})", ["pk", "id"]):
+            # every passage's key (a query without a limit returns all rows: pymilvus' query iterator pages by
+            # pasting the last key unescaped into the filter, which an id holding a quote breaks)
+            for e in client.query(collection, filter=f"{where} and ({visible(head)})", output_fields=["pk", "id"]):
                 keys.setdefault(e["id"], []).append(e["pk"])
     for doc_id, e in out.items():
         e["_keys"] = keys.get(doc_id) or [e["pk"]]
