@@ -19,8 +19,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np

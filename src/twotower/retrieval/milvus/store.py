@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from twotower.checks import given, switch
+from twotower.checks import switch
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.kinds import IndexSpec
 from twotower.retrieval.index.lock import writer_lock
