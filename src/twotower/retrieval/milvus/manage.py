@@ -26,6 +26,7 @@ from twotower.retrieval.filters import parse_filter
 from twotower.retrieval.index.errors import UnknownIdError, WouldEmptyError
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.passages import split_any
 from twotower.retrieval.milvus.writes import BATCH, query_all
 
 
@@ -100,10 +101,11 @@ def update_where(store, change, flt=None, ids: Sequence[str] | None = None, *, k
     chosen = matching_ids(live, flt, ids)
     if not chosen:
         return live, []
-    docs = read_records(live, chosen, vectors=not live.passages)
+    split = split_any(live)  # some document has several passages: read each one's rows
+    docs = read_records(live, chosen, vectors=not split)
     metadata = [change(d["_id"], d.get("metadata") or {}) for d in docs]
     ids, titles, texts = [d["_id"] for d in docs], [d["title"] for d in docs], [d["text"] for d in docs]
-    if live.passages:  # every passage written again, its vector and span as they were
+    if split:  # every passage written again, its vector and span as they were
         table = live.passage_table(live.rows(ids))
         parts = [table[live.row_of[d]] for d in ids]
         offsets = np.concatenate([[0], np.cumsum([len(s) for s, _ in parts])]).astype(np.int64)
