@@ -113,3 +113,11 @@ def test_bad_scores_are_refused_by_name(tmp_path, tiny_bert_dir):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "--passage-score is one of max, first" in " ".join(result.output.split())
     assert not (tmp_path / "c").exists()
+
+
+def test_first_is_refused_on_milvus_before_any_work(tmp_path, tiny_bert_dir):
+    pytest.importorskip("milvus_lite")
+    with pytest.raises(TwoTowerError, match="passage_score='first'.*Milvus.*backend='faiss'"):
+        tt.Index.build(tmp_path / "m", ["x"], encoder=str(tiny_bert_dir), backend="milvus",
+                       uri=str(tmp_path / "m.db"), passage_score="first")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.db").exists()

@@ -232,9 +232,9 @@ def test_eval_of_a_passage_index_equals_eval_of_the_model_over_passages(tmp_path
 def test_refusals_name_the_option(tmp_path, tiny_bert_dir):
     with pytest.raises(TwoTowerError, match="passage_window.*passages=False"):
         tt.Index.build(tmp_path / "a", ["x"], encoder=str(tiny_bert_dir), passages=False, passage_window=64)
-    with pytest.raises(TwoTowerError, match="backend='milvus'"):
-        tt.Index.build(tmp_path / "b", ["x"], encoder=str(tiny_bert_dir), passages=True, backend="milvus",
-                       uri=str(tmp_path / "m.db"))
+    with pytest.raises(TwoTowerError, match="ray=True"):  # Milvus splits passages too (tests/test_milvus_passages.py)
+        tt.Index.build(tmp_path / "b", str(tmp_path / "corpus.jsonl"), encoder=str(tiny_bert_dir), passages=True,
+                       ray=True)
     with pytest.raises(TwoTowerError, match="passage_overlap"):
         tt.Index.build(tmp_path / "c", ["x"], encoder=str(tiny_bert_dir), passage_window=32, passage_overlap=16)
     with pytest.raises(TwoTowerError, match="passages"):

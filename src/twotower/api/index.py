@@ -105,7 +105,7 @@ class Index(Managing):
         ``openvino`` | ``onnx-int8`` | ``openvino-int8`` (None: the Encoder's, else auto). Compressed vectors: ``vectors="fp16" | "int8" |
         "binary"`` (binary: Hamming search, then the top ``k × rescore_factor`` (4) rescored against ``rescore="int8"
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
-        cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on for a local index):
+        cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on, local or Milvus):
         a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
         into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each;
         it scores as its best passage (``passage_score="max"``; ``"first"``: as its first passage, the ranking of

@@ -107,15 +107,20 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
     if backend == "faiss" and (uri is not None or collection is not None):
         raise TwoTowerError("uri / collection name a Milvus location: pass backend='milvus'")
-    if passages is not None and passages is not False and (backend == "milvus" or ray):
-        from twotower.checks import flag, given, switch
+    if passages is not None and passages is not False and ray:
+        from twotower.checks import flag, switch
 
-        other = given("backend", "milvus") if backend == "milvus" else switch("ray")
-        raise TwoTowerError(f"passages are split and searched by the local FAISS backend; {other} keeps each "
-                            f"document's first window: drop {flag('passages')} (and its tuning options) or {other}")
+        raise TwoTowerError(f"passages are split and searched by the local FAISS backend and Milvus; {switch('ray')} "
+                            f"keeps each document's first window: drop {flag('passages')} (and its tuning options) or "
+                            f"{switch('ray')}")
     if backend == "milvus":
         if ray:
             raise TwoTowerError("ray=True writes a local FAISS index; drop it for backend='milvus'")
+        if passages and passages.score != "max":
+            from twotower.checks import given
+
+            raise TwoTowerError(f"{given('passage_score', passages.score)}: a Milvus index scores a document by its "
+                                f"best passage only; drop it, or build with {given('backend', 'faiss')}")
         from twotower.retrieval.indexing import build_milvus_from
         from twotower.retrieval.milvus.build import check_options
 
@@ -129,7 +134,7 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         spec = spec_for_model(spec, source, language_given=language_given)
         with using_runtime(runtime):
             build_milvus_from(docs, path, model, model=source, spec=spec, cfg=cfg, uri=uri,
-                              collection=collection)
+                              collection=collection, passages=True if passages is None else passages)
         return model, [d.id for d in docs]
     if ray:
         if multivector or project:

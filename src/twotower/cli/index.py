@@ -74,7 +74,7 @@ def index_build(
     runtime: str = typer.Option("auto", "--runtime", help=RUNTIME_HELP),
     passages: Optional[bool] = typer.Option(None, "--passages/--no-passages", help="Split documents longer than "
                                             "the encoder's window into passages, one vector each, a document scored "
-                                            "by its best (default: on for --backend faiss); --no-passages keeps "
+                                            "by its best (default: on; not with --ray); --no-passages keeps "
                                             "each document's first window."),
     passage_window: Optional[int] = typer.Option(None, "--passage-window", help="Tokens per passage, title "
                                                  "included (default: the encoder's document length)."),

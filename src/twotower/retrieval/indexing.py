@@ -274,10 +274,11 @@ def passage_settings(passages, encoder, *, multivector: int | None = None) -> di
 
 
 def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None, spec, cfg, uri: str | None,
-                      collection: str | None) -> Store:
+                      collection: str | None, passages=False) -> Store:
     """Encode ``docs`` (``Document``s) with ``encoder`` and write a Milvus-backed index at ``out``
     (:meth:`~twotower.retrieval.milvus.store.MilvusStore.build`, which checks the options and the documents' sizes
-    again before it writes; ``tt.Index.build`` checks the options before it loads the model)."""
+    again before it writes; ``tt.Index.build`` checks the options before it loads the model). ``passages``: as
+    :func:`build_index_from` takes it (a row per passage: :mod:`twotower.retrieval.milvus.passages`)."""
     from twotower.encoders.inference import check_precision
     from twotower.retrieval.milvus.store import MilvusStore
 
@@ -288,9 +289,10 @@ def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None
     if encoder.multivector:
         raise TwoTowerError(f"this model was trained with {flag('multivector')}; a Milvus index holds one vector per "
                             f"document (use {given('backend', 'faiss')})")
-    new = encode_new_docs(encoder, docs, cfg)
+    entry = passage_settings(passages, encoder)
+    new = encode_new_docs(encoder, docs, cfg, passages=entry)
     return MilvusStore.build(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,
-                             show_progress=cfg.show_progress)
+                             show_progress=cfg.show_progress, passages=entry)
 
 
 def add_documents(

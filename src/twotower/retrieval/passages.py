@@ -62,8 +62,12 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
     best first (ties: the earlier passage). ``queries``: one query vector per hit (as encoded for the search),
     else ``query_texts`` rank by query words."""
     out = []
+    # a Milvus index: its passages' spans and vectors, read for all the hits at once (a row each: .milvus.passages)
+    table = store.passage_table(rows) if getattr(store, "passages", None) and hasattr(store, "passage_table") \
+        else None
     for i, (row, text) in enumerate(zip(rows, texts)):
-        spans = spans_of(store, int(row), text)
+        whole = np.array([[0, len(text)]], dtype=np.int64)
+        spans = spans_of(store, int(row), text) if table is None else table.get(int(row), (whole, None))[0]
         if len(spans) == 1:
             a, b = int(spans[0, 0]), int(spans[0, 1])
             out.append([Passage(text[a:b], a, b)])
@@ -71,8 +75,11 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
         parts = [text[int(a):int(b)] for a, b in spans]
         if queries is not None:
             q = store.project_queries(np.asarray(queries[i : i + 1], dtype=np.float32))[0]
-            first = int(store.offsets[row])
-            vecs = store.codec.decode(np.asarray(store.vectors[first : first + len(spans)]))
+            if table is not None:
+                vecs = table[int(row)][1]
+            else:
+                first = int(store.offsets[row])
+                vecs = store.codec.decode(np.asarray(store.vectors[first : first + len(spans)]))
             scores = vecs @ q
         else:
             scores = _word_counts(query_texts[i] if query_texts is not None else "", parts)

@@ -238,6 +238,10 @@ class Searcher:
             depth = min(depth, matches)
         _, rows = store.search(q_vecs, depth, ef_search=ef_search, nprobe=nprobe, **only)
         rows = feedback_rows(rows, depth)
+        if getattr(store, "passages", None) and hasattr(store, "passage_table"):  # Milvus: a row per passage
+            from twotower.retrieval.milvus.passages import best_passage_vectors
+
+            return rocchio(q_vecs, best_passage_vectors(store, q_vecs, rows), weight)
         if getattr(store, "passages", None):  # a document's vector is its best passage's for this query
             from twotower.retrieval.passages import best_vector_rows
 

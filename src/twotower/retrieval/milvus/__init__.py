@@ -14,6 +14,7 @@
 - :mod:`.consensus`: which write attempt becomes write N (Disk Paxos over state rows: safe under any pause).
 - :mod:`.lease`: the writers' lease (they take turns; safety does not depend on it).
 - :mod:`.writes`: add / replace / remove as writes no crash and no pause can half-do.
+- :mod:`.passages`: long documents as a row per passage tied to its document; a document scored by its best.
 - :mod:`.filtering`: metadata filters as Milvus expressions, refused where Milvus would answer differently.
 
 Everything lives in Milvus: vectors, ids, titles, texts, metadata, BM25 sparse vectors and the index's state. The index

@@ -77,9 +77,10 @@ def _ours(root: Path, uri: str, collection: str, props: dict) -> bool:
 
 
 def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, collection: str, index: dict, client,
-                  keep: int = 2, show_progress: bool = True) -> tuple[Path, dict]:
+                  keep: int = 2, show_progress: bool = True, passages: dict | None = None) -> tuple[Path, dict]:
     """Fill ``collection`` with the encoded documents ``new`` and publish the manifest at ``root``: the version's
-    folder and manifest (``uri``, ``collection``, ``index``, ``client``: what :func:`check_options` returned)."""
+    folder and manifest (``uri``, ``collection``, ``index``, ``client``: what :func:`check_options` returned;
+    ``passages``: the :class:`~twotower.encoders.passages.PassageSpec` entry ``new`` was split by, a row each)."""
     root = Path(root)
     check_sizes(new)
     created = not root.exists()
@@ -117,7 +118,8 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                             "stored": f"milvus FLOAT_VECTOR, index {index['index_type']}"},
                 "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
-                "num_docs": len(new.ids), "num_vectors": len(new.ids), "multivector": None,
+                "num_docs": len(new.ids), "num_vectors": len(new.vectors), "multivector": None,
+                "passages": passages, "num_passages": len(new.vectors) if passages is not None else None,
                 "bm25": asdict(lexicon.params) if lexicon is not None else None, "corpus": corpus,
                 METADATA_KINDS: metadata_kinds(new.metadata or []),
                 "milvus": {"uri": uri, "collection": collection, "index_id": index_id,

@@ -60,8 +60,9 @@ SERVER_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 360_000, "grpc.keepalive_permit
 TOKEN_ENV = "TWOTOWER_MILVUS_TOKEN"
 USER_ENV, PASSWORD_ENV = "TWOTOWER_MILVUS_USER", "TWOTOWER_MILVUS_PASSWORD"  # instead of a token: user and password
 TIMEOUT_ENV = "TWOTOWER_MILVUS_TIMEOUT"  # seconds a server connection may take (default 10)
-SCHEMA_VERSION = 4  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata;
-# 4: rows keyed <attempt>:<id> with the attempt's token, and each document's BM25 length and the avgdl of its weights
+SCHEMA_VERSION = 5  # 2: rows keyed <write>:<id> with added/removed write numbers, a __state collection; 3: metadata;
+# 4: rows keyed <attempt>:<id> with the attempt's token, and each document's BM25 length and the avgdl of its weights;
+# 5: a row per passage (``passage``, ``span_start``, ``span_end``), the document's own row being passage 0
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
@@ -248,13 +249,20 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
     write attempt that wrote it: see :mod:`.state`) and, with ``lexical``, ``sparse`` (twotower's BM25 weights),
     ``length`` (the document's number of BM25 terms) and ``avgdl`` (the average length its weights were computed
     with: :mod:`.lexical`), ``metadata`` (JSON: the document's metadata, ``{}`` when it
-    has none; filters run on it, :mod:`.filtering`); its dense index as ``index`` says, metric IP."""
+    has none; filters run on it, :mod:`.filtering`); its dense index as ``index`` says, metric IP.
+
+    A document is one row per passage (:mod:`.writes`): ``passage`` numbers them from 0, ``span_start`` /
+    ``span_end`` are the passage's character offsets into the document's text. Passage 0's row is the document's:
+    it alone holds the title, the text and the BM25 vector; every row holds the metadata (filters select rows)."""
     from pymilvus import DataType
 
     with milvus_errors(uri, name, "creating the collection"):
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES + 24)
+        schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES + 48)
         schema.add_field("id", DataType.VARCHAR, max_length=MAX_ID_BYTES)
+        schema.add_field("passage", DataType.INT64)
+        schema.add_field("span_start", DataType.INT64)
+        schema.add_field("span_end", DataType.INT64)
         schema.add_field("added", DataType.INT64)
         schema.add_field("removed", DataType.INT64)
         schema.add_field("attempt", DataType.INT64)

@@ -6,7 +6,8 @@ made by the store's own write path (:mod:`.writes`: crash-safe, rerunnable).
   expression (:meth:`MilvusStore.filter_expression`: refused where Milvus would answer differently) select, sorted
   by id here (Milvus has no order for a query): a page costs a read of every matching id.
 - Delete: the selected ids removed in one write (``MilvusStore.remove``).
-- Metadata: the selected documents written again with their stored title, text and dense vector and the new metadata
+- Metadata: the selected documents written again with their stored title, text and dense vectors (every passage's,
+  with its span) and the new metadata
   (``MilvusStore.add(..., replace=True)``): one write; no encoding. Their BM25 sparse vectors are recomputed from the
   same text with the build's ``avgdl`` and so come out the same (the lexicon's df and count go out and back in the
   same write); the tests compare them before and after.
@@ -25,6 +26,7 @@ from twotower.retrieval.filters import parse_filter
 from twotower.retrieval.index.errors import UnknownIdError, WouldEmptyError
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.passages import split_any
 from twotower.retrieval.milvus.rows import read_visible
 from twotower.retrieval.milvus.writes import query_all
 
@@ -48,7 +50,8 @@ def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: st
         passed = read_visible(store, ids, ["id"], expr)
         return [d for d in ids if d in passed]
     with store._errors("listing document ids"):
-        return sorted({e["id"] for e in query_all(store.client, store.collection, store._visible(expr), ["id"])})
+        found = query_all(store.client, store.collection, store._doc_rows_where(expr), ["id"])
+        return sorted({e["id"] for e in found})
 
 
 def read_records(store, ids: Sequence[str], *, vectors: bool = False) -> list[dict]:
@@ -94,10 +97,19 @@ def update_where(store, change, flt=None, ids: Sequence[str] | None = None, *, k
     chosen = matching_ids(live, flt, ids)
     if not chosen:
         return live, []
-    docs = read_records(live, chosen, vectors=True)
+    split = split_any(live)  # some document has several passages: read each one's rows
+    docs = read_records(live, chosen, vectors=not split)
     metadata = [change(d["_id"], d.get("metadata") or {}) for d in docs]
-    new = NewDocs([d["_id"] for d in docs], [d["title"] for d in docs], [d["text"] for d in docs],
-                  np.asarray([d["vector"] for d in docs], dtype=np.float32), metadata=metadata)
+    ids, titles, texts = [d["_id"] for d in docs], [d["title"] for d in docs], [d["text"] for d in docs]
+    if split:  # every passage written again, its vector and span as they were
+        table = live.passage_table(live.rows(ids))
+        parts = [table[live.row_of[d]] for d in ids]
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s, _ in parts])]).astype(np.int64)
+        new = NewDocs(ids, titles, texts, np.concatenate([v for _, v in parts]).astype(np.float32), offsets,
+                      metadata=metadata, spans=np.concatenate([s for s, _ in parts]))
+    else:
+        new = NewDocs(ids, titles, texts, np.asarray([d["vector"] for d in docs], dtype=np.float32),
+                      metadata=metadata)
     return live.add(new, replace=True, keep=keep, show_progress=False), chosen
 
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 
 from twotower.retrieval.milvus import client as mc
-from twotower.retrieval.milvus.state import visible
+from twotower.retrieval.milvus.state import documents_visible
 
 READ_BATCH = 16_384  # ids per query: Milvus' query result window (limit + offset, and rows per query, at most 16,384)
 # a server refuses a result over its byte limit (quotaAndLimits.limits.maxOutputSize, 100 MB by default: "query
@@ -33,12 +33,12 @@ def _too_large(exc: BaseException) -> bool:
 
 
 def read_visible(store, ids: Sequence[str], fields: Sequence[str], expr: str = "") -> dict[str, dict]:
-    """The rows of ``ids`` that ``store``'s committed write shows (:func:`.state.visible`) and ``expr`` (a Milvus
-    expression, :meth:`~.store.MilvusStore.filter_expression`) selects, by id, each with ``id`` and ``fields``: one
-    query per :data:`READ_BATCH` distinct ids; a batch whose result the server finds too large is asked again in
+    """The document rows of ``ids`` that ``store``'s committed write shows (:func:`.state.documents_visible`: a
+    document's own row, not its further passages') and ``expr`` (a Milvus expression,
+    :meth:`~.store.MilvusStore.filter_expression`) selects, by id, each with ``id`` and ``fields``: one query per :data:`READ_BATCH` distinct ids; a batch whose result the server finds too large is asked again in
     halves. Ids no visible row holds are absent."""
     ids = list(dict.fromkeys(ids))
-    where = store._visible(expr)
+    where = store._doc_rows_where(expr)  # a document's own row (passage 0), not its further passages' rows
     fields = ["id", *(f for f in fields if f != "id")]
     out: dict[str, dict] = {}
 
@@ -81,7 +81,7 @@ class RowTable:
         """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
         with self._store._errors("listing document ids"):
             it = self._store.client.query_iterator(self._store.collection, batch_size=1000,
-                                                   filter=visible(self._store.head), output_fields=["id"])
+                                                   filter=documents_visible(self._store.head), output_fields=["id"])
             try:
                 while batch := it.next():
                     for e in batch:

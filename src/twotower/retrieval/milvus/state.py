@@ -101,6 +101,12 @@ def visible(head: dict) -> str:
     return expr
 
 
+def documents_visible(head: dict) -> str:
+    """The filter of the documents a reader of ``head`` sees: their own rows (passage 0), one per document, not the
+    rows of their further passages (:mod:`.client`'s schema)."""
+    return f"({visible(head)}) and passage == 0"
+
+
 def lexicon_chain(head: dict) -> list[list[int]]:
     """The ``[write, token]`` of the rows that make up the lexicon of ``head``: the whole one's, then each delta's."""
     return [list(map(int, head["blobs_of"])), *([int(n), int(t)] for n, t, _ in head.get("deltas", []))]
@@ -320,6 +326,6 @@ class State:
         self._delete(stale)
 
 
-__all__ = ["CHUNK", "CRASH_ENV", "HEAD", "LOCK", "MAX_DELTAS", "PAUSES_ENV", "State", "crash_point",
-           "create_state", "lexicon_chain", "new_token", "set_step_hook", "state_name", "visible"]
+__all__ = ["CHUNK", "CRASH_ENV", "HEAD", "LOCK", "MAX_DELTAS", "PAUSES_ENV", "State", "crash_point", "create_state",
+           "documents_visible", "lexicon_chain", "new_token", "set_step_hook", "state_name", "visible"]
 

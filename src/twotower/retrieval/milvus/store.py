@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from twotower.checks import given, switch
+from twotower.checks import switch
 from twotower.retrieval.index.errors import DimensionError, IndexStoreError, UnknownIdError
 from twotower.retrieval.index.kinds import IndexSpec
 from twotower.retrieval.index.lock import writer_lock
@@ -38,8 +38,10 @@ from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
+from twotower.retrieval.milvus.passages import check_rows as _check_rows
+from twotower.retrieval.milvus.passages import passage_table, search_documents, split_any
 from twotower.retrieval.milvus.rows import RowTable, read_visible
-from twotower.retrieval.milvus.state import State, visible
+from twotower.retrieval.milvus.state import State, documents_visible, visible
 from twotower.retrieval.milvus.writes import check_sizes, digest, write, write_version
 
 if TYPE_CHECKING:
@@ -107,18 +109,19 @@ class MilvusStore:
 
     @classmethod
     def build(cls, root: str | Path, docs: NewDocs, *, model: dict, spec=None, uri: str | None = None,
-              collection: str | None = None, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
+              collection: str | None = None, keep: int = 2, show_progress: bool = True,
+              passages: dict | None = None) -> "MilvusStore":
         """Fill a collection (``collection`` at ``uri``; defaults: :mod:`.client`) with ``docs`` and publish the
         index folder ``root`` naming it; a rebuild of ``root`` into its own collection drops and re-fills it.
-        ``spec``: an :class:`~twotower.retrieval.index.kinds.IndexSpec` (kind flat / hnsw / ivf, BM25)."""
+        ``spec``: an :class:`~twotower.retrieval.index.kinds.IndexSpec` (kind flat / hnsw / ivf, BM25);
+        ``passages``: the :class:`~twotower.encoders.passages.PassageSpec` entry ``docs`` were split by (their
+        ``offsets`` and ``spans``): a row per passage."""
         root, spec = Path(root), spec or IndexSpec()
-        if docs.offsets is not None:
-            raise IndexStoreError(f"{root}: a Milvus index holds one vector per document; these documents are "
-                                  f"multi-vector (use {given('backend', 'faiss')})")
+        _check_rows(root, docs, passages)
         uri, collection, index, client = check_options(root, spec, uri=uri, collection=collection,
                                                        num_docs=len(docs.ids))
         final, manifest = build_version(root, docs, model=model, spec=spec, uri=uri, collection=collection,
-                                        index=index, client=client, keep=keep, show_progress=show_progress)
+                                        index=index, client=client, keep=keep, show_progress=show_progress, passages=passages)
         return cls(root, final, manifest, check=False)
 
     @classmethod
@@ -152,6 +155,11 @@ class MilvusStore:
     def multivector(self) -> None:
         return None
 
+    @property
+    def passages(self) -> dict | None:
+        """How long documents are split (a PassageSpec's entry; a row per passage: :mod:`.passages`), or None."""
+        return self.manifest.get("passages")
+
     def __len__(self) -> int:
         return int(self.manifest["num_docs"])
 
@@ -162,12 +170,16 @@ class MilvusStore:
     def count(self, expr: str = "") -> int:
         """The number of documents Milvus holds now (those ``expr``, a Milvus expression, selects)."""
         with self._errors("counting documents"):
-            rows = self.client.query(self.collection, filter=self._visible(expr), output_fields=["count(*)"])
+            rows = self.client.query(self.collection, filter=self._doc_rows_where(expr), output_fields=["count(*)"])
         return int(rows[0]["count(*)"])
 
     def _visible(self, expr: str = "") -> str:
         """This write's rows (:func:`.state.visible`), and of those the ones ``expr`` selects."""
         return f"({visible(self.head)}) and ({expr})" if expr else visible(self.head)
+
+    def _doc_rows_where(self, expr: str = "") -> str:
+        """:meth:`_visible`'s rows, but one per document (its own row, not its further passages')."""
+        return f"({documents_visible(self.head)}) and ({expr})" if expr else documents_visible(self.head)
 
     def filter_expression(self, flt) -> str:
         """The Milvus expression of a metadata filter (a parsed :class:`~twotower.retrieval.filters.Filter`) on this
@@ -268,6 +280,10 @@ class MilvusStore:
             out.append(doc)
         return out
 
+    def passage_table(self, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``{row: (spans, vectors)}`` of the documents ``rows``' passages (:func:`.passages.passage_table`)."""
+        return passage_table(self, rows)
+
     def float_vectors(self, rows) -> np.ndarray:
         """The stored vectors of ``rows`` (any shape) as float32, shaped ``rows.shape + (dim,)``."""
         rows = np.asarray(rows)
@@ -340,6 +356,9 @@ class MilvusStore:
         (:meth:`filter_expression`) among the documents it selects (Milvus filters before it ranks)."""
         q = self.project_queries(queries)
         k = max(1, k)
+        if split_any(self):  # a document scores as its best passage
+            return search_documents(self, [v for v in q], k, lambda n: self._search_params(n, ef_search, nprobe),
+                                    expr)
         return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe), expr)
 
     @property
@@ -361,9 +380,7 @@ class MilvusStore:
     def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
         """Add ``docs`` (ids already in the index are an error unless ``replace``) as one write that a crash cannot
         half-do (:mod:`.writes`); returns after Milvus flushed it, the store of the new committed write."""
-        if docs.offsets is not None:
-            raise IndexStoreError(f"{self.root}: a Milvus index holds one vector per document; the new documents "
-                                  "are multi-vector")
+        _check_rows(self.root, docs, self.passages)
         if docs.vectors.shape[1] != self.dim:
             raise DimensionError(
                 f"new vectors have dimension {docs.vectors.shape[1]} but the index at {self.root} (Milvus "

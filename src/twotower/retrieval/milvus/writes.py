@@ -10,8 +10,9 @@ N = the committed C + 1 (:mod:`.state` describes the rows):
 2. If C has this write's digest, it is done: nothing more (a rerun after a kill that came after the decision).
 3. Register as an attempt at N, then check that N is still undecided (else start over from 1: another writer was
    faster; nothing was written).
-4. New rows go in under keys ``T:<id>`` with ``added = N``, ``attempt = T``; the keys of the rows it replaces or
-   removes, what it changed in the lexicon and its head go in state rows of T. Readers of C see none of this.
+4. New rows go in under keys ``T:<id>`` (and ``T.<p>:<id>`` for a long document's further passages: :func:`doc_rows`)
+   with ``added = N``, ``attempt = T``; the keys of the rows it replaces or removes (all of a document's passages),
+   what it changed in the lexicon and its head go in state rows of T. Readers of C see none of this.
 5. Propose T as write N (:mod:`.consensus`). The decision is the commit point: readers that look after it see all
    of the write. If another attempt was decided, T's rows stay hidden for good (T is a loser) and the write fails
    with "another writer took over; nothing of this write is visible".
@@ -44,7 +45,9 @@ from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.consensus import decide
 from twotower.retrieval.milvus.lease import EngineLock, TakenOver
-from twotower.retrieval.milvus.state import CHUNK, MAX_DELTAS, State, crash_point, lexicon_chain, new_token, visible
+from twotower.retrieval.milvus.state import (
+    CHUNK, MAX_DELTAS, State, crash_point, documents_visible, lexicon_chain, new_token, visible,
+)
 
 METADATA_KINDS = "metadata_kinds"  # the manifest's key: {dotted path: kinds of value held there}
 BATCH = 1_024  # ids per query (an `in [...]` list: far below Milvus' 16,384 results and its expression limits)
@@ -67,18 +70,26 @@ def check_sizes(docs: NewDocs) -> None:
 
 def doc_rows(docs: NewDocs, weighed, seq: int, token: int) -> list[dict]:
     """The collection's rows of ``docs`` written by attempt ``token`` at write ``seq`` (``weighed``: their BM25
-    vectors, :class:`.lexical.Weighed`, or None)."""
+    vectors, :class:`.lexical.Weighed`, or None): one row per passage (a document without passages: one, spanning
+    its text). Passage 0's row, keyed ``<token>:<id>``, is the document's: title, text, BM25 vector. Passage ``p``'s
+    row, keyed ``<token>.<p>:<id>`` (a key no first row can have: the token is hex), holds its vector, its span
+    and the document's metadata (filters select rows), no text, and a BM25 vector no query matches."""
     vectors = np.asarray(docs.vectors, dtype=np.float32)
     metadata = docs.metadata or [{}] * len(docs.ids)
+    offsets = docs.offsets if docs.offsets is not None else np.arange(len(docs.ids) + 1)
     rows = []
     for j, doc_id in enumerate(docs.ids):
-        row = {"pk": f"{token:x}:{doc_id}", "id": doc_id, "title": docs.titles[j], "text": docs.texts[j],
-               mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[j], "added": int(seq), "removed": 0,
-               "attempt": int(token), "length": 0, "avgdl": 0.0}
-        if weighed is not None:
-            row[mc.SPARSE] = weighed.vectors[j] or {EMPTY_TERM: 1e-30}
-            row["length"], row["avgdl"] = int(weighed.lengths[j]), float(weighed.avgdl)
-        rows.append(row)
+        for p, v in enumerate(range(int(offsets[j]), int(offsets[j + 1]))):
+            a, b = (int(docs.spans[v, 0]), int(docs.spans[v, 1])) if docs.spans is not None else (0, len(docs.texts[j]))
+            row = {"pk": f"{token:x}:{doc_id}" if p == 0 else f"{token:x}.{p}:{doc_id}", "id": doc_id,
+                   "passage": p, "span_start": a, "span_end": b, "title": docs.titles[j] if p == 0 else "",
+                   "text": docs.texts[j] if p == 0 else "", mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[v],
+                   "added": int(seq), "removed": 0, "attempt": int(token), "length": 0, "avgdl": 0.0}
+            if weighed is not None:
+                row[mc.SPARSE] = (weighed.vectors[j] if p == 0 else None) or {EMPTY_TERM: 1e-30}
+                if p == 0:
+                    row["length"], row["avgdl"] = int(weighed.lengths[j]), float(weighed.avgdl)
+            rows.append(row)
     return rows
 
 
@@ -116,8 +127,8 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
 
 
 def _fields(lexical: bool) -> list[str]:
-    return ["pk", "id", "title", "text", mc.METADATA, mc.DENSE, "added", "removed", "attempt", "length",
-            "avgdl"] + ([mc.SPARSE] if lexical else [])
+    return ["pk", "id", "passage", "span_start", "span_end", "title", "text", mc.METADATA, mc.DENSE, "added",
+            "removed", "attempt", "length", "avgdl"] + ([mc.SPARSE] if lexical else [])
 
 
 def query_all(client, collection: str, expr: str, fields: list[str]) -> list[dict]:
@@ -220,13 +231,16 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
         dropped = fingerprint.combine((d, o["title"], o["text"]) for d, o in old.items())
         added = fingerprint.combine(zip(docs.ids, docs.titles, docs.texts)) if docs is not None else 0
         corpus = fingerprint.entry(fingerprint.parse(head["manifest"].get("corpus")) or 0, added, -dropped)
-        n = int(head["manifest"]["num_docs"]) + len(rows) - len(old)
-        manifest = dict(head["manifest"], num_docs=n, num_vectors=n, corpus=corpus, version=seq)
+        removed = [k for o in old.values() for k in o["_keys"]]
+        n = int(head["manifest"]["num_docs"]) + (len(docs.ids) if docs is not None else 0) - len(old)
+        vectors = int(head["manifest"].get("num_vectors", n)) + len(rows) - len(removed)
+        manifest = dict(head["manifest"], num_docs=n, num_vectors=vectors, corpus=corpus, version=seq)
+        if head["manifest"].get("passages"):
+            manifest["num_passages"] = vectors
         if docs is not None:  # the kinds of metadata the documents have held, per path (filtering.py)
             manifest[METADATA_KINDS] = metadata_kinds(docs.metadata or [], head["manifest"].get(METADATA_KINDS))
         # the attempts that lost write C: hidden for good (a paused one may still write rows of C)
         losers = sorted({*map(int, head.get("losers", [])), *(state.registered(int(head["seq"])) - {int(head["token"])})})
-        removed = [o["pk"] for o in old.values()]
         new_head = {"seq": seq, "token": token, "manifest": manifest, "blobs": blobs, "blobs_of": blobs_of,
                     "deltas": deltas, "write": key, "losers": losers,
                     "removed": state.save_removals(seq, token, removed),
@@ -250,13 +264,21 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
 
 
 def read_rows(client, uri: str, collection: str, ids: list[str], head: dict, fields: list[str]) -> dict[str, dict]:
-    """The rows of ``ids`` a reader of ``head`` sees (batched queries), by id."""
+    """The rows of ``ids`` a reader of ``head`` sees (batched queries), by id: each document's own row (passage 0),
+    with ``"_keys"``, the keys of all of its rows (its passages')."""
     out: dict[str, dict] = {}
+    keys: dict[str, list[str]] = {}
     with mc.milvus_errors(uri, collection, "reading documents"):
         for i in range(0, len(ids), BATCH):
-            for e in client.query(collection, filter=f"{mc.ids_filter(ids[i:i + BATCH])} and ({visible(head)})",
-                                  output_fields=fields):
+            where = mc.ids_filter(ids[i:i + BATCH])
+            for e in client.query(collection, filter=f"{where} and ({documents_visible(head)})", output_fields=fields):
                 out[e["id"]] = e
+            # every passage's key (a query without a limit returns all rows: pymilvus' query iterator pages by
+            # pasting the last key unescaped into the filter, which an id holding a quote breaks)
+            for e in client.query(collection, filter=f"{where} and ({visible(head)})", output_fields=["pk", "id"]):
+                keys.setdefault(e["id"], []).append(e["pk"])
+    for doc_id, e in out.items():
+        e["_keys"] = keys.get(doc_id) or [e["pk"]]
     return out
 
 
