@@ -209,3 +209,16 @@ def test_fit_trains_both_rounds_with_the_recipe_s_choice(tiny_bert_dir, tmp_path
     assert fit_run.FitRecipe().train_passage == resolve_choice(None)
     with pytest.raises(TwoTowerError, match="train_passage"):
         tt.fit(data, tmp_path / "fit2", model=str(tiny_bert_dir), train_passage="middle")
+
+
+def test_a_fit_recorded_before_train_passage_resumes_with_first_only(tmp_path):
+    from twotower.training.fit.recipe import FitRecipe
+    from twotower.training.fit.stages import RECIPE_FILE, StageLog
+
+    old = FitRecipe().to_json()
+    del old["train_passage"]  # a fit.json recipe from before the setting
+    (tmp_path / RECIPE_FILE).write_text(json.dumps({"data": "d", "recipe": old}))
+    log = StageLog(tmp_path)
+    assert log.claim(FitRecipe(train_passage="first").to_json(), "d") is True
+    with pytest.raises(TwoTowerError, match="train_passage"):
+        log.claim(FitRecipe(train_passage="best").to_json(), "d")

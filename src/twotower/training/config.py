@@ -110,8 +110,9 @@ RUN_ONLY_STAGE_KEYS = ("cache_chunk",)
 class TrainConfig:
     """A training run (:func:`twotower.train`, ``twotower train``): the run folder ``out``, the starting ``model``
     (default all-MiniLM-L6-v2), the towers (``sde`` | ``ade`` | ``ade-ste`` | ``ade-fte`` | ``ade-spl``), an optional
-    projection ``dim``, precision and device, checkpointing, and its :class:`~twotower.StageConfig` list, run in
-    order. ``TrainConfig.from_toml`` reads one from a stages file.
+    projection ``dim``, precision and device, checkpointing, ``train_passage`` (which passage of a positive or hard
+    negative longer than the document window to train on: ``best`` for the query, the default, or ``first``), and
+    its :class:`~twotower.StageConfig` list, run in order. ``TrainConfig.from_toml`` reads one from a stages file.
 
     Example::
 
