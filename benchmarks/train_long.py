@@ -96,7 +96,8 @@ def run_joined(tt, args, work: Path) -> list[dict]:
             out["load"] = round(load_average(), 1)
             shutil.rmtree(work / f"index-joined-{system}", ignore_errors=True)
             return out
-        rows.append(cached_row(work, f"joined {system}", settings, compute))
+        rows.append(cached_row(work, f"joined {system}", {"abstracts": args.abstracts} if system == "zero-shot"
+                               else settings, compute))
     return rows
 
 
@@ -137,7 +138,8 @@ def run_scifact(tt, args, work: Path) -> list[dict]:
             out["load"] = round(load_average(), 1)
             shutil.rmtree(work / f"index-scifact-{system}", ignore_errors=True)
             return out
-        rows.append(cached_row(work, f"scifact {system}", settings, compute))
+        rows.append(cached_row(work, f"scifact {system}", {"scifact_docs": args.scifact_docs}
+                               if system == "zero-shot" else settings, compute))
     return rows
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from twotower.checks import given
+from twotower.checks import flag, given
 from twotower.data.pairs import TrainExample
 from twotower.errors import TwoTowerError
 
@@ -167,7 +167,7 @@ def stage_passages(model, stage, examples: Sequence, choice: str | None, *, docu
             return list(examples), None
         raise TwoTowerError(f"{given('train_passage', choice)} chooses a passage of each pair's positive, and stage "
                             f"'{stage.name}' trains on items without one (pre-training or distillation); drop "
-                            "train_passage or set it to first")
+                            f"{flag('train_passage')} or set it to first")
     if documents is None and getattr(stage, "data", None):
         from twotower.data.beir import BeirDataset
 
