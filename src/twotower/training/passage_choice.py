@@ -117,6 +117,8 @@ def choose_passages(examples: Sequence[TrainExample], model, choice: str | None 
                                  runtime="torch", precision=precision, max_length=model.doc_max_length,
                                  batch_size=batch_size, show_progress=show_progress, desc="scoring passages")
     q_vecs = model.encode_queries(queries, _opts(precision, batch_size))
+    for tower in (model.query_tower, model.doc_tower):  # training changes the weights: no inference copy to keep
+        tower.__dict__.pop("_bf16_cache", None)
     p_row = {p: i for i, p in enumerate(rows)}
     q_row = {q: i for i, q in enumerate(queries)}
 
