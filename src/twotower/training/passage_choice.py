@@ -149,6 +149,15 @@ def choose_passages(examples: Sequence[TrainExample], model, choice: str | None 
     return out
 
 
+def _any_long(model, examples: Sequence[TrainExample]) -> bool:
+    """Whether any positive or negative is longer than the model's document window (prompt and special tokens
+    counted, as the splitter counts them)."""
+    prompt = model.prompts.get("document", "")
+    texts = list({prompt + t for e in examples for t in (e.positive, *e.negatives)})
+    ids = model.doc_tower.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+    return any(len(x) > model.doc_max_length for x in ids)
+
+
 def _opts(precision: str, batch_size: int | None):
     from twotower.encoders.towers import EncodeOptions
 
@@ -170,7 +179,7 @@ def stage_passages(model, stage, examples: Sequence, choice: str | None, *, docu
         raise TwoTowerError(f"{given('train_passage', choice)} chooses a passage of each pair's positive, and stage "
                             f"'{stage.name}' trains on items without one (pre-training or distillation); drop "
                             f"{flag('train_passage')} or set it to first")
-    if documents is None and getattr(stage, "data", None):
+    if documents is None and getattr(stage, "data", None) and _any_long(model, examples):  # else: read data once
         from twotower.data.beir import BeirDataset
 
         documents = BeirDataset.load(stage.data, stage.split).corpus
