@@ -91,6 +91,8 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
     Any other :class:`~twotower.FitRecipe` field can be given by name (e.g. ``rank_to=30``, ``lambdas=(0.3, 0.5)``).
     ``runtime``: what encodes the corpus and queries on a CPU (``auto`` | ``torch`` | ``onnx`` | ``openvino`` |
     ``onnx-int8`` | ``openvino-int8``; docs/guides/cpu-runtimes.md).
+    ``train_passage``: ``best`` (the default) trains each positive or mined negative longer than the model's window
+    on the passage the round's starting model scores highest for the query, ``first`` on its first window.
     ``cache_chunk``: train both rounds with GradCache in chunks of this many texts (memory bounded by the chunk, not
     the batch; the same loss); a rerun may change it.
 
@@ -145,7 +147,9 @@ def train(config, *, hard_negatives: str = "none", num_negatives: int = 1, rank_
     top-level fields such as ``out=``). ``hard_negatives``: ``none`` | ``bm25`` (mined before training) | ``model``
     (train, mine with the trained model, retrain), ``num_negatives`` per query, from ``data``'s ``split``, sampled
     from ranks ``rank_from``..``rank_to`` of each query's ranking (as :func:`mine` does). Under
-    ``torchrun`` each process takes its share of every batch.
+    ``torchrun`` each process takes its share of every batch. A positive or hard negative longer than the model's
+    document window trains on its best passage for the query, chosen by the starting model
+    (``TrainConfig(train_passage="first")``: its first window; docs/guides/long-documents.md).
 
     Example::
 

@@ -36,6 +36,10 @@ def fit_cmd(
     epochs: float = typer.Option(_D.epochs, help="Fine-tuning epochs."),
     lr: float = typer.Option(_D.lr, help="Peak learning rate (both training rounds)."),
     batch_size: int = typer.Option(32, "--batch-size", min=2),
+    train_passage: str = typer.Option(
+        _D.train_passage, "--train-passage", help="Which passage of a positive or mined negative longer than the "
+        "model's window both training rounds train on: first (its first window) | best (the passage the starting "
+        "model scores highest for the query, split as an index splits it)."),
     mine: bool = typer.Option(True, "--mine/--no-mine", help="Mine negatives with the fine-tuned model and retrain."),
     mined_epochs: float = typer.Option(_D.mined_epochs, "--mined-epochs", help="Epochs of the retraining on mined negatives."),
     margins: Optional[str] = typer.Option(
@@ -84,7 +88,7 @@ def fit_cmd(
         result = tt.fit(data, out, **({"margins": grid} if grid else {}), **mrl, model=model, split=split,
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
-                        rerank_depth=rerank_depth, cv_below=cv_below, cv_folds=cv_folds,
+                        rerank_depth=rerank_depth, cv_below=cv_below, cv_folds=cv_folds, train_passage=train_passage,
                         **({} if distill == _D.distill else {"distill": distill}), precision=precision, device=device, runtime=runtime,
                         cache_chunk=cache_chunk, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:

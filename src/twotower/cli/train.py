@@ -70,6 +70,10 @@ def train_cmd(
         help="Keep the token-embedding matrix fixed: no gradient or optimizer state for it (a 250k-token "
         "vocabulary is 82% of multilingual-e5-small's parameters)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Document max tokens (default: the model's)."),
+    train_passage: Optional[str] = typer.Option(
+        None, "--train-passage", help="Which passage of a positive or hard negative longer than --max-length to train "
+        "on: first (its first window) | best (the passage the starting model scores highest for the query, split as "
+        "an index splits it; the default). docs/guides/long-documents.md"),
     query_max_length: Optional[int] = typer.Option(None, "--query-max-length"),
     config: Optional[Path] = typer.Option(None, help="A TOML file with [[stage]] tables (multi-stage runs)."),
     checkpoint_every: CheckpointEvery = 100,
@@ -90,7 +94,8 @@ def train_cmd(
                   seed=seed, checkpoint_every=checkpoint_every, checkpoint_minutes=checkpoint_minutes,
                   tensorboard=tensorboard, show_progress=progress,
                   multivector=multivector, attention_dropout=attention_dropout,
-                  freeze_embeddings=freeze_embeddings or None, matryoshka=mrl, matryoshka_weights=mrl_weights)
+                  freeze_embeddings=freeze_embeddings or None, matryoshka=mrl, matryoshka_weights=mrl_weights,
+                  train_passage=train_passage)
     try:
         check_output_dir(out, "--out")  # before any loading
         if config is not None:

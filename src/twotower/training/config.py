@@ -100,7 +100,7 @@ DEFAULT_BUCKET_SIZE = {"cpu": 8, "cuda": 0}
 # Settings that must match for --resume to continue a run exactly (the rest, e.g. progress bars, may change).
 RESUME_INVARIANTS = ("model", "towers", "dim", "layer_norm", "similarity", "pooling", "query_max_length",
                      "doc_max_length", "seed", "multivector", "attention_dropout", "freeze_embeddings", "stages",
-                     "matryoshka", "matryoshka_weights")
+                     "matryoshka", "matryoshka_weights", "train_passage")
 # stage settings that change how a step is computed, not what it computes: a resume may change them (GradCache's
 # chunk: the same loss and gradient in less memory)
 RUN_ONLY_STAGE_KEYS = ("cache_chunk",)
@@ -110,8 +110,9 @@ RUN_ONLY_STAGE_KEYS = ("cache_chunk",)
 class TrainConfig:
     """A training run (:func:`twotower.train`, ``twotower train``): the run folder ``out``, the starting ``model``
     (default all-MiniLM-L6-v2), the towers (``sde`` | ``ade`` | ``ade-ste`` | ``ade-fte`` | ``ade-spl``), an optional
-    projection ``dim``, precision and device, checkpointing, and its :class:`~twotower.StageConfig` list, run in
-    order. ``TrainConfig.from_toml`` reads one from a stages file.
+    projection ``dim``, precision and device, checkpointing, ``train_passage`` (which passage of a positive or hard
+    negative longer than the document window to train on: ``best`` for the query, the default, or ``first``), and
+    its :class:`~twotower.StageConfig` list, run in order. ``TrainConfig.from_toml`` reads one from a stages file.
 
     Example::
 
@@ -152,6 +153,10 @@ class TrainConfig:
     # (default 1 each; training.losses.MatryoshkaLoss); None: the whole embedding only
     matryoshka: list[int] | None = None
     matryoshka_weights: list[float] | None = None
+    # which passage of a positive or hard negative longer than the document window to train on: "first" (the
+    # tokenizer's first window) or "best" (the passage the starting model scores highest for the query:
+    # training.passage_choice); None: its DEFAULT
+    train_passage: str | None = None
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
 
     def validate(self) -> None:
@@ -179,6 +184,10 @@ class TrainConfig:
         if self.multivector is not None and self.multivector < 1:
             raise TwoTowerError(f"multivector {self.multivector}: at least 1 token vector")
         check_matryoshka(self.matryoshka, self.matryoshka_weights, multivector=self.multivector)
+        if self.train_passage is not None:
+            from twotower.training.passage_choice import resolve_choice
+
+            resolve_choice(self.train_passage)
         for name in ("query_max_length", "doc_max_length"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -72,6 +72,15 @@ def _with_mined(cfg: TrainConfig, out: Path, pairs: Path, num_negatives: int, mo
     return replace(cfg, out=str(out), stages=stages, model=model if model is not None else cfg.model)
 
 
+def _documents(req: TrainRequest, cfg: TrainConfig):
+    """The corpus mined pairs come from, where training chooses passages (their titles kept in front)."""
+    from twotower.training.passage_choice import resolve_choice
+
+    if req.data is None or resolve_choice(cfg.train_passage) == "first":
+        return None
+    return BeirDataset.load(req.data, req.split).corpus
+
+
 def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     """Run the request; returns the final model directory."""
     cfg = req.config
@@ -100,12 +109,13 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
     if req.data is None:
         raise TwoTowerError(f"{flag('hard_negatives')} needs {flag('data')} (the BEIR directory to mine from)")
     show = cfg.show_progress
+    documents = _documents(req, cfg)
     if req.hard_negatives == "bm25":
         pairs = out / "mined-bm25.jsonl"
         if not pairs.is_file():
             mine_pairs(req.data, req.split, pairs, retriever="bm25", num_negatives=req.mined_per_query,
                        rank_range=req.rank_range, show_progress=show)
-        Trainer(_with_mined(cfg, out, pairs, req.num_negatives, None)).train(resume=resume)
+        Trainer(_with_mined(cfg, out, pairs, req.num_negatives, None), documents=documents).train(resume=resume)
         return out / "model"
     # model: round 1 without negatives, mine with the round-1 model, round 2 continues from it
     round1 = out / "round1"
@@ -116,5 +126,6 @@ def run_training(req: TrainRequest, *, resume: bool = False) -> Path:
         mine_pairs(req.data, req.split, pairs, retriever="model", model=str(round1 / "model"),
                    num_negatives=req.mined_per_query, rank_range=req.rank_range, show_progress=show,
                    precision=cfg.precision, device=cfg.device)
-    Trainer(_with_mined(cfg, out, pairs, req.num_negatives, str(round1 / "model"))).train(resume=resume)
+    Trainer(_with_mined(cfg, out, pairs, req.num_negatives, str(round1 / "model")),
+            documents=documents).train(resume=resume)
     return out / "model"

@@ -64,9 +64,13 @@ def _world() -> tuple[int, int]:
 
 class Trainer:
     def __init__(self, config: TrainConfig, model: DualEncoder | None = None,
-                 objective: Objective | None = None) -> None:
+                 objective: Objective | None = None, documents=None) -> None:
         config.validate()
         self.config = config
+        # {id: Document} that the training pairs' ids name: a chosen passage keeps its document's title in front
+        # (training.passage_choice); None: a BEIR stage's own corpus, or the pairs' texts as they stand
+        self.documents = documents
+        self.passage_choices: list[dict] = []  # per stage: what train_passage changed (passage_choice.py)
         if objective is None and config.multivector is not None:
             from twotower.training.multivector import MultiVectorObjective
 
@@ -241,12 +245,23 @@ class Trainer:
         self.objective.setup(self)
         # every stage's data read and checked (enough to learn from?) before the run folder is written
         stage_examples = [self.objective.examples(stage) for stage in cfg.stages]
+        # the passage of each long positive / negative to train on, chosen with the starting model (before a
+        # checkpoint is restored, so a resumed run chooses the same)
+        from twotower.training.passage_choice import stage_passages
+
+        chosen = [stage_passages(self.model, stage, examples, cfg.train_passage, documents=self.documents,
+                                 precision=cfg.precision, show_progress=cfg.show_progress and self.rank == 0)
+                  for stage, examples in zip(cfg.stages, stage_examples)]
+        stage_examples = [examples for examples, _ in chosen]
+        self.passage_choices = [summary for _, summary in chosen if summary is not None]
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             from twotower.outputs import claim_output
 
             claim_output(self.out, "train", command="twotower train (or pretrain)")
             atomic_write_json(self.out / "train_config.json", {**asdict(cfg), "device_used": describe(self.device)})
+            if self.passage_choices:  # which passages of long positives / negatives the run trains on
+                atomic_write_json(self.out / "train_passages.json", self.passage_choices)
         if start is not None:
             self._restore(start)
             log.info("resuming from %s", start["path"])

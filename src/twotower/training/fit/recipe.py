@@ -8,6 +8,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from twotower.errors import TwoTowerError
+from twotower.training.passage_choice import DEFAULT as DEFAULT_TRAIN_PASSAGE
 
 DEFAULT_LAMBDAS = tuple(round(i / 20, 2) for i in range(21))
 DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -49,6 +50,9 @@ class FitRecipe:
     temperature: float = 0.05
     attention_dropout: float | None = 0.0  # 0: fused attention, 1.5x faster steps on CPU
     bucket_size: int | None = None  # None: the device's default (training/config.py)
+    # both training rounds: which passage of a positive / mined negative longer than the window to train on
+    # (first | best: training/passage_choice.py)
+    train_passage: str = DEFAULT_TRAIN_PASSAGE
     # Matryoshka (MRL) in both training rounds: the loss on each prefix of the embedding (e.g. (384, 192, 96, 48)),
     # summed with these weights (default 1 each); the fitted model can then be cut with 'index build --dim'
     matryoshka: tuple[int, ...] | None = None
@@ -127,6 +131,9 @@ class FitRecipe:
         from twotower.training.config import check_matryoshka
 
         check_language(self.language)  # names the codes there are
+        from twotower.training.passage_choice import resolve_choice
+
+        resolve_choice(self.train_passage)
         if self.matryoshka is not None:
             check_numbers(self.matryoshka, "matryoshka", integer=True, minimum=1)
         if self.matryoshka_weights is not None:

@@ -184,7 +184,9 @@ class _Fit(MiningStages):
             attention_dropout=r.attention_dropout, seed=r.seed, show_progress=self.opts.show_progress,
             checkpoint_every=25, checkpoint_minutes=CHECKPOINT_MINUTES,
             matryoshka=list(r.matryoshka) if r.matryoshka else None,
-            matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None, stages=[StageConfig(
+            matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None,
+            # distillation's items are scored candidates, not pairs: its teacher scored whole texts
+            train_passage=r.train_passage if objective is None else "first", stages=[StageConfig(
                 name=stage.replace("/", "-"), pairs=str(pairs), epochs=epochs, batch_size=batch_size or r.batch_size, lr=r.lr,
                 temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives,
                 cache_chunk=self.opts.cache_chunk)],
@@ -199,7 +201,7 @@ class _Fit(MiningStages):
         resume = bool(complete_checkpoints(run_dir / "checkpoints"))
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # an unfinished attempt without a checkpoint: nothing to keep
-        trainer = Trainer(cfg, objective=objective)
+        trainer = Trainer(cfg, objective=objective, documents=self.ds.corpus)  # titles kept in chosen passages
         trainer.train(resume=resume)
         self.last_rate = _last_rate(trainer.history)
         return run_dir / "model"

@@ -14,6 +14,9 @@ from twotower.errors import TwoTowerError
 from twotower.io import atomic_write_json
 
 RECIPE_FILE = "recipe.json"
+# recipe settings added later, with the value a fit recorded without them ran with (its training read each
+# positive's first window)
+BEFORE_THEY_EXISTED = {"train_passage": "first"}
 
 
 class StageLog:
@@ -53,7 +56,9 @@ class StageLog:
             raise TwoTowerError(f"{path}: not valid JSON; {flag('out')} holds a damaged fit run: pass a new "
                                 f"{flag('out')}") from None
         if isinstance(theirs, dict) and isinstance(theirs.get("recipe"), dict):
-            theirs = {**theirs, "recipe": {k: v for k, v in theirs["recipe"].items() if k not in ignore}}
+            # a recipe written before a setting existed ran with what that setting now calls it
+            older = {k: v for k, v in BEFORE_THEY_EXISTED.items() if k in recipe and k not in theirs["recipe"]}
+            theirs = {**theirs, "recipe": {k: v for k, v in {**theirs["recipe"], **older}.items() if k not in ignore}}
         mine = {"data": data, "recipe": {k: v for k, v in recipe.items() if k not in ignore}}
         if theirs != mine:
             changed = sorted(k for k in {**theirs.get("recipe", {}), **mine["recipe"]}
