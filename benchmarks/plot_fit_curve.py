@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS  # noqa: E402
-
+from _common import RESULTS
 
 LABEL = {"zeroshot": "zero-shot", "finetune": "fine-tuned", "retrain": "retrained"}  # the model fit chose
 

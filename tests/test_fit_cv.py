@@ -338,3 +338,26 @@ def test_the_default_grid_holds_the_default_zero_shot_row():
                          lambdas=FitRecipe().lambdas, n_best=10, metric="ndcg@10")
     base = cv.default_row(rows)
     assert base is not None and base["lambda"] == DEFAULT_LAMBDA and base["norm"] == "minmax"
+
+
+def test_decide_asks_a_gain_of_several_standard_errors_over_the_queries():
+    """Fold means can agree by luck (3 of them); the per-query gains cannot: a departure that gains >= 0.02 on every
+    fold is still refused where its mean per-query gain is under MIN_T standard errors (recomputed here)."""
+    folds = [[f"q{i}" for i in range(j, 30, 3)] for j in range(3)]
+
+    def row(lam, by_query):
+        scores = [round(statistics.fmean(by_query[q] for q in f), 4) for f in folds]
+        return {"model": "zeroshot", "mode": "hybrid", "lambda": lam, "norm": "minmax", "folds": scores,
+                "mean": round(statistics.fmean(scores), 4), "spread": 0.0, "_order": 0, "_queries": by_query}
+
+    base = {f"q{i}": 0.5 for i in range(30)}
+    # +0.3 on one query of each fold (0.03 a fold: no spread at all), 0 elsewhere: t = 0.03 / (0.0915 / √30) ≈ 1.8
+    lumpy = {q: v + (0.3 if int(q[1:]) < 3 else 0.0) for q, v in base.items()}  # q0, q1, q2: one a fold
+    gains = np.array([lumpy[q] - base[q] for q in base])
+    t = gains.mean() / (gains.std(ddof=1) / np.sqrt(len(gains)))
+    assert t < cv.MIN_T
+    chosen, why = cv.decide([row(0.5, base), row(0.2, lumpy)])
+    assert chosen["lambda"] == 0.5 and "default is kept" in why["zero_shot_setting"]
+    # the same mean gain spread evenly over the queries: many standard errors, so it wins
+    even = {q: v + 0.03 + (0.001 if int(q[1:]) % 2 else -0.001) for q, v in base.items()}
+    assert cv.decide([row(0.5, base), row(0.2, even)])[0]["lambda"] == 0.2
