@@ -196,7 +196,10 @@ def main() -> None:
             row["distill kept"] = d.get("kept")
     row["load before"] = load_before
     path = RESULTS / f"{args.name}.json"
-    rows = json.loads(path.read_text())["rows"] if path.is_file() else []
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    rows = old.get("rows", [])
+    # what earlier runs recorded beside the rows (rerun notes, rows of a former rule) stays, notes in the .md too
+    extra = {k: v for k, v in old.items() if k not in ("command", "machine", "rows")}
     rows = [r for r in rows if (r["collection"], r["train_queries"]) != (row["collection"], row["train_queries"])]
     rows.append(row)
     rows.sort(key=lambda r: (r["collection"], r["train_queries"]))
@@ -209,7 +212,8 @@ def main() -> None:
              "command: `python benchmarks/fit_collections.py --collection C --train-queries N [--reranker] --name "
              f"{args.name}` (XQuAD-R: N of the judged queries drawn with seed {args.seed} for training, the rest "
              "test; SciFact: N of its train queries, its test split).")
-    write_results(args.name, rows, notes=notes)
+    notes += "".join(f"\n\n{v}" for k, v in sorted(extra.items()) if k.startswith("rerun_note"))
+    write_results(args.name, rows, notes=notes, extra=extra)
     print(json.dumps(row, indent=1))
 
 

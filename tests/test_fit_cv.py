@@ -295,3 +295,69 @@ def test_decide_keeps_the_default_zero_shot_hybrid_unless_another_setting_pays()
     fitted = {**hybrid(0.5, "minmax", [0.84, 0.92, 0.88]), "model": "finetune", "_order": 1}
     chosen, why = cv.decide([default, noisy, fitted])  # gains over the default 0.04, 0.02, 0.03: mean 0.03 > 0.01
     assert chosen is fitted and why["gain_by_fold"] == [0.04, 0.02, 0.03]
+
+
+def test_decide_never_leaves_the_default_zero_shot_for_a_gain_under_the_spread_or_the_least_gain():
+    def hybrid(lam, norm, folds, model="zeroshot"):
+        return {**_row(model, folds, "hybrid"), "lambda": lam, "norm": norm, "_order": 0 if model == "zeroshot" else 1}
+
+    # XQuAD-R en, 60 training queries (results/fit_collections): z-score λ 0.65 won every fold, gains 0.0053,
+    # 0.0184, 0.0066 (mean 0.0101 > spread 0.0072), and lost 0.0023 on the 1130 test queries: under the least gain
+    default = hybrid(0.5, "minmax", [0.8172, 0.9162, 0.8946])
+    lucky = hybrid(0.65, "zscore", [0.8225, 0.9346, 0.9012])
+    chosen, why = cv.decide([default, lucky])
+    assert chosen is default and "default is kept" in why["zero_shot_setting"]
+    # a gain above the least gain but under its spread: kept out too
+    noisy = hybrid(0.7, "zscore", [0.8700, 0.9000, 0.9300])  # gains 0.0528, -0.0162, 0.0354: mean 0.024 < 0.036
+    assert cv.decide([default, noisy])[0] is default
+    # a property over random folds, checked against the gains recomputed here with numpy: a zero-shot row other
+    # than the default is chosen only where its mean gain is >= MIN_GAIN and above the sample spread
+    rng = np.random.default_rng(7)
+    departures = 0
+    for _ in range(300):
+        base = rng.uniform(0.3, 0.9, 3).round(4)
+        rows = [hybrid(0.5, "minmax", list(base))]
+        for lam in (0.3, 0.65, 0.8):
+            rows.append(hybrid(lam, "zscore", list((base + rng.normal(0.02, 0.03, 3)).round(4))))
+        chosen, _ = cv.decide(rows)
+        if chosen is not rows[0]:
+            departures += 1
+            gains = np.round(np.array(chosen["folds"]) - base, 4)
+            assert gains.mean() >= cv.MIN_GAIN - 1e-9 and gains.mean() > gains.std(ddof=1)
+    assert 0 < departures < 300  # both sides of the rule were exercised
+
+
+def test_the_default_grid_holds_the_default_zero_shot_row():
+    """decide() can keep the default only if candidates() over fit's own λ grid contains it (hybrid λ 0.5, min-max)."""
+    from twotower.retrieval.searcher import DEFAULT_LAMBDA
+
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
+    dense = {"q1": {"a": 0.9, "b": 0.1}, "q2": {"a": 0.8, "b": 0.2}, "q3": {"c": 0.5, "a": 0.4}}
+    sparse = {"q1": {"b": 3.0, "a": 1.0}, "q2": {"b": 2.0}, "q3": {"a": 2.0, "c": 1.0}}
+    rows = cv.candidates({"zeroshot": dense}, sparse, qrels, [["q1"], ["q2"], ["q3"]],
+                         lambdas=FitRecipe().lambdas, n_best=10, metric="ndcg@10")
+    base = cv.default_row(rows)
+    assert base is not None and base["lambda"] == DEFAULT_LAMBDA and base["norm"] == "minmax"
+
+
+def test_decide_asks_a_gain_of_several_standard_errors_over_the_queries():
+    """Fold means can agree by luck (3 of them); the per-query gains cannot: a departure that gains >= 0.02 on every
+    fold is still refused where its mean per-query gain is under MIN_T standard errors (recomputed here)."""
+    folds = [[f"q{i}" for i in range(j, 30, 3)] for j in range(3)]
+
+    def row(lam, by_query):
+        scores = [round(statistics.fmean(by_query[q] for q in f), 4) for f in folds]
+        return {"model": "zeroshot", "mode": "hybrid", "lambda": lam, "norm": "minmax", "folds": scores,
+                "mean": round(statistics.fmean(scores), 4), "spread": 0.0, "_order": 0, "_queries": by_query}
+
+    base = {f"q{i}": 0.5 for i in range(30)}
+    # +0.3 on one query of each fold (0.03 a fold: no spread at all), 0 elsewhere: t = 0.03 / (0.0915 / √30) ≈ 1.8
+    lumpy = {q: v + (0.3 if int(q[1:]) < 3 else 0.0) for q, v in base.items()}  # q0, q1, q2: one a fold
+    gains = np.array([lumpy[q] - base[q] for q in base])
+    t = gains.mean() / (gains.std(ddof=1) / np.sqrt(len(gains)))
+    assert t < cv.MIN_T
+    chosen, why = cv.decide([row(0.5, base), row(0.2, lumpy)])
+    assert chosen["lambda"] == 0.5 and "default is kept" in why["zero_shot_setting"]
+    # the same mean gain spread evenly over the queries: many standard errors, so it wins
+    even = {q: v + 0.03 + (0.001 if int(q[1:]) % 2 else -0.001) for q, v in base.items()}
+    assert cv.decide([row(0.5, base), row(0.2, even)])[0]["lambda"] == 0.2
