@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
 from conftest import serve_client, subprocess_env  # noqa: E402
+from test_milvus_writes import _CHILD  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client, quote  # noqa: E402
 from twotower.retrieval.milvus.writes import query_all  # noqa: E402
 
@@ -248,20 +248,7 @@ def test_replace_and_remove_leave_no_passage_of_the_old_version(pair, tiny_bert_
     forget_client(str(root / "m.db"))
 
 
-_CHILD = textwrap.dedent(
-    """
-    import json, sys
-    import twotower as tt
-
-    index = tt.Index.open(sys.argv[1], precision="fp32")
-    op, arg = sys.argv[2], json.loads(open(sys.argv[3]).read())
-    if op == "remove":
-        index.remove(arg)
-    else:
-        index.add(arg, replace=True)
-    print("DONE", flush=True)
-    """
-)
+# the child that writes and is killed: the one of tests/test_milvus_writes.py ("replace" replaces)
 
 
 def _state(path) -> dict:
