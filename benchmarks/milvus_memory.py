@@ -8,9 +8,12 @@ of its data folder (segment files, index files, write-ahead log). Divided by N.
 
 Storages: ``fp32`` (FLOAT_VECTOR, FLAT), ``int8`` (FLOAT_VECTOR with an IVF_SQ8 index of one list: what
 ``--vectors int8`` on Milvus builds), and the same two with HNSW (HNSW, HNSW_SQ). Milvus Lite 3.2.2 has no
-FLOAT16_VECTOR or BINARY_VECTOR field, so half precision and binary vectors are not measured on Milvus.
+BINARY_VECTOR field: ``--engine server`` measures ``fp32`` FLAT, ``int8`` IVF_SQ8 and ``binary`` BIN_FLAT (sign bits
+plus the int8 rescoring codes in a VARCHAR) on PyPI's standalone Milvus 2.3.5 server (one process with its embedded
+etcd: ``tests/milvus_server.py``), into ``results/milvus_memory_server.*``.
 
     python benchmarks/milvus_memory.py --docs 100000
+    python benchmarks/milvus_memory.py --docs 100000 --engine server
 """
 
 from __future__ import annotations
@@ -46,11 +49,7 @@ def _folder(path: Path) -> int:
 
 
 def measure(kind: str, vectors: str, n: int, work: Path) -> dict:
-    from twotower.retrieval.index.kinds import IndexSpec
-    from twotower.retrieval.index.newdocs import NewDocs
-    from twotower.retrieval.milvus.client import forget_client
-    from twotower.retrieval.milvus.store import MilvusStore
-
+    """One storage on a fresh Milvus Lite server."""
     data = work / f"data_{kind}_{vectors}"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,48 +60,71 @@ def measure(kind: str, vectors: str, n: int, work: Path) -> dict:
     try:
         while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
             time.sleep(0.2)
-        rng = np.random.default_rng(0)
-        spec = IndexSpec(kind=kind, vectors=vectors)
-        one = rng.standard_normal((1, DIM)).astype(np.float32)
-        empty = MilvusStore.build(work / f"e_{kind}_{vectors}", NewDocs(["e0"], [""], [""], one / np.linalg.norm(one)),
-                                  model={"name": "random"}, spec=spec, uri=uri, collection="empty",
-                                  show_progress=False)
-        empty.search(one, 1)
-        before = _rss(proc.pid)
-        v = rng.standard_normal((n, DIM)).astype(np.float32)
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        t0 = time.perf_counter()
-        store = MilvusStore.build(work / f"i_{kind}_{vectors}", NewDocs([f"d{i}" for i in range(n)], [""] * n,
-                                                                         [""] * n, v),
-                                  model={"name": "random"}, spec=spec, uri=uri, collection="big", show_progress=False)
-        build_s = time.perf_counter() - t0
-        del v
-        store.search(rng.standard_normal((8, DIM)).astype(np.float32), 10)
-        time.sleep(2)
-        after = _rss(proc.pid)
-        forget_client(uri)
-        return {"system": f"{vectors} {store.manifest['milvus']['index_type']}", "docs": n,
-                "rss_bytes_per_doc": round((after["Rss"] - before["Rss"]) / n, 1),
-                "anon_bytes_per_doc": round((after["Anonymous"] - before["Anonymous"]) / n, 1),
-                "file_backed_bytes_per_doc": round((after["Pss_File"] - before["Pss_File"]) / n, 1),
-                "folder_bytes_per_doc": round(_folder(data) / n, 1), "build_s": round(build_s, 1)}
+        return _fill(uri, proc.pid, data, kind, vectors, n, work)
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def measure_server(kind: str, vectors: str, n: int, work: Path) -> dict:
+    """One storage on a fresh standalone Milvus 2.3.5 server (no BM25: 2.3 has no sparse vectors)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from milvus_server import milvus_server
+
+    with milvus_server(work / f"server_{kind}_{vectors}") as server:
+        return _fill(server.uri, server.pid, server.folder, kind, vectors, n, work)
+
+
+def _fill(uri: str, pid: int, data: Path, kind: str, vectors: str, n: int, work: Path) -> dict:
+    from twotower.retrieval.index.kinds import IndexSpec
+    from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus.client import forget_client
+    from twotower.retrieval.milvus.store import MilvusStore
+
+    rng = np.random.default_rng(0)
+    spec = IndexSpec(kind=kind, vectors=vectors)
+    one = rng.standard_normal((1, DIM)).astype(np.float32)
+    empty = MilvusStore.build(work / f"e_{kind}_{vectors}", NewDocs(["e0"], [""], [""], one / np.linalg.norm(one)),
+                              model={"name": "random"}, spec=spec, uri=uri, collection="empty",
+                              show_progress=False)
+    empty.search(one, 1)
+    before = _rss(pid)
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    t0 = time.perf_counter()
+    store = MilvusStore.build(work / f"i_{kind}_{vectors}", NewDocs([f"d{i}" for i in range(n)], [""] * n,
+                                                                     [""] * n, v),
+                              model={"name": "random"}, spec=spec, uri=uri, collection="big", show_progress=False)
+    build_s = time.perf_counter() - t0
+    del v
+    store.search(rng.standard_normal((8, DIM)).astype(np.float32), 10)
+    time.sleep(2)
+    after = _rss(pid)
+    forget_client(uri)
+    return {"system": f"{vectors} {store.manifest['milvus']['index_type']}", "docs": n,
+            "rss_bytes_per_doc": round((after["Rss"] - before["Rss"]) / n, 1),
+            "anon_bytes_per_doc": round((after["Anonymous"] - before["Anonymous"]) / n, 1),
+            "file_backed_bytes_per_doc": round((after["Pss_File"] - before["Pss_File"]) / n, 1),
+            "folder_bytes_per_doc": round(_folder(data) / n, 1), "build_s": round(build_s, 1)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=100_000)
     ap.add_argument("--kinds", default="flat,hnsw")
+    ap.add_argument("--engine", choices=["lite", "server"], default="lite")
     args = ap.parse_args()
     rows = []
+    server = args.engine == "server"
     with tempfile.TemporaryDirectory(prefix="milvus-memory-") as work:
         for kind in args.kinds.split(","):
-            for vectors in ("fp32", "int8"):
-                rows.append(measure(kind, vectors, args.docs, Path(work)))
+            for vectors in ("fp32", "int8", "binary") if server else ("fp32", "int8"):
+                if vectors == "binary" and kind == "hnsw":
+                    continue  # Milvus indexes binary vectors as BIN_FLAT or BIN_IVF_FLAT
+                rows.append((measure_server if server else measure)(kind, vectors, args.docs, Path(work)))
                 print(rows[-1], flush=True)
-    _common.write_results("milvus_memory", rows, notes=NOTES, extra={"load_average_1m": _common.load_average()})
+    _common.write_results("milvus_memory_server" if server else "milvus_memory", rows,
+                          notes=SERVER_NOTES if server else NOTES, extra={"load_average_1m": _common.load_average()})
 
 
 NOTES = """\
@@ -114,6 +136,17 @@ data folder on disk (segment files, index files, write-ahead log). fp32 vectors 
 Milvus server keeps the raw FLOAT_VECTOR field on disk beside a scalar-quantized index; how much of it is resident
 depends on the server (Milvus Lite: see the figures). Milvus Lite 3.2.2 has no FLOAT16_VECTOR or BINARY_VECTOR field,
 so half precision and binary vectors (FAISS: 768 and 48 bytes per document, `compression_1m.md`) stay local.
+"""
+
+SERVER_NOTES = """\
+Per document, from one standalone Milvus 2.3.5 server per storage (PyPI `milvus==2.3.5`: one process with its
+embedded etcd; N documents, 384-d random unit vectors, no text, no BM25): `rss` is the server process's resident
+memory after the build, the load and 8 searches, minus the same server's with a one-document collection of that
+schema; `anon` the anonymous part (heap: loaded segments, indexes), `file_backed` the file-backed part (proportional
+share of mapped files); `folder` the server's data folder on disk (etcd, write-ahead log, segment and index files).
+fp32 vectors are 1,536 bytes, int8 codes 384; binary rows hold the sign bits (48 bytes) and the int8 rescoring codes
+as base64 text (512 characters) in a VARCHAR field, which Milvus keeps in memory with the loaded segment. Each row
+also holds twotower's bookkeeping fields (key, id, write numbers, span, empty metadata JSON).
 """
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 
 Everything that can fail without encoding is checked first: the URI (a server must answer, a Lite file's folder
 must exist), the collection name and that no other index (or anything not made by twotower) owns that collection,
-the index kind, and the options a Milvus index does not take (multi-vector, compressed vectors). Re-building an
+the index kind, and the options a Milvus index does not take (multi-vector, cut dimensions; binary
+vectors on Milvus Lite; a server's missing field types, by a probe collection). Re-building an
 index directory into the collection it already names drops and re-fills that collection.
 """
 
@@ -18,7 +19,9 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from twotower.checks import flag, given
+import numpy as np
+
+from twotower.checks import flag, given, switch
 from twotower.errors import TwoTowerError
 from twotower.retrieval.index import fingerprint
 from twotower.retrieval.index.lock import writer_lock
@@ -31,6 +34,7 @@ from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.state import State, create_state, new_token, state_name
+from twotower.retrieval.milvus.vectors import FIELD_TYPES, SERVER_ONLY, MilvusVectors
 from twotower.retrieval.milvus.writes import METADATA_KINDS, check_sizes, doc_rows, put_rows, write_version
 
 log = logging.getLogger(__name__)
@@ -44,18 +48,27 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
     if multivector or project:
         raise TwoTowerError(f"{flag('multivector')}/{flag('project')}: a Milvus index holds one vector per document; "
                             f"use {given('backend', 'faiss')} for multi-vector indexes")
-    if spec.vectors not in ("fp32", "int8") or spec.dim is not None:
-        cut = f" {flag('dim')}" if spec.dim else ""
-        raise TwoTowerError(f"{given('vectors', spec.vectors)}{cut}: a Milvus index stores fp32 vectors, or int8 "
-                            "codes in a scalar-quantized index, at the model's dimension (Milvus Lite has no binary "
-                            f"or float16 vector fields); use {given('backend', 'faiss')} for the other compressed "
-                            "vectors")
+    if spec.dim is not None:
+        raise TwoTowerError(f"{flag('dim')} {spec.dim}: a Milvus index stores vectors at the model's dimension; use "
+                            f"{given('backend', 'faiss')} to cut them")
+    if spec.vectors not in FIELD_TYPES:
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}: a Milvus index stores {', '.join(FIELD_TYPES)} "
+                            "vectors (half precision: Milvus 2.3.5's server crashes writing float16 vectors into a "
+                            f"loaded collection, so it is not offered); use {given('vectors', 'int8')}, or "
+                            f"{given('backend', 'faiss')}")
     uri = mc.check_uri(uri)
+    if spec.vectors in SERVER_ONLY and not mc.is_server(uri):
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}: Milvus Lite ({uri}) has no "
+                            f"{FIELD_TYPES[spec.vectors]} field; give a Milvus server ({flag('uri')} "
+                            f"http://host:19530, Milvus 2.3 or later), or {given('vectors', 'int8')} (a "
+                            f"scalar-quantized index Milvus Lite has), or {given('backend', 'faiss')}")
     collection = mc.check_collection_name(collection or mc.default_collection(root))
     index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
                               num_docs=num_docs, vectors=spec.vectors)
     check_target(root)
     client = client_for(uri, flag("uri"))
+    if spec.vectors in SERVER_ONLY:
+        _probe(client, uri, spec, index)
     props = mc.owner_properties(client, collection, uri)
     if props is not None and not _ours(root, uri, collection, props):
         owner = (f"the index of model {props.get('model')} ({props.get('field_dim')}-d)" if props.get("index_id")
@@ -63,6 +76,26 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
         raise TwoTowerError(f"{given('collection', collection)}: {uri} already holds a collection of that name "
                             f"({owner}); choose another {flag('collection')}, or drop that one first")
     return uri, collection, index, client
+
+
+def _probe(client, uri: str, spec, index: dict) -> None:
+    """Create (and drop) a collection of the schema a build with ``spec`` makes, before any encoding: a server
+    without the vector field's type (or, with BM25, sparse vectors: Milvus 2.4) refuses it now, not after an hour of
+    encoding."""
+    name = f"twotower_probe_{uuid.uuid4().hex}"
+    kind = MilvusVectors.for_build(spec, np.zeros((1, 8), dtype=np.float32))
+    try:
+        mc.create_collection(client, name, dim=8, lexical=spec.bm25, index=dict(index, params={
+            k: (1 if k == "nlist" else v) for k, v in index["params"].items()}), properties={}, uri=uri, vectors=kind)
+    except mc.MilvusError as exc:
+        bm25 = (f"; a BM25 part needs sparse vectors (Milvus 2.4 or later): build without {switch('bm25')} if "
+                "this server is older") if spec.bm25 else ""
+        raise TwoTowerError(f"{given('vectors', spec.vectors)}: the Milvus server at {uri} refused a collection with a "
+                            f"{kind.field_type} field{' and a BM25 sparse field' if spec.bm25 else ''} and a "
+                            f"{index['index_type']} index ({exc}){bm25}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            client.drop_collection(name)
 
 
 def _ours(root: Path, uri: str, collection: str, props: dict) -> bool:
@@ -88,6 +121,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
     dim = int(new.vectors.shape[1])
     corpus = fingerprint.entry(fingerprint.combine(zip(new.ids, new.titles, new.texts)))
     index_id = uuid.uuid4().hex
+    kind = MilvusVectors.for_build(spec, new.vectors)
     made = False
     try:
         with writer_lock(root):
@@ -104,18 +138,17 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                     client.drop_collection(state_name(collection))
             mc.create_collection(client, collection, dim=dim, lexical=spec.bm25, index=index, uri=uri, properties={
                 "index_id": index_id, "model": model.get("name"), "dim": dim, "schema": mc.SCHEMA_VERSION,
-                "corpus": corpus["fingerprint"]})
+                "corpus": corpus["fingerprint"]}, vectors=kind)
             made = True
             create_state(client, collection, uri)
             token = new_token()
-            put_rows(client, uri, collection, doc_rows(new, weighed, 1, token), show_progress=show_progress)
+            put_rows(client, uri, collection, doc_rows(new, weighed, 1, token, kind), show_progress=show_progress)
             with mc.milvus_errors(uri, collection, "loading the collection"):
                 client.load_collection(collection)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
-                "vectors": {"type": spec.vectors, "dim": dim, "source_dim": dim,
-                            "stored": f"milvus FLOAT_VECTOR, index {index['index_type']}"},
+                "vectors": kind.manifest_entry(index["index_type"]),
                 "kind": spec.kind, "factory": f"milvus {index['index_type']}", "metric": "inner_product",
                 "spec": {"hnsw_m": spec.hnsw_m, "ef_construction": spec.ef_construction, "nlist": spec.nlist},
                 "num_docs": len(new.ids), "num_vectors": len(new.vectors), "multivector": None,
@@ -124,7 +157,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 METADATA_KINDS: metadata_kinds(new.metadata or []),
                 "milvus": {"uri": uri, "collection": collection, "index_id": index_id,
                            "schema_version": mc.SCHEMA_VERSION, "index_type": index["index_type"],
-                           "index_params": index["params"], "metric": "IP",
+                           "index_params": index["params"], "metric": kind.metric,
                            "search": {"ef_search": mc.DEFAULT_EF_SEARCH, "nprobe": 1},
                            "lexical": LEXICAL if lexicon is not None else None},
                 "build_s": round(time.perf_counter() - t0, 3),

@@ -66,7 +66,7 @@ SCHEMA_VERSION = 5  # 2: rows keyed <write>:<id> with added/removed write number
 MAX_VARCHAR = 65_535  # bytes: Milvus' largest VARCHAR
 MAX_ID_BYTES = 1_024
 DEFAULT_EF_SEARCH = 128  # HNSW ef when a search names none (at least k)
-DENSE, SPARSE, METADATA = "dense", "sparse", "metadata"
+DENSE, SPARSE, METADATA, CODES = "dense", "sparse", "metadata", "codes"
 # index kinds twotower builds on Milvus: --kind -> Milvus index type
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT"}
 PROPERTY = "twotower"  # collection properties: twotower.index_id, twotower.model, twotower.dim, twotower.schema
@@ -224,10 +224,20 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
                    vectors: str = "fp32") -> dict:
     """The Milvus index for ``--kind`` and ``--vectors``: ``{"index_type", "params"}`` (metric IP on normalised
     vectors). ``int8``: Milvus' 8-bit scalar-quantized indexes (HNSW_SQ, IVF_SQ8; ``flat``: IVF_SQ8 with one list,
-    an exhaustive scan of the codes, as the local int8 index)."""
+    an exhaustive scan of the codes, as the local int8 index); ``binary``: BIN_FLAT or BIN_IVF_FLAT (Hamming,
+    :mod:`.vectors`)."""
     if kind not in INDEX_TYPES:
         raise TwoTowerError(f"{given('kind', kind)}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
                             f"strings and ivfpq need {given('backend', 'faiss')})")
+    if vectors == "binary":  # Milvus' binary indexes: an exhaustive scan or inverted lists, Hamming distance
+        if kind == "hnsw":
+            raise TwoTowerError(f"{given('kind', 'hnsw')} with {given('vectors', 'binary')}: Milvus indexes binary "
+                                f"vectors as BIN_FLAT or BIN_IVF_FLAT; choose {given('kind', 'flat')} or "
+                                f"{given('kind', 'ivf')} (or {given('backend', 'faiss')} for a binary HNSW)")
+        if kind == "ivf":
+            n = nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
+            return {"index_type": "BIN_IVF_FLAT", "params": {"nlist": int(n)}}
+        return {"index_type": "BIN_FLAT", "params": {}}
     if vectors == "int8":
         if kind == "hnsw":
             return {"index_type": "HNSW_SQ", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction),
@@ -243,7 +253,7 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
 
 
 def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict, properties: dict,
-                      uri: str) -> None:
+                      uri: str, vectors=None) -> None:
     """The collection: ``pk`` (primary key ``<attempt>:<id>``), ``id``, ``title``, ``text``, ``dense`` (``dim``
     floats), ``added`` / ``removed`` (the writes that added and removed the row) and ``attempt`` (the token of the
     write attempt that wrote it: see :mod:`.state`) and, with ``lexical``, ``sparse`` (twotower's BM25 weights),
@@ -253,7 +263,10 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
 
     A document is one row per passage (:mod:`.writes`): ``passage`` numbers them from 0, ``span_start`` /
     ``span_end`` are the passage's character offsets into the document's text. Passage 0's row is the document's:
-    it alone holds the title, the text and the BM25 vector; every row holds the metadata (filters select rows)."""
+    it alone holds the title, the text and the BM25 vector; every row holds the metadata (filters select rows).
+
+    ``vectors`` (a :class:`.vectors.MilvusVectors`; default fp32): ``dense``'s type and metric, and for binary
+    vectors rescored from codes a ``codes`` field."""
     from pymilvus import DataType
 
     with milvus_errors(uri, name, "creating the collection"):
@@ -271,14 +284,16 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
         schema.add_field("title", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
         schema.add_field(METADATA, DataType.JSON)
-        schema.add_field(DENSE, DataType.FLOAT_VECTOR, dim=int(dim))
+        schema.add_field(DENSE, getattr(DataType, vectors.field_type if vectors else "FLOAT_VECTOR"), dim=int(dim))
+        if vectors is not None and vectors.rescores:
+            schema.add_field(CODES, DataType.VARCHAR, max_length=vectors.codes_length)
         if lexical:
             schema.add_field(SPARSE, DataType.SPARSE_FLOAT_VECTOR)
         params = client.prepare_index_params()
         # pymilvus 3 sends the settings as top-level keys, which a Milvus server reads; Milvus Lite reads only a
         # "params" key (without it, IVF got 128 lists and HNSW its defaults whatever was asked): both
         settings = dict(index["params"])
-        params.add_index(DENSE, index_type=index["index_type"], metric_type="IP",
+        params.add_index(DENSE, index_type=index["index_type"], metric_type=vectors.metric if vectors else "IP",
                          params={**settings, "params": settings} if settings else {})
         if lexical:
             params.add_index(SPARSE, index_type="SPARSE_INVERTED_INDEX", metric_type="IP")

@@ -56,7 +56,7 @@ def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: st
 
 def read_records(store, ids: Sequence[str], *, vectors: bool = False) -> list[dict]:
     """``{"_id", "title", "text"[, "metadata"]}`` of each of ``ids`` (with ``"vector"``: its dense vector), in order."""
-    fields = ["title", "text", mc.METADATA] + ([mc.DENSE] if vectors else [])
+    fields = ["title", "text", mc.METADATA] + (store.kind.fields if vectors else [])
     found = store._query(list(ids), fields)
     missing = [d for d in ids if d not in found]
     if missing:
@@ -69,7 +69,7 @@ def read_records(store, ids: Sequence[str], *, vectors: bool = False) -> list[di
         if e.get(mc.METADATA):
             doc["metadata"] = e[mc.METADATA]
         if vectors:
-            doc["vector"] = e[mc.DENSE]
+            doc["vector"] = store.kind.decode([e])[0].tolist()
         out.append(doc)
     return out
 

@@ -49,10 +49,11 @@ def check_rows(root: Path, docs, passages: dict | None) -> None:
                               f"are multi-vector (use {given('backend', 'faiss')})")
 
 
-def search_documents(store, data: list, k: int, params: Callable[[int], dict],
-                     expr: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` documents for each query vector of ``data`` by their best passage: ``(scores, rows)``, each
-    (n, k), best first, -inf / -1 where fewer; ``params(limit)``: the search parameters for ``limit`` rows;
+def search_documents(store, queries: np.ndarray, k: int, params: Callable[[int], dict], expr: str = "",
+                     depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` documents for each query vector of ``queries`` (float32) by their best passage: ``(scores,
+    rows)``, each (n, k), best first, -inf / -1 where fewer; ``params(limit)``: the search parameters for ``limit``
+    rows; ``depth``: the rows asked per ``k`` (binary vectors: ``k × rescore_factor``, each rescored: :mod:`.vectors`);
     ``expr``: a metadata filter's expression (every passage of a document carries its metadata). A filter on the
     text (``$text``: ``text like``; only a document's own row holds its text) selects documents first, then
     searches among their ids, :data:`.writes.BATCH` at a time, keeping each query's best ``k`` of all."""
@@ -64,33 +65,35 @@ def search_documents(store, data: list, k: int, params: Callable[[int], dict],
         with store._errors("searching"):  # every matching id (a query without a limit returns all)
             ids = sorted({e["id"] for e in store.client.query(store.collection, filter=store._doc_rows_where(expr),
                                                               output_fields=["id"])})
-        scores = np.full((len(data), k), -np.inf, dtype=np.float32)
-        rows = np.full((len(data), k), -1, dtype=np.int64)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
         for i in range(0, len(ids), BATCH):
-            s, r = _search(store, data, k, params, mc.ids_filter(ids[i:i + BATCH]))
+            s, r = _search(store, queries, k, params, mc.ids_filter(ids[i:i + BATCH]), depth)
             scores, rows = np.concatenate([scores, s], axis=1), np.concatenate([rows, r], axis=1)
             order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
             scores, rows = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
         return scores, rows
-    return _search(store, data, k, params, expr)
+    return _search(store, queries, k, params, expr, depth)
 
 
-def _search(store, data: list, k: int, params: Callable[[int], dict], expr: str) -> tuple[np.ndarray, np.ndarray]:
+def _search(store, queries: np.ndarray, k: int, params: Callable[[int], dict], expr: str,
+            depth: int | None) -> tuple[np.ndarray, np.ndarray]:
+    data = store.kind.queries(queries)
     scores = np.full((len(data), k), -np.inf, dtype=np.float32)
     rows = np.full((len(data), k), -1, dtype=np.int64)
-    pending, limit = list(range(len(data))), min(MAX_TOPK, k * WIDEN)
+    pending, limit = list(range(len(data))), min(MAX_TOPK, (depth or k) * WIDEN)
     while pending:
         again = []
         for start in range(0, len(pending), 64):
             chunk = pending[start:start + 64]
             with store._errors("searching"):
                 found = store.client.search(store.collection, data=[data[i] for i in chunk], anns_field=mc.DENSE,
-                                            limit=limit, search_params=params(limit), output_fields=["id"],
-                                            filter=store._visible(expr))
+                                            limit=limit, search_params=params(limit),
+                                            output_fields=["id", *store.kind.fields[1:]], filter=store._visible(expr))
             for i, hits in zip(chunk, found):
                 best: dict[str, float] = {}
-                for h in hits:  # best first: a document's first row is its best passage
-                    best.setdefault(h["entity"]["id"], float(h["distance"]))
+                for entity, score in store.kind.ranked(hits, queries[i]):  # best first: a document's best passage
+                    best.setdefault(entity["id"], score)
                 if len(best) < k and len(hits) >= limit and limit < MAX_TOPK:
                     again.append(i)  # fewer than k documents in the rows seen, and more rows to see
                     continue
@@ -113,13 +116,13 @@ def passage_table(store, rows: Sequence[int]) -> dict[int, tuple[np.ndarray, np.
         for i in range(0, len(ids), 64):  # all rows of 64 documents a query (not pymilvus' iterator: writes.read_rows)
             where = f"{mc.ids_filter(ids[i:i + 64])} and ({visible(store.head)})"
             for e in store.client.query(store.collection, filter=where,
-                                        output_fields=["id", "passage", "span_start", "span_end", mc.DENSE]):
+                                        output_fields=["id", "passage", "span_start", "span_end", *store.kind.fields]):
                 parts.setdefault(e["id"], []).append(e)
     out = {}
     for doc_id, found in parts.items():
         found.sort(key=lambda e: int(e["passage"]))
         spans = np.asarray([[int(e["span_start"]), int(e["span_end"])] for e in found], dtype=np.int64)
-        vectors = np.asarray([e[mc.DENSE] for e in found], dtype=np.float32).reshape(len(found), -1)
+        vectors = store.kind.decode(found)
         out[wanted[doc_id]] = (spans, vectors)
     return out
 

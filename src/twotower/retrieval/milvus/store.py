@@ -42,6 +42,7 @@ from twotower.retrieval.milvus.passages import check_rows as _check_rows
 from twotower.retrieval.milvus.passages import passage_table, search_documents, split_any
 from twotower.retrieval.milvus.rows import RowTable, read_visible
 from twotower.retrieval.milvus.state import State, documents_visible, visible
+from twotower.retrieval.milvus.vectors import MilvusVectors
 from twotower.retrieval.milvus.writes import check_sizes, digest, write, write_version
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class MilvusStore:
         self.seq = int(self.head["seq"])
         # the engine's manifest, not the folder's (which may be older); the folder's way to the server
         self.manifest = dict(self.head["manifest"], files=manifest.get("files", {}), milvus=m)
+        self.kind = MilvusVectors.from_manifest(self.manifest)  # how the vectors are stored
         self.doc_ids: list[str] = []
         self.row_of = RowTable(self)
         self.files = _Check(self)
@@ -288,13 +290,12 @@ class MilvusStore:
         """The stored vectors of ``rows`` (any shape) as float32, shaped ``rows.shape + (dim,)``."""
         rows = np.asarray(rows)
         ids = [self.doc_ids[int(r)] for r in rows.reshape(-1)]
-        found = self._query(ids, [mc.DENSE])
+        found = self._query(ids, self.kind.fields)
         missing = [d for d in ids if d not in found]
         if missing:
             raise UnknownIdError(f"{self.root}: document '{missing[0]}' is no longer in the Milvus collection "
                                  f"'{self.collection}' (removed meanwhile)")
-        flat = np.asarray([found[d][mc.DENSE] for d in ids], dtype=np.float32).reshape(-1, self.dim)
-        return flat.reshape(*rows.shape, self.dim)
+        return self.kind.decode([found[d] for d in ids]).reshape(*rows.shape, self.dim)
 
     def doc_vectors(self, row: int) -> np.ndarray:
         return self.float_vectors(np.asarray([row]))
@@ -316,23 +317,26 @@ class MilvusStore:
         return queries
 
     def _search_params(self, k: int, ef_search: int | None, nprobe: int | None) -> dict:
-        index_type = self.manifest["milvus"]["index_type"]
-        hnsw, ivf = index_type in ("HNSW", "HNSW_SQ"), index_type in ("IVF_FLAT", "IVF_SQ8")
+        index_type, metric = self.manifest["milvus"]["index_type"], self.kind.metric
+        hnsw, ivf = index_type in ("HNSW", "HNSW_SQ"), index_type in ("IVF_FLAT", "IVF_SQ8", "BIN_IVF_FLAT")
         if ef_search is not None and not hnsw:
             raise IndexStoreError(f"efSearch applies to HNSW indexes; this Milvus index is {index_type}")
         if nprobe is not None and not ivf:
             raise IndexStoreError(f"nprobe applies to IVF indexes; this Milvus index is {index_type}")
         defaults = self.manifest["milvus"].get("search", {})
         if hnsw:
-            return {"metric_type": "IP", "params": {"ef": max(k, ef_search or defaults.get("ef_search",
-                                                                                        mc.DEFAULT_EF_SEARCH))}}
+            return {"metric_type": metric, "params": {"ef": max(k, ef_search or defaults.get("ef_search",
+                                                                                            mc.DEFAULT_EF_SEARCH))}}
         if ivf:
-            return {"metric_type": "IP", "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
-        return {"metric_type": "IP", "params": {}}
+            return {"metric_type": metric, "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
+        return {"metric_type": metric, "params": {}}
 
-    def _ranked(self, field: str, data: list, k: int, params: dict, expr: str = "") -> tuple[np.ndarray, np.ndarray]:
+    def _ranked(self, field: str, data: list, k: int, params: dict, expr: str = "", *, queries=None,
+                depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Milvus' top ``k`` of ``field`` for each of ``data`` among the documents ``expr`` (a metadata filter's
-        expression, :meth:`filter_expression`) selects: (scores, rows), -inf / -1 where fewer."""
+        expression, :meth:`filter_expression`) selects: (scores, rows), -inf / -1 where fewer. ``queries`` (the
+        float32 query vectors of the dense field): the top ``depth`` rows are scored by :meth:`.vectors.MilvusVectors.ranked`
+        (binary: rescored) and the best ``k`` kept."""
         if k > MAX_TOPK:
             raise IndexStoreError(f"k {k}: Milvus returns at most {MAX_TOPK} hits per query; ask for fewer")
         scores = np.full((len(data), k), -np.inf, dtype=np.float32)
@@ -341,12 +345,16 @@ class MilvusStore:
         with self._errors("searching"):
             for start in range(0, len(asked), 64):
                 chunk = asked[start:start + 64]
-                hits = self.client.search(self.collection, data=[data[i] for i in chunk], anns_field=field, limit=k,
-                                          search_params=params, output_fields=["id"], filter=self._visible(expr))
+                hits = self.client.search(self.collection, data=[data[i] for i in chunk], anns_field=field,
+                                          limit=min(MAX_TOPK, depth or k), search_params=params,
+                                          output_fields=["id", *(self.kind.fields[1:] if queries is not None else [])],
+                                          filter=self._visible(expr))
                 for i, found in zip(chunk, hits):
-                    for j, h in enumerate(found):
-                        scores[i, j] = h["distance"]
-                        rows[i, j] = self.row_of.intern(h["entity"]["id"])
+                    ranked = (self.kind.ranked(found, queries[i]) if queries is not None else
+                              [(h["entity"], float(h["distance"])) for h in found])
+                    for j, (entity, score) in enumerate(ranked[:k]):
+                        scores[i, j] = score
+                        rows[i, j] = self.row_of.intern(entity["id"])
         return scores, rows
 
     def search(self, queries: np.ndarray, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
@@ -356,10 +364,11 @@ class MilvusStore:
         (:meth:`filter_expression`) among the documents it selects (Milvus filters before it ranks)."""
         q = self.project_queries(queries)
         k = max(1, k)
+        depth = self.kind.depth(k, rescore_factor)
         if split_any(self):  # a document scores as its best passage
-            return search_documents(self, [v for v in q], k, lambda n: self._search_params(n, ef_search, nprobe),
-                                    expr)
-        return self._ranked(mc.DENSE, [v for v in q], k, self._search_params(k, ef_search, nprobe), expr)
+            return search_documents(self, q, k, lambda n: self._search_params(n, ef_search, nprobe), expr, depth)
+        return self._ranked(mc.DENSE, self.kind.queries(q), k, self._search_params(depth, ef_search, nprobe), expr,
+                            queries=q, depth=depth)
 
     @property
     def lexicon(self) -> SparseBM25:

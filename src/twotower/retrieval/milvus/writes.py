@@ -45,6 +45,7 @@ from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.consensus import decide
 from twotower.retrieval.milvus.lease import EngineLock, TakenOver
+from twotower.retrieval.milvus.vectors import MilvusVectors
 from twotower.retrieval.milvus.state import (
     CHUNK, MAX_DELTAS, State, crash_point, documents_visible, lexicon_chain, new_token, visible,
 )
@@ -68,13 +69,14 @@ def check_sizes(docs: NewDocs) -> None:
                                       f"{given('backend', 'faiss')})")
 
 
-def doc_rows(docs: NewDocs, weighed, seq: int, token: int) -> list[dict]:
+def doc_rows(docs: NewDocs, weighed, seq: int, token: int, kind: MilvusVectors) -> list[dict]:
     """The collection's rows of ``docs`` written by attempt ``token`` at write ``seq`` (``weighed``: their BM25
     vectors, :class:`.lexical.Weighed`, or None): one row per passage (a document without passages: one, spanning
     its text). Passage 0's row, keyed ``<token>:<id>``, is the document's: title, text, BM25 vector. Passage ``p``'s
     row, keyed ``<token>.<p>:<id>`` (a key no first row can have: the token is hex), holds its vector, its span
-    and the document's metadata (filters select rows), no text, and a BM25 vector no query matches."""
-    vectors = np.asarray(docs.vectors, dtype=np.float32)
+    and the document's metadata (filters select rows), no text, and a BM25 vector no query matches. ``kind``: how
+    the vectors are stored (:mod:`.vectors`)."""
+    values = kind.row_values(docs.vectors)
     metadata = docs.metadata or [{}] * len(docs.ids)
     offsets = docs.offsets if docs.offsets is not None else np.arange(len(docs.ids) + 1)
     rows = []
@@ -83,7 +85,7 @@ def doc_rows(docs: NewDocs, weighed, seq: int, token: int) -> list[dict]:
             a, b = (int(docs.spans[v, 0]), int(docs.spans[v, 1])) if docs.spans is not None else (0, len(docs.texts[j]))
             row = {"pk": f"{token:x}:{doc_id}" if p == 0 else f"{token:x}.{p}:{doc_id}", "id": doc_id,
                    "passage": p, "span_start": a, "span_end": b, "title": docs.titles[j] if p == 0 else "",
-                   "text": docs.texts[j] if p == 0 else "", mc.METADATA: metadata[j] or {}, mc.DENSE: vectors[v],
+                   "text": docs.texts[j] if p == 0 else "", mc.METADATA: metadata[j] or {}, **values[v],
                    "added": int(seq), "removed": 0, "attempt": int(token), "length": 0, "avgdl": 0.0}
             if weighed is not None:
                 row[mc.SPARSE] = (weighed.vectors[j] if p == 0 else None) or {EMPTY_TERM: 1e-30}
@@ -98,8 +100,9 @@ def _batches(rows: list[dict]):
     most = int(os.environ.get(ROWS_ENV, "1024"))
     start, size = 0, 0
     for i, r in enumerate(rows):
-        n = 64 + 4 * len(r.get(mc.DENSE, ())) + 12 * len(r.get(mc.SPARSE) or ()) + sum(
-            len(r[f].encode("utf-8")) for f in ("pk", "id", "title", "text")) + len(str(r.get(mc.METADATA) or ""))
+        n = 64 + np.asarray(r.get(mc.DENSE, ())).nbytes + len(r.get(mc.CODES, "")) + 12 * len(
+            r.get(mc.SPARSE) or ()) + sum(len(r[f].encode("utf-8")) for f in ("pk", "id", "title", "text")) + len(
+            str(r.get(mc.METADATA) or ""))
         if i > start and (i - start >= most or size + n > ROW_BYTES):
             yield rows[start:i]
             start, size = i, 0
@@ -126,8 +129,8 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
         crash_point("after-flush")
 
 
-def _fields(lexical: bool) -> list[str]:
-    return ["pk", "id", "passage", "span_start", "span_end", "title", "text", mc.METADATA, mc.DENSE, "added",
+def _fields(lexical: bool, kind: MilvusVectors) -> list[str]:
+    return ["pk", "id", "passage", "span_start", "span_end", "title", "text", mc.METADATA, *kind.fields, "added",
             "removed", "attempt", "length", "avgdl"] + ([mc.SPARSE] if lexical else [])
 
 
@@ -148,7 +151,7 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
     seq, token = int(head["seq"]), int(head["token"])
     with mc.milvus_errors(uri, collection, "settling earlier writes"):
         if head.get("pending"):  # write C's replaced and removed rows, not yet marked
-            mark(client, collection, head["pending"], seq, lexical)
+            mark(client, collection, head["pending"], seq, lexical, MilvusVectors.from_manifest(head["manifest"]))
             state.mark_done(seq)
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
         if head.get("hidden"):
@@ -160,12 +163,13 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
     crash_point("recovered")
 
 
-def mark(client, collection: str, keys: list[str], seq: int, lexical: bool) -> None:
+def mark(client, collection: str, keys: list[str], seq: int, lexical: bool, kind: MilvusVectors) -> None:
     """Mark the rows ``keys`` removed by committed write ``seq``: each row as it is, with ``removed = seq`` (the same
-    row whoever writes it)."""
+    row whoever writes it; ``kind``: how its vector is stored)."""
     for i in range(0, len(keys), BATCH):
-        rows = client.query(collection, filter=mc.ids_filter(keys[i:i + BATCH], "pk"), output_fields=_fields(lexical))
-        rows = [dict(r, removed=seq) for r in rows if int(r["removed"]) in (0, seq)]
+        rows = client.query(collection, filter=mc.ids_filter(keys[i:i + BATCH], "pk"), output_fields=_fields(lexical, kind))
+        rows = [dict(r, removed=seq, **{mc.DENSE: kind.stored_value(r[mc.DENSE])}) for r in rows
+                if int(r["removed"]) in (0, seq)]
         if rows:
             client.upsert(collection, rows)
         crash_point("marking")
@@ -206,7 +210,8 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
             if state.decided(seq) is None:
                 break
             lock.renew()  # another attempt became write N meanwhile (nothing of this one written): again
-        old = read_rows(client, uri, coll, ids, head, _fields(lexical))
+        kind = MilvusVectors.from_manifest(head["manifest"])
+        old = read_rows(client, uri, coll, ids, head, _fields(lexical, kind))
         if docs is not None and old and not replace:
             dup = [d for d in ids if d in old]
             raise IndexStoreError(f"{store.root}: {len(dup)} document id(s) are already in the index: {_shown(dup)} "
@@ -222,7 +227,7 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
             lexicon.forget([o[mc.SPARSE] for o in old.values()], [int(o["length"]) for o in old.values()])
         if docs is not None:
             texts = [f"{t} {x}".strip() if t else x for t, x in zip(docs.titles, docs.texts)]
-            rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, seq, token)
+            rows = doc_rows(docs, lexicon.doc_vectors(texts) if lexicon is not None else None, seq, token, kind)
         put_rows(client, uri, coll, rows, show_progress=show_progress, lock=lock)
         blobs, blobs_of, deltas = head["blobs"], head["blobs_of"], list(head.get("deltas", []))
         if lexicon is not None:  # new terms' ids, df, the count and length: the lexicon of write N
@@ -256,7 +261,7 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
                             "nothing of this write is visible: run it again")
         crash_point("committed")
         with mc.milvus_errors(uri, coll, "marking replaced and removed documents"):
-            mark(client, coll, removed, seq, lexical)
+            mark(client, coll, removed, seq, lexical, kind)
         state.mark_done(seq)
         crash_point("marked")
         state.hint(seq)

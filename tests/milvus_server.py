@@ -1,0 +1,62 @@
+"""A real Milvus server for tests and benchmarks, offline: the standalone Milvus 2.3.5 binary that PyPI's ``milvus``
+package ships (``pip install milvus==2.3.5``: the server, its embedded etcd and its local storage; nothing is
+downloaded when it starts). Milvus Lite has no binary or float16 vector fields (``results/milvus_vector_types.md``);
+this server has both, so ``--vectors binary`` and ``--vectors fp16`` on Milvus are tested against it.
+
+What this server lacks: sparse vectors (Milvus 2.4), so the indexes built on it have no BM25 part (``bm25=False``),
+and more than one vector field per collection.
+
+Each start is a fresh data folder (the 2.3.5 binary does not restart on an old folder offline). The interim index
+Milvus 2.3 builds over growing segments (an IVF over unsealed rows) is switched off: with it, a FLAT index's
+answers over rows not yet sealed are approximate, which the parity tests would mistake for a bug.
+
+Example::
+
+    with milvus_server(tmp_path / "milvus") as server:
+        store = MilvusStore.build(..., uri=server.uri)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+SETTINGS = {"queryNode.segcore.interimIndex.enableIndex": "false", "log.level": "warn"}
+
+
+def available() -> str | None:
+    """None when the server can start here, else why not (a skip reason that says what to install)."""
+    try:
+        import milvus  # noqa: F401  (PyPI milvus==2.3.5: the standalone server)
+    except ImportError:
+        return "needs PyPI's milvus==2.3.5 (the standalone Milvus server): make setup installs it"
+    if not Path("/proc").exists() or os.uname().sysname != "Linux":
+        return "the milvus==2.3.5 server binary runs on Linux"
+    return None
+
+
+class Running(NamedTuple):
+    uri: str  # http://127.0.0.1:PORT
+    pid: int  # the server process (its memory: rss_bytes)
+    folder: Path  # its data: etcd, write-ahead log, segment and index files
+
+
+@contextlib.contextmanager
+def milvus_server(folder: str | Path) -> Iterator[Running]:
+    """A Milvus server with its data in ``folder`` (new), listening on free ports of 127.0.0.1, running until the
+    block ends (then SIGTERM, SIGKILL after 1 s)."""
+    from milvus import MilvusServer, MilvusServerConfig
+
+    config = MilvusServerConfig(data_dir=str(Path(folder).resolve()))
+    for key, value in SETTINGS.items():
+        config.set(key, value)
+    server = MilvusServer(config)
+    server.start()  # waits for /healthz (at most 180 s; ~8 s here)
+    try:
+        yield Running(f"http://127.0.0.1:{server.listen_port}", server.server_proc.pid, Path(folder).resolve())
+    finally:
+        server.stop()
+
