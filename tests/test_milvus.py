@@ -252,7 +252,10 @@ def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
     fails("^collection '1x'", backend="milvus", uri=uri, collection="1x")
     fails("^kind='ivfpq': on Milvus choose one of flat, hnsw, ivf .*need backend='faiss'", backend="milvus", uri=uri,
           kind="ivfpq")
-    fails("^vectors='binary': a Milvus index stores fp32 vectors, or int8", backend="milvus", uri=uri, vectors="binary")
+    fails("^vectors='binary': Milvus Lite .* has no BINARY_VECTOR field; give a Milvus server", backend="milvus",
+          uri=uri, vectors="binary")
+    fails("^rescore='int4': choose one of int8, fp32, none", backend="milvus", uri=uri, vectors="binary",
+          rescore="int4")
     fails("pass backend='milvus'", uri=uri)
     # eval against another corpus: the differences named (listing the collection's ids), nothing scored
     other_corpus = [d for d in _corpus() if d["_id"] != "g3"] + [{"_id": "z1", "title": "", "text": "Extra."}]

@@ -289,6 +289,10 @@ def build_milvus_from(docs: list, out: str | Path, encoder, *, model: str | None
     if encoder.multivector:
         raise TwoTowerError(f"this model was trained with {flag('multivector')}; a Milvus index holds one vector per "
                             f"document (use {given('backend', 'faiss')})")
+    dim = getattr(encoder, "dim", None)
+    if spec.vectors == "binary" and isinstance(dim, int) and dim % 8:
+        raise TwoTowerError(f"{given('vectors', 'binary')}: Milvus packs binary vectors 8 dimensions a byte; this "
+                            f"model's vectors have {dim}: use {given('vectors', 'int8')} or fp32")
     entry = passage_settings(passages, encoder)
     new = encode_new_docs(encoder, docs, cfg, passages=entry)
     return MilvusStore.build(out, new, model=model_info(model, encoder), spec=spec, uri=uri, collection=collection,

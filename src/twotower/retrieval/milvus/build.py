@@ -24,6 +24,7 @@ import numpy as np
 from twotower.checks import flag, given, switch
 from twotower.errors import TwoTowerError
 from twotower.retrieval.index import fingerprint
+from twotower.retrieval.index.codecs import check_vectors
 from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.index.versions import (
@@ -56,6 +57,8 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
                             "vectors (half precision: Milvus 2.3.5's server crashes writing float16 vectors into a "
                             f"loaded collection, so it is not offered); use {given('vectors', 'int8')}, or "
                             f"{given('backend', 'faiss')}")
+    check_vectors(vectors=spec.vectors, dim=None, rescore=spec.rescore, rescore_factor=spec.rescore_factor,
+                  kind="flat", source_dim=8)  # rescore and its factor (the kind: index_settings)
     uri = mc.check_uri(uri)
     if spec.vectors in SERVER_ONLY and not mc.is_server(uri):
         raise TwoTowerError(f"{given('vectors', spec.vectors)}: Milvus Lite ({uri}) has no "
@@ -143,8 +146,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
             create_state(client, collection, uri)
             token = new_token()
             put_rows(client, uri, collection, doc_rows(new, weighed, 1, token, kind), show_progress=show_progress)
-            with mc.milvus_errors(uri, collection, "loading the collection"):
-                client.load_collection(collection)
+            mc.load_indexed(client, collection, uri)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
