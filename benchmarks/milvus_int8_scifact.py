@@ -39,9 +39,22 @@ def vectors(ds, ids, qids):
     return docs, qv
 
 
+def scored(name: str, store, ds, qids: list, qv, kwargs: dict, ref: dict | None) -> tuple[dict, dict]:
+    """The row of ``store`` searched with ``qv`` (top 100, ``kwargs``): NDCG@10, recall@100 and the share of the
+    reference run's top 10 (``ref``, per query; None: this run is the reference), and the reference."""
+    from twotower.evaluation.metrics import evaluate
+
+    scores, found = store.search(qv, 100, **kwargs)
+    run = {q: {store.doc_ids[r]: float(s) for s, r in zip(sc, fd) if r >= 0} for q, sc, fd in zip(qids, scores, found)}
+    top = {q: set(sorted(run[q], key=lambda d: -run[q][d])[:10]) for q in qids}
+    ref = ref or top
+    m = evaluate(ds.qrels, run, ["ndcg@10", "recall@100"])
+    return ({"system": name, "ndcg@10": round(m["ndcg@10"], 4), "recall@100": round(m["recall@100"], 4),
+             "top10_vs_fp32": round(float(np.mean([len(top[q] & ref[q]) / 10 for q in qids])), 4)}, ref)
+
+
 def main() -> None:
     import twotower as tt
-    from twotower.evaluation.metrics import evaluate
     from twotower.retrieval.index.kinds import IndexSpec
     from twotower.retrieval.index.newdocs import NewDocs
     from twotower.retrieval.milvus.store import MilvusStore, forget_client
@@ -69,15 +82,8 @@ def main() -> None:
                        work / "m8h", new, model={"name": "minilm"}, spec=IndexSpec(kind="hnsw", vectors="int8"),
                        uri=uri, collection="i8h", show_progress=False), {"ef_search": 256})]
         for name, make, kwargs in systems:
-            store = make()
-            scores, found = store.search(qv, 100, **kwargs)
-            run = {q: {store.doc_ids[r]: float(s) for s, r in zip(sc, fd) if r >= 0}
-                   for q, sc, fd in zip(qids, scores, found)}
-            top = {q: set(sorted(run[q], key=lambda d: -run[q][d])[:10]) for q in qids}
-            ref = ref or top
-            m = evaluate(ds.qrels, run, ["ndcg@10", "recall@100"])
-            rows.append({"system": name, "ndcg@10": round(m["ndcg@10"], 4), "recall@100": round(m["recall@100"], 4),
-                         "top10_vs_fp32": round(float(np.mean([len(top[q] & ref[q]) / 10 for q in qids])), 4)})
+            row, ref = scored(name, make(), ds, qids, qv, kwargs, ref)
+            rows.append(row)
             print(rows[-1], flush=True)
         forget_client(uri)
     _common.write_results("milvus_int8_scifact", rows, notes=NOTES)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -40,10 +41,17 @@ def available() -> str | None:
     return None
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class Running(NamedTuple):
     uri: str  # http://127.0.0.1:PORT
-    pid: int  # the server process (its memory: rss_bytes)
+    pid: int  # the server process
     folder: Path  # its data: etcd, write-ahead log, segment and index files
+    http: str  # its HTTP side: /healthz, /metrics (Prometheus, with the Go runtime's memory), /debug/pprof
 
 
 @contextlib.contextmanager
@@ -51,16 +59,36 @@ def milvus_server(folder: str | Path, *, authentication: bool = False) -> Iterat
     """A Milvus server with its data in ``folder`` (new), listening on free ports of 127.0.0.1, running until the
     block ends (then SIGTERM, SIGKILL after 1 s). ``authentication``: clients must give a token (the server's own
     user ``root``, password ``Milvus``: :data:`ROOT_TOKEN`)."""
+    import milvus
     from milvus import MilvusServer, MilvusServerConfig
 
-    config = MilvusServerConfig(data_dir=str(Path(folder).resolve()))
+    folder = Path(folder).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    client_port, peer_port = _free_port(), _free_port()
+    # the embedded etcd's peer port (2380) is not in the package's template: without a config file of its own, a
+    # second server on the machine fails to start ("listen tcp 127.0.0.1:2380: bind: address already in use")
+    etcd = folder / "etcd.yaml"
+    etcd.write_text("\n".join([
+        "name: default", f"data-dir: {folder / 'data' / 'etcd.data'}",
+        f"listen-client-urls: http://127.0.0.1:{client_port}", f"advertise-client-urls: http://127.0.0.1:{client_port}",
+        f"listen-peer-urls: http://127.0.0.1:{peer_port}", f"initial-advertise-peer-urls: http://127.0.0.1:{peer_port}",
+        f"initial-cluster: default=http://127.0.0.1:{peer_port}", ""]))
+    template = (Path(milvus.__file__).parent / "data" / "config.yaml.template").read_text()
+    anchor = "  use:\n    embed: true"
+    if anchor not in template:
+        raise RuntimeError("milvus==2.3.5's config template changed: pin milvus==2.3.5")
+    (folder / "config.yaml.template").write_text(template.replace(anchor, f"  config:\n    path: {etcd}\n{anchor}"))
+    config = MilvusServerConfig(data_dir=str(folder), template=str(folder / "config.yaml.template"),
+                                etcd_port=client_port)
+    config.glog_conf_file = str(Path(milvus.__file__).parent / "data" / "glog.conf")  # set only without a template
     for key, value in SETTINGS.items():
         config.set(key, value)
     config.set("authorization_enabled", bool(authentication))
     server = MilvusServer(config)
     server.start()  # waits for /healthz (at most 180 s; ~8 s here)
     try:
-        yield Running(f"http://127.0.0.1:{server.listen_port}", server.server_proc.pid, Path(folder).resolve())
+        yield Running(f"http://127.0.0.1:{server.listen_port}", server.server_proc.pid, folder,
+                      f"http://127.0.0.1:{server.webservice_port}")
     finally:
         server.stop()
 

@@ -96,12 +96,14 @@ def _params(knob: str, value: int):
     return faiss.SearchParametersHNSW(efSearch=value) if knob == "ef_search" else faiss.SearchParametersIVF(nprobe=value)
 
 
-def _recall(found: np.ndarray, truth: np.ndarray) -> float:
+def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
+    """The share of ``truth``'s rows (-1: none) that ``found`` holds, query by query."""
     hits = sum(len(set(f[f >= 0]) & set(t[t >= 0])) for f, t in zip(found, truth))
     return hits / max(1, int((truth >= 0).sum()))
 
 
-def _smallest(measured: list[tuple[int, float]], target: float) -> tuple[int, float]:
+def smallest(measured: list[tuple[int, float]], target: float) -> tuple[int, float]:
+    """The first ``(breadth, recall)`` of ``measured`` reaching ``target``, or within :data:`PLATEAU` of the best."""
     best = max(r for _, r in measured)
     return next((v, r) for v, r in measured if r >= min(target, best - PLATEAU))
 
@@ -125,10 +127,10 @@ def calibrate(index, query_sets: list[tuple[np.ndarray, np.ndarray, float]]) -> 
             params = faiss.SearchParametersPreTransform(index_params=params)
         for curve, (queries, truth, _) in zip(measured, query_sets):
             _, found = index.search(queries, truth.shape[1], params=params)
-            curve.append((value, _recall(found, truth)))
+            curve.append((value, recall_at(found, truth)))
         if all(r >= target for (_, r), (_, _, target) in zip((c[-1] for c in measured), query_sets)):
             break
-    value = max(_smallest(curve, target)[0] for curve, (_, _, target) in zip(measured, query_sets))
+    value = max(smallest(curve, target)[0] for curve, (_, _, target) in zip(measured, query_sets))
     recalls = [dict(curve)[value] for curve in measured]
     if knob == "ef_search":
         inner.hnsw.efSearch = int(value)

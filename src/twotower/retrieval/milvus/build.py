@@ -31,6 +31,7 @@ from twotower.retrieval.index.versions import (
     FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, is_index_dir, read_manifest,
 )
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.breadth import calibrate, load_indexed
 from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
@@ -145,8 +146,12 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
             made = True
             create_state(client, collection, uri)
             token = new_token()
-            put_rows(client, uri, collection, doc_rows(new, weighed, 1, token, kind), show_progress=show_progress)
-            mc.load_indexed(client, collection, uri)
+            rows = doc_rows(new, weighed, 1, token, kind)
+            put_rows(client, uri, collection, rows, show_progress=show_progress)
+            load_indexed(client, collection, uri)
+            search = {"ef_search": mc.DEFAULT_EF_SEARCH, "nprobe": 1,
+                      **calibrate(client, uri, collection, index, kind, [r["pk"] for r in rows], new.vectors)}
+            del rows
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "backend": "milvus", "version": 0,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": model, "dim": dim,
@@ -160,7 +165,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "milvus": {"uri": uri, "collection": collection, "index_id": index_id,
                            "schema_version": mc.SCHEMA_VERSION, "index_type": index["index_type"],
                            "index_params": index["params"], "metric": kind.metric,
-                           "search": {"ef_search": mc.DEFAULT_EF_SEARCH, "nprobe": 1},
+                           "search": search,
                            "lexical": LEXICAL if lexicon is not None else None},
                 "build_s": round(time.perf_counter() - t0, 3),
             }

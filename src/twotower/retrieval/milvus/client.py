@@ -318,30 +318,6 @@ def create_collection(client, name: str, *, dim: int, lexical: bool, index: dict
                                  consistency_level="Strong")
 
 
-def load_indexed(client, name: str, uri: str, timeout: float = 3600.0) -> None:
-    """Load collection ``name`` for searching with its dense index in place. On a server, first wait until the index
-    covers every sealed row, then release and load again: the collection is loaded from its creation on, and a
-    server swaps a segment's index in only some time after building it, so searches right after a build were
-    exhaustive and turned approximate later (measured on Milvus 2.3.5, BIN_IVF_FLAT with nprobe 1: recall@1 1.0 right
-    after the build, 0.22 thirty seconds on, 0.22 at once after a release and load). Milvus Lite searches its index
-    as soon as it is built."""
-    import time
-
-    with milvus_errors(uri, name, "loading the collection"):
-        if is_server(uri):
-            deadline = time.monotonic() + timeout
-            while True:
-                info = client.describe_index(name, DENSE) or {}
-                if int(info.get("pending_index_rows", 0) or 0) == 0 and info.get("state", "Finished") == "Finished":
-                    break
-                if time.monotonic() > deadline:
-                    raise MilvusError(f"Milvus at {uri}, collection '{name}': the index was not built within "
-                                      f"{timeout:.0f} s")
-                time.sleep(0.5)
-            client.release_collection(name)
-        client.load_collection(name)
-
-
 def owner_properties(client, name: str, uri: str) -> dict | None:
     """The twotower properties of collection ``name`` (``{}`` for a collection twotower did not make), None when
     there is no such collection."""

@@ -35,6 +35,7 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.index.versions import open_live
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus.breadth import search_params
 from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
 from twotower.retrieval.milvus.lexical import SparseBM25
@@ -166,8 +167,10 @@ class MilvusStore:
         return int(self.manifest["num_docs"])
 
     def info(self) -> dict:
-        """The manifest (the engine's), with ``backend`` and ``live_version``."""
-        return {**self.manifest, "backend": "milvus", "live_version": self.version}
+        """The manifest (the engine's), with ``backend`` and ``live_version`` (binary: without the int8 ranges, a
+        list of 2 × dim numbers)."""
+        vectors = {k: v for k, v in (self.manifest.get("vectors") or {}).items() if k != "calibration"}
+        return {**self.manifest, "vectors": vectors, "backend": "milvus", "live_version": self.version}
 
     def count(self, expr: str = "") -> int:
         """The number of documents Milvus holds now (those ``expr``, a Milvus expression, selects)."""
@@ -317,19 +320,7 @@ class MilvusStore:
         return queries
 
     def _search_params(self, k: int, ef_search: int | None, nprobe: int | None) -> dict:
-        index_type, metric = self.manifest["milvus"]["index_type"], self.kind.metric
-        hnsw, ivf = index_type in ("HNSW", "HNSW_SQ"), index_type in ("IVF_FLAT", "IVF_SQ8", "BIN_IVF_FLAT")
-        if ef_search is not None and not hnsw:
-            raise IndexStoreError(f"efSearch applies to HNSW indexes; this Milvus index is {index_type}")
-        if nprobe is not None and not ivf:
-            raise IndexStoreError(f"nprobe applies to IVF indexes; this Milvus index is {index_type}")
-        defaults = self.manifest["milvus"].get("search", {})
-        if hnsw:
-            return {"metric_type": metric, "params": {"ef": max(k, ef_search or defaults.get("ef_search",
-                                                                                            mc.DEFAULT_EF_SEARCH))}}
-        if ivf:
-            return {"metric_type": metric, "params": {"nprobe": nprobe or defaults.get("nprobe", 1)}}
-        return {"metric_type": metric, "params": {}}
+        return search_params(self.manifest["milvus"], self.kind.metric, k, ef_search, nprobe)
 
     def _ranked(self, field: str, data: list, k: int, params: dict, expr: str = "", *, queries=None,
                 depth: int | None = None) -> tuple[np.ndarray, np.ndarray]:
