@@ -6,10 +6,13 @@ for both and left out). Timed, each on its own copy: the duplicate check of 1,00
 itself (``store.existing`` + ``store.add`` on Milvus, ``row_of`` + ``store.add`` locally), ``documents()`` of 5,000
 ids (``tt.Index.documents``'s path: ``store.documents``; the median of ``--repeat`` runs, each of new ids on a freshly
 opened store, local and Milvus alternating; also in queries of 1,024 ids as before the reads were batched by 16,384,
-and Milvus Lite's engine alone), and a remove of 1,000. Milvus: Milvus Lite, embedded (a ``.db`` folder). The load average of the shared machine is
+and Milvus Lite's engine alone), and a remove of 1,000. Milvus: Milvus Lite, embedded (a ``.db`` folder); with
+``--engine server`` the standalone Milvus 2.3.5 server (``tests/milvus_server.py``; no BM25 on either backend, as
+Milvus 2.3 has no sparse vectors) into ``results/milvus_batch_server.*``. The load average of the shared machine is
 recorded with each row.
 
     python benchmarks/milvus_batch.py [--repeat 5]
+    python benchmarks/milvus_batch.py --engine server
 """
 
 from __future__ import annotations
@@ -32,7 +35,20 @@ import _common  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs of documents() per backend (the median is kept)")
+    ap.add_argument("--engine", choices=["lite", "server"], default="lite")
     args = ap.parse_args()
+    if args.engine == "server":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from milvus_server import milvus_server
+
+        with tempfile.TemporaryDirectory(prefix="milvus-batch-server-") as folder, milvus_server(folder) as server:
+            run(args, server.uri)
+        return
+    run(args, None)
+
+
+def run(args, server: str | None) -> None:
+    """The benchmark against Milvus Lite (``server`` None) or the Milvus server at ``server``."""
     import twotower as tt
     from twotower.retrieval.index.kinds import IndexSpec
     from twotower.retrieval.index.newdocs import NewDocs
@@ -56,7 +72,7 @@ def main() -> None:
                        vectors(n))
 
     base = NewDocs(ids, titles, bodies, vectors(len(ids)))
-    spec, model = IndexSpec(bm25=True), {"name": "random-384d"}
+    spec, model = IndexSpec(bm25=server is None), {"name": "random-384d"}
     rows = []
     load_start = _common.load_average()
     with tempfile.TemporaryDirectory(prefix="milvus-batch-") as work:
@@ -66,7 +82,8 @@ def main() -> None:
         IndexStore.build(work / "local", base, model=model, spec=spec, show_progress=False)
         build = {"local": time.perf_counter() - t0}
         t0 = time.perf_counter()
-        MilvusStore.build(work / "milvus", base, model=model, spec=spec, uri=str(work / "m.db"), collection="batch",
+        uri = server or str(work / "m.db")
+        MilvusStore.build(work / "milvus", base, model=model, spec=spec, uri=uri, collection="batch",
                           show_progress=False)
         build["milvus"] = time.perf_counter() - t0
         stores = {"local": lambda: IndexStore.open(work / "local"), "milvus": lambda: MilvusStore.open(work / "milvus")}
@@ -121,12 +138,14 @@ def main() -> None:
                 milvus_rows.READ_BATCH = saved
 
         timed(f"documents() of 5,000 in queries of 1,024 ids (before; median of {args.repeat})", before, args.repeat)
-        in_process(rows, stores["milvus"](), samples, args.repeat)
+        if server is None:
+            in_process(rows, stores["milvus"](), samples, args.repeat)
         sample = samples[0]
         timed("remove 1,000", lambda store, _, __: store.remove(sample[:1_000], show_progress=False))
-        forget_client(str(work / "m.db"))
+        forget_client(uri)
         shutil.rmtree(work, ignore_errors=True)
-    _common.write_results("milvus_batch", rows, notes=NOTES,
+    _common.write_results("milvus_batch_server" if server else "milvus_batch", rows,
+                          notes=SERVER_NOTES if server else NOTES,
                           extra={"load_average_1m": {"start": load_start, "end": _common.load_average()}})
 
 
@@ -190,6 +209,14 @@ row (its 384-d vector and sparse vector too, whatever `output_fields` asks) befo
 pymilvus take the rest. Even its lookup by primary key, which skips the scan and a parse, costs 6x the local
 backend's (the row "by primary key"): the time is in building, sending and decoding the rows. On Milvus Lite the 2x
 target is not reached; a Milvus server (none on this machine) was not measured.
+"""
+
+SERVER_NOTES = """\
+The same operations against a standalone Milvus 2.3.5 server on this machine (PyPI `milvus==2.3.5`, started
+offline, its own process: `tests/milvus_server.py`), without BM25 on either backend (Milvus 2.3 has no sparse
+vectors). Seconds on 2 cores shared by the server, the client and the local backend; `load_1m` at each row. A write
+on this server waits for its flushes (`client.flush`: 2.5-3 s each on this server, measured alone), which dominates
+small writes.
 """
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ plus the int8 rescoring codes in a VARCHAR) on PyPI's standalone Milvus 2.3.5 se
 etcd: ``tests/milvus_server.py``), into ``results/milvus_memory_server.*``.
 
     python benchmarks/milvus_memory.py --docs 100000
-    python benchmarks/milvus_memory.py --docs 100000 --engine server
+    python benchmarks/milvus_memory.py --docs 100000 --engine server --kinds flat --settle 30
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Which compressed vector fields the installed Milvus Lite takes (issue #54: binary and half-precision vectors on
 Milvus): a collection with a BINARY_VECTOR (BIN_FLAT, Hamming), FLOAT16_VECTOR, BFLOAT16_VECTOR or INT8_VECTOR field
-(FLAT / HNSW, inner product) is created, filled with 20 rows and searched, embedded (a ``.db`` folder) and through
-Milvus Lite's server mode (``python -m milvus_lite server``); each row says how far it got and Milvus' message.
+(FLAT / HNSW, inner product) is created, filled with 20 rows and searched, then 2,000 rows more are written, flushed
+and searched, embedded (a ``.db`` folder), through Milvus Lite's server mode (``python -m milvus_lite server``) and
+on the standalone Milvus 2.3.5 server from PyPI (``tests/milvus_server.py``); each row says how far it got and
+Milvus' message (for a server that stopped, the first ``panic:`` line of its log).
 
     python benchmarks/milvus_vector_types.py
 """
@@ -33,10 +35,10 @@ def _cases(DataType, rng):
     ]
 
 
-def probe(uri: str, mode: str) -> list[dict]:
+def probe(uri: str, mode: str, log: Path | None = None) -> list[dict]:
     from pymilvus import DataType, MilvusClient
 
-    client = MilvusClient(uri=uri)
+    client = MilvusClient(uri=uri, timeout=30)
     rng = np.random.default_rng(0)
     out = []
     for name, index, metric, make in _cases(DataType, rng):
@@ -56,9 +58,20 @@ def probe(uri: str, mode: str) -> list[dict]:
                 step = "search"
                 client.search(f"t_{name.lower()}", data=[rows[0]["v"]], anns_field="v", limit=3,
                               search_params={"metric_type": metric})
+                step = "a second write (2,000 rows, flush) and search"
+                client.insert(f"t_{name.lower()}", [{"pk": 100 + i, "v": make()} for i in range(2_000)])
+                client.flush(f"t_{name.lower()}")
+                client.search(f"t_{name.lower()}", data=[rows[0]["v"]], anns_field="v", limit=3,
+                              search_params={"metric_type": metric})
             row["result"] = "works" if make is not None else "created (not filled)"
         except Exception as exc:  # noqa: BLE001 - what Milvus answers is the result
             message = getattr(exc, "message", None) or str(exc)
+            panic = _panic(log)
+            if panic:
+                row["result"] = f"the server stopped at {step}: {panic[:160]}"
+                out.append(row)
+                print(row, flush=True)
+                break  # nothing more can be asked of it
             row["result"] = f"refused at {step}: {' '.join(str(message).split())[:160]}"
         out.append(row)
         print(row, flush=True)
@@ -66,9 +79,20 @@ def probe(uri: str, mode: str) -> list[dict]:
     return out
 
 
+def _panic(log: Path | None) -> str:
+    """The first ``panic:`` line of a server's log (empty: none, or no log)."""
+    if log is None or not log.is_file():
+        return ""
+    return next((line.strip() for line in log.read_text(errors="replace").splitlines() if line.startswith("panic:")),
+                "")
+
+
 def main() -> None:
     import milvus_lite
     import pymilvus
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from milvus_server import available, milvus_server
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="milvus-types-") as work:
@@ -89,6 +113,9 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+        if available() is None:
+            with milvus_server(Path(work) / "standalone") as server:
+                rows += probe(server.uri, "Milvus 2.3.5 server", server.folder / "logs" / "milvus-stderr.log")
     _common.write_results("milvus_vector_types", rows, notes=NOTES.format(lite=milvus_lite.__version__,
                                                                            pymilvus=pymilvus.__version__))
 
@@ -100,8 +127,8 @@ stand-in for the `pkg_resources` it imports) takes BINARY_VECTOR (BIN_FLAT, Hamm
 INT8_VECTOR ("unsupported scalar type"), and as dense indexes has only FLAT and IVF_FLAT ("invalid index type: HNSW,
 local mode only support FLAT IVF_FLAT AUTOINDEX"; the same for IVF_SQ8 and HNSW_SQ, which `--vectors int8` uses); it
 keeps its data in one file, where twotower's Milvus Lite URIs name the folder 3.x keeps, so tests/test_milvus.py
-stops at its first build with it. Binary and half-precision vectors on Milvus therefore wait for a Milvus server to
-test them on.
+stops at its first build with it. The standalone Milvus 2.3.5 server (PyPI `milvus==2.3.5`) takes BINARY_VECTOR:
+`--vectors binary` on Milvus is built for and tested on it (`tests/test_milvus_server.py`).
 """
 
 if __name__ == "__main__":
