@@ -27,8 +27,7 @@ from twotower.retrieval.index.errors import UnknownIdError, WouldEmptyError
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.milvus import client as mc
 from twotower.retrieval.milvus.passages import split_any
-from twotower.retrieval.milvus.rows import read_visible
-from twotower.retrieval.milvus.writes import query_all
+from twotower.retrieval.milvus.rows import read_visible, scan
 
 
 def _expr(store, flt) -> str:
@@ -50,7 +49,7 @@ def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: st
         passed = read_visible(store, ids, ["id"], expr)
         return [d for d in ids if d in passed]
     with store._errors("listing document ids"):
-        found = query_all(store.client, store.collection, store._doc_rows_where(expr), ["id"])
+        found = scan(store.client, store.collection, store._doc_rows_where(expr), ["id"])
         return sorted({e["id"] for e in found})
 
 

@@ -61,6 +61,24 @@ def read_visible(store, ids: Sequence[str], fields: Sequence[str], expr: str = "
     return out
 
 
+def scan(client, collection: str, expr: str, fields: Sequence[str], batch: int = 1000):
+    """Every row ``expr`` selects, with ``fields`` and ``pk``, in pages of ``batch`` rows in key order: Milvus' own
+    query-iterator paging (``iterator`` and ``reduce_stop_for_best`` set, each page the ``batch`` smallest keys above
+    the last one), with the key quoted by :func:`.client.quote`. pymilvus' ``query_iterator`` pastes the last key
+    between double quotes unescaped, so an id holding ``"`` or ``\\`` broke the listing (issue #54)."""
+    fields = list(dict.fromkeys(["pk", *fields]))
+    last = None
+    while True:
+        where = expr if last is None else f"pk > {mc.quote(last)} and ({expr})"
+        rows = client.query(collection, filter=where, output_fields=fields, limit=batch, iterator="True",
+                            reduce_stop_for_best="True")
+        rows.sort(key=lambda e: e["pk"])
+        yield from rows
+        if len(rows) < batch:
+            return
+        last = rows[-1]["pk"]
+
+
 class RowTable:
     """``row_of``: id -> row for the ids a store has met; an id it has not met is looked up in Milvus."""
 
@@ -80,15 +98,9 @@ class RowTable:
     def __iter__(self):
         """Every id in the collection (read in batches; each numbered): for the rare caller that needs them all."""
         with self._store._errors("listing document ids"):
-            it = self._store.client.query_iterator(self._store.collection, batch_size=1000,
-                                                   filter=documents_visible(self._store.head), output_fields=["id"])
-            try:
-                while batch := it.next():
-                    for e in batch:
-                        self.intern(e["id"])
-                        yield e["id"]
-            finally:
-                it.close()
+            for e in scan(self._store.client, self._store.collection, documents_visible(self._store.head), ["id"]):
+                self.intern(e["id"])
+                yield e["id"]
 
     def __contains__(self, doc_id) -> bool:
         return self.get(doc_id) is not None

@@ -45,6 +45,7 @@ from twotower.retrieval.milvus.filtering import metadata_kinds
 from twotower.retrieval.milvus.lexical import SparseBM25
 from twotower.retrieval.milvus.consensus import decide
 from twotower.retrieval.milvus.lease import EngineLock, TakenOver
+from twotower.retrieval.milvus.rows import scan
 from twotower.retrieval.milvus.vectors import MilvusVectors
 from twotower.retrieval.milvus.state import (
     CHUNK, MAX_DELTAS, State, crash_point, documents_visible, lexicon_chain, new_token, visible,
@@ -135,14 +136,8 @@ def _fields(lexical: bool, kind: MilvusVectors) -> list[str]:
 
 
 def query_all(client, collection: str, expr: str, fields: list[str]) -> list[dict]:
-    it = client.query_iterator(collection, batch_size=1000, filter=expr, output_fields=fields)
-    out: list[dict] = []
-    try:
-        while batch := it.next():
-            out.extend(batch)
-    finally:
-        it.close()
-    return out
+    """Every row ``expr`` selects, with ``fields`` (:func:`.rows.scan`'s pages)."""
+    return list(scan(client, collection, expr, fields))
 
 
 def settle(client, uri: str, collection: str, state: State, head: dict, lexical: bool) -> None:
