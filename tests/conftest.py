@@ -200,3 +200,14 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(
             f"{len(missing)} test(s) skipped: real data missing (looked in {SHARED_DATA}; put BEIR SciFact and "
             "XQuAD-R there, or set TWOTOWER_TEST_DATA=DIR)", yellow=True, bold=True)
+
+
+# the longest test files, started first: `make test` gives each worker whole files (pytest-xdist --dist loadfile) in
+# collection order, so a long file collected last (tests/test_milvus_server.py: ~4 minutes, mostly a real Milvus
+# server's flush waits) would run alone at the end while the other worker idles
+LONG_FILES = ("test_milvus_server.py", "test_docs.py", "test_milvus_writes.py", "test_e5.py", "test_runtimes.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order

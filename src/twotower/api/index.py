@@ -101,7 +101,8 @@ class Index(Managing):
         ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
         puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
         ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
-        name; ``kind`` flat | hnsw | ivf); the folder keeps the manifest. ``runtime``: ``auto`` | ``torch`` | ``onnx`` |
+        name; ``kind`` flat | hnsw | ivf; ``vectors`` fp32 | int8, and binary on a Milvus server); the folder keeps
+        the manifest. ``runtime``: ``auto`` | ``torch`` | ``onnx`` |
         ``openvino`` | ``onnx-int8`` | ``openvino-int8`` (None: the Encoder's, else auto). Compressed vectors: ``vectors="fp16" | "int8" |
         "binary"`` (binary: Hamming search, then the top ``k × rescore_factor`` (4) rescored against ``rescore="int8"
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries

@@ -48,7 +48,7 @@ def index_build(
                                           help="Multi-vector: random projection of token vectors to this many dims."),
     vectors: str = typer.Option("fp32", "--vectors", help="How vectors are stored: fp32 | fp16 | int8 (per-dimension "
                                 "ranges from the corpus) | binary (sign bits searched by Hamming distance, "
-                                "then rescored)."),
+                                "then rescored). --backend milvus: fp32 | int8 | binary (a Milvus server)."),
     dim: Optional[int] = typer.Option(None, "--dim", help="Keep the first D dimensions of every vector, "
                                       "re-normalised (Matryoshka-trained models); queries are cut the same way."),
     rescore: Optional[str] = typer.Option(None, "--rescore", help="--vectors binary: rescore the Hamming "
