@@ -157,7 +157,8 @@ a one-document collection of that schema; `anon` the anonymous part of it (heap:
 data folder on disk (segment files, index files, write-ahead log). fp32 vectors are 1,536 bytes, int8 codes 384. A
 Milvus server keeps the raw FLOAT_VECTOR field on disk beside a scalar-quantized index; how much of it is resident
 depends on the server (Milvus Lite: see the figures). Milvus Lite 3.2.2 has no FLOAT16_VECTOR or BINARY_VECTOR field,
-so half precision and binary vectors (FAISS: 768 and 48 bytes per document, `compression_1m.md`) stay local.
+so binary vectors are measured on the standalone Milvus 2.3.5 server instead (`--engine server`,
+`milvus_memory_server.md`); half precision stays local (FAISS: 768 bytes per document, `compression_1m.md`).
 """
 
 SERVER_NOTES = """\
