@@ -33,9 +33,8 @@ import numpy as np
 
 from twotower.retrieval.index.codecs import Codec, calibrate, pack_bits
 from twotower.retrieval.index.errors import IndexStoreError
+from twotower.retrieval.milvus.client import CODES, DENSE  # CODES: binary rows' rescoring codes (base64)
 
-DENSE = "dense"  # as client.DENSE
-CODES = "codes"  # binary: each row's rescoring codes (base64)
 FIELD_TYPES = {"fp32": "FLOAT_VECTOR", "int8": "FLOAT_VECTOR", "binary": "BINARY_VECTOR"}
 SERVER_ONLY = ("binary",)  # vector fields Milvus Lite does not have
 
