@@ -210,3 +210,12 @@ def split_documents(tokenizer, titles: Sequence[str], texts: Sequence[str], spec
         log.info("%d of %d documents are longer than the %d-token window: %d passages in all", len(long_rows),
                  len(full), spec.window, split.num_passages)
     return split
+
+
+def default_split(model, docs: Sequence, ids: Sequence[str] | None = None) -> Split:
+    """``docs`` (objects with ``title`` and ``text``: :class:`twotower.data.beir.Document`) split as an index with
+    the default options splits them for ``model`` (a :class:`twotower.encoders.towers.DualEncoder`): its document
+    window, the default overlap, its document prompt counted. ``twotower eval`` and ``fit`` score documents on it."""
+    return split_documents(model.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs],
+                           PassageSpec().resolved(model.doc_max_length), prompt=model.prompts.get("document", ""),
+                           ids=ids)

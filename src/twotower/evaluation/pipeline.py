@@ -176,12 +176,9 @@ def _dense_run(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
 def _passages(model, ds: BeirDataset, doc_ids: list[str]):
     """``(offsets, texts)``: the corpus split into passages as an index splits it by default
     (:mod:`twotower.encoders.passages`)."""
-    from twotower.encoders.passages import PassageSpec, split_documents
+    from twotower.encoders.passages import default_split
 
-    docs = [ds.corpus[d] for d in doc_ids]
-    split = split_documents(model.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs],
-                            PassageSpec().resolved(model.doc_max_length), prompt=model.prompts.get("document", ""),
-                            ids=doc_ids)
+    split = default_split(model, [ds.corpus[d] for d in doc_ids], doc_ids)
     return split.offsets, split.texts
 
 

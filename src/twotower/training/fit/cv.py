@@ -66,14 +66,15 @@ def candidate_pool(runs: Sequence[Run], qid: str, depth: int) -> set[str]:
 
 def pooled_run(q_vecs: np.ndarray, qids: Sequence[str], pools: Mapping[str, set[str]],
                doc_vecs: Mapping[str, np.ndarray], depth: int) -> Run:
-    """Each query's dense run (its ``depth`` best) over its own pool, from the pool's vectors ``doc_vecs``."""
+    """Each query's dense run (its ``depth`` best) over its own pool, from the pool's vectors ``doc_vecs`` (a
+    document's vector, or its passages' vectors: then it scores as its best passage)."""
     run: Run = {}
     for i, q in enumerate(qids):
         ids = sorted(pools[q])
         if not ids:
             run[q] = {}
             continue
-        scores = np.stack([doc_vecs[d] for d in ids]) @ q_vecs[i]
+        scores = np.array([np.max(np.asarray(doc_vecs[d]) @ q_vecs[i]) for d in ids], dtype=np.float64)
         top = np.argsort(-scores, kind="stable")[:depth]
         run[q] = {ids[j]: float(scores[j]) for j in top}
     return run
@@ -217,6 +218,8 @@ def cv_stage(fit) -> dict:
 
     from twotower.data.pairs import load_pairs, save_pairs
     from twotower.io import atomic_write_json
+    from twotower.retrieval.dense import to_run
+    from twotower.training.fit.corpus import CorpusVectors
 
     r = fit.recipe
     folds = fit.split()["folds"]
@@ -238,11 +241,12 @@ def cv_stage(fit) -> dict:
             q_vecs = model.encode_queries([fit.ds.queries[q] for q in held], fit.encode_opts())
             if len(docs) > len(fit.doc_ids) // 2:  # the pools cost about a corpus: rank the whole corpus, exactly
                 docs = list(fit.doc_ids)
-                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
-                run = select.dense_run(q_vecs, vecs, held, docs, r.n_best)
+            vecs = CorpusVectors.encode(model, [fit.ds.corpus[d] for d in docs], docs, fit.encode_opts())
+            if len(docs) == len(fit.doc_ids):
+                scores, rows = vecs.search(q_vecs, r.n_best)
+                run = to_run(held, docs, scores, rows)
             else:
-                vecs = model.encode_documents([fit.doc_text(d) for d in docs], fit.encode_opts())
-                run = pooled_run(q_vecs, held, pools, dict(zip(docs, vecs)), r.n_best)
+                run = pooled_run(q_vecs, held, pools, {d: vecs.of(j) for j, d in enumerate(docs)}, r.n_best)
             atomic_write_json(run_path, run)
             atomic_write_json(folder / "fold.json", {"held_out": held, "train_pairs": len(fold_pairs),
                                                      "pool_documents": len(docs),

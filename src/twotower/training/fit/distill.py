@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from twotower.data.pairs import TrainExample, load_pairs, save_pairs
 from twotower.io import atomic_write_json
-from twotower.retrieval.dense import exact_search
+from twotower.training.fit.corpus import CorpusVectors
 from twotower.training.objective import Objective
 
 
@@ -68,13 +68,13 @@ class DistillObjective(Objective):
         return trainer.backward(groups, loss_of, stage)
 
 
-def candidate_lists(fit, model, docs: np.ndarray, query_ids: list[str], k: int) -> list[TrainExample]:
+def candidate_lists(fit, model, docs: CorpusVectors, query_ids: list[str], k: int) -> list[TrainExample]:
     """The training examples of ``query_ids``, each with its query's top ``k`` unjudged documents (by ``model``) as
     negatives, topped up in rank order below the top k where judged documents took places; all lists as long as the
     shortest (a corpus with fewer than ``k`` unjudged documents for some query: that many)."""
     queries = sorted(q for q in query_ids if q in fit.ds.qrels)
     q_vecs = model.encode_queries([fit.ds.queries[q] for q in queries], fit.encode_opts())
-    _, idx = exact_search(q_vecs, docs, min(len(fit.doc_ids), k + 32))
+    _, idx = docs.search(q_vecs, min(len(fit.doc_ids), k + 32))
     ranked = {q: [fit.doc_ids[j] for j in row] for q, row in zip(queries, idx)}
     keep = set(queries)
     chosen = []

@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from twotower.data.pairs import load_pairs, save_pairs
-from twotower.retrieval.dense import exact_search
 from twotower.training.fit import select
+from twotower.training.fit.corpus import CorpusVectors
 from twotower.training.fit.margin import choose_margin, measure_margins, mine_negatives
 
 
 class MiningStages:
-    def _rankings(self, model, qids: list[str], docs: np.ndarray) -> tuple[dict, np.ndarray]:
+    def _rankings(self, model, qids: list[str], docs: CorpusVectors) -> tuple[dict, np.ndarray]:
         q = model.encode_queries([self.ds.queries[x] for x in qids], self.encode_opts())
-        scores, idx = exact_search(q, docs, self.recipe.rank_to)
+        scores, idx = docs.search(q, self.recipe.rank_to)
         rankings = {x: [(self.doc_ids[j], float(s)) for s, j in zip(rs, ri)] for x, rs, ri in zip(qids, scores, idx)}
         return rankings, q
 
@@ -26,7 +26,7 @@ class MiningStages:
         dev = self.split()["dev"]
         rankings, q = self._rankings(model, dev, docs)
         row = {d: i for i, d in enumerate(self.doc_ids)}
-        positives = {x: {d: float(q[i] @ docs[row[d]]) for d, rel in self.ds.qrels[x].items() if rel > 0}
+        positives = {x: {d: docs.score(q[i], row[d]) for d, rel in self.ds.qrels[x].items() if rel > 0}
                      for i, x in enumerate(dev)}
         measured = measure_margins(rankings, positives, r.margins, (r.rank_from, r.rank_to))
         margin, why = choose_margin(measured)
@@ -40,7 +40,7 @@ class MiningStages:
         rankings, q = self._rankings(model, train, docs)
         row, qrow = {d: i for i, d in enumerate(self.doc_ids)}, {x: i for i, x in enumerate(train)}
         pairs = load_pairs(self.out / "stages" / "split" / "train_pairs.jsonl")
-        pos_scores = {(p.qid, p.pid): float(q[qrow[p.qid]] @ docs[row[p.pid]]) for p in pairs}
+        pos_scores = {(p.qid, p.pid): docs.score(q[qrow[p.qid]], row[p.pid]) for p in pairs}
         mined, stats = mine_negatives(
             pairs, rankings, pos_scores, self.ds.qrels, self.doc_text, margin=self.stages.done("margin")["margin"],
             rank_range=(r.rank_from, r.rank_to), per_query=r.mined_per_query, seed=r.seed,

@@ -9,7 +9,6 @@ The test split is never read: only ``qrels/<recipe.split>.tsv``, the corpus and 
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import shutil
@@ -17,15 +16,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from twotower.checks import flag, given, option_name
 from twotower.data.beir import BeirDataset
 from twotower.data.pairs import pairs_from_beir, save_pairs
 from twotower.errors import TwoTowerError
-from twotower.io import atomic_directory, atomic_write_bytes, atomic_write_json
+from twotower.io import atomic_directory, atomic_write_json
 from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
+from twotower.retrieval.dense import to_run
 from twotower.training.fit import cv, select
+from twotower.training.fit.corpus import CorpusVectors
 from twotower.training.fit.label_free import fit_without_labels
 from twotower.training.fit.mined import MiningStages
 from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
@@ -127,25 +126,29 @@ class _Fit(MiningStages):
         return EncodeOptions(batch_size=self.opts.batch_size, precision=self.opts.precision,
                              show_progress=self.opts.show_progress)
 
-    def doc_vectors(self, stage: str, model) -> np.ndarray:
-        """The corpus encoded by ``model``, once: kept in ``stages/<stage>/doc_vectors.npy``."""
-        path = self.stages.dir(stage) / "doc_vectors.npy"
-        ids_path = path.with_name("doc_ids.json")
-        if path.is_file() and ids_path.is_file() and json.loads(ids_path.read_text()) == self.doc_ids:
-            return np.load(path)
-        vecs = model.encode_documents([self.doc_text(d) for d in self.doc_ids], self.encode_opts())
-        buf = io.BytesIO()
-        np.save(buf, vecs)
-        atomic_write_bytes(path, buf.getvalue())
+    def doc_vectors(self, stage: str, model) -> CorpusVectors:
+        """The corpus encoded by ``model`` as an index splits it (:mod:`.corpus`), once: kept in
+        ``stages/<stage>/`` (``doc_vectors.npy``, ``doc_offsets.npy``, ``doc_ids.json``)."""
+        folder = self.stages.dir(stage)
+        ids_path = folder / "doc_ids.json"
+        if ids_path.is_file() and json.loads(ids_path.read_text()) == self.doc_ids:
+            kept = CorpusVectors.load(folder)
+            if kept is not None:
+                return kept
+        corpus = CorpusVectors.encode(model, [self.ds.corpus[d] for d in self.doc_ids], self.doc_ids,
+                                      self.encode_opts())
+        corpus.save(folder)
         atomic_write_json(ids_path, self.doc_ids)
-        return vecs
+        return corpus
 
     def dense_dev(self, stage: str, model) -> dict:
-        """``model``'s dev run (n_best deep), saved beside its vectors for later stages."""
+        """``model``'s dev run (n_best deep, each document by its best passage), saved beside its vectors for later
+        stages."""
         dev = self.eval_ids()
         docs = self.doc_vectors(stage, model)
         q = model.encode_queries([self.ds.queries[x] for x in dev], self.encode_opts())
-        run = select.dense_run(q, docs, dev, self.doc_ids, self.recipe.n_best)
+        scores, rows = docs.search(q, self.recipe.n_best)
+        run = to_run(dev, self.doc_ids, scores, rows)
         atomic_write_json(self.stages.dir(stage) / "dev_run.json", run)
         return run
 
