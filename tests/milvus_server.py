@@ -20,8 +20,10 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -85,7 +87,11 @@ def milvus_server(folder: str | Path, *, authentication: bool = False) -> Iterat
         config.set(key, value)
     config.set("authorization_enabled", bool(authentication))
     server = MilvusServer(config)
-    server.start()  # waits for /healthz (at most 180 s; ~8 s here)
+    # the package picks each port as the first free one from a fixed start, then lets go of it until the binary
+    # binds it: two servers starting at once (two test files on two workers) would pick the same ports
+    with open(Path(tempfile.gettempdir()) / "twotower-milvus-server-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server.start()  # waits for /healthz (at most 180 s; ~8 s here), its ports bound by then
     try:
         yield Running(f"http://127.0.0.1:{server.listen_port}", server.server_proc.pid, folder,
                       f"http://127.0.0.1:{server.webservice_port}")

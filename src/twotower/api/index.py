@@ -371,7 +371,9 @@ class Index(Managing):
         else:
             encoder = searcher.encoder
         with using_runtime(runtime), waiting(lock_timeout):  # another writer: give up after lock_timeout s
-            add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=encoder, source=source)
+            # the store of this write (a Milvus index: its head known, not read again), then any later writer's
+            searcher.store = add_documents_from(searcher.store, new, replace=replace, cfg=cfg, encoder=encoder,
+                                                source=source)
         searcher.refresh()
         self.added_ids = [d.id for d in new]
         return self
@@ -396,6 +398,6 @@ class Index(Managing):
 
         self._searcher.refresh()
         with waiting(lock_timeout):  # another writer holding the index: give up after lock_timeout s
-            self._searcher.store.remove(list(ids), show_progress=False)
+            self._searcher.store = self._searcher.store.remove(list(ids), show_progress=False)
         self._searcher.refresh()
         return self

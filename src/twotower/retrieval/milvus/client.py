@@ -80,6 +80,16 @@ def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
+def persist(client, uri: str, collection: str, *, last: bool = False) -> None:
+    """What a write step needs of Milvus before the next step. Milvus Lite: a flush (its memtable written to
+    segments, its log synced to disk), at every step. A server has logged every row it acknowledged (its message
+    queue: RocksMQ standalone, Pulsar or Kafka in a cluster) and rebuilds from that log after a restart, so a step
+    needs nothing more; only a write's ``last`` step flushes, which seals the write's rows into segments searched
+    with the collection's index rather than the interim index a server keeps over unsealed rows (issue #54)."""
+    if last or not is_server(uri):
+        client.flush(collection)
+
+
 def check_uri(uri: str | None, option: str | None = None) -> str:
     """The URI to store: a server's as given (no credentials in it), a Milvus Lite file's as an absolute path."""
     option = option or flag("uri")

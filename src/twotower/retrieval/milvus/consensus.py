@@ -33,8 +33,8 @@ DEADLINE_S = 600.0  # an attempt that cannot learn the decision for this long gi
 
 def _blocks(state: State, seq: int) -> tuple[dict[int, dict], dict | None]:
     """Every attempt's block for write ``seq`` and the decision, when there is one."""
-    rows = state._prefixed(f"px:{seq}:")
-    decision = state._get([f"dec:{seq}"]).get(f"dec:{seq}")
+    rows = state._matching([f"px:{seq}:"], [f"dec:{seq}"])  # one query (each waits for a server's time tick)
+    decision = rows.pop(f"dec:{seq}", None)
     blocks = {int(k.rsplit(":", 1)[1]): json.loads(v) for k, v in rows.items()}
     return blocks, (json.loads(decision) if decision is not None else None)
 

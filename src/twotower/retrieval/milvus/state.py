@@ -45,7 +45,7 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from twotower.retrieval.index.errors import IndexStoreError
@@ -169,10 +169,18 @@ class State:
 
     def _prefixed(self, prefix: str, value: bool = True) -> dict[str, str]:
         """Every row whose key starts with ``prefix`` (a literal without ``%`` or ``_`` wildcards that matter)."""
+        return self._matching([prefix], value=value)
+
+    def _matching(self, prefixes: Sequence[str], keys: Sequence[str] = (), value: bool = True) -> dict[str, str]:
+        """Every row whose key starts with one of ``prefixes`` or is one of ``keys``, in ONE query: on a server each
+        query of a collection with strong consistency waits for the server's next time tick (200 ms by default)."""
+        where = [f"key like {mc.quote(p + '%')}" for p in prefixes] + ([mc.ids_filter(list(keys), "key")] if keys else [])
         with self._errors("reading the index state"):
-            found = self.client.query(self.name, filter=f"key like {mc.quote(prefix + '%')}",
+            found = self.client.query(self.name, filter=" or ".join(where),
                                       output_fields=["key", "value"] if value else ["key"])
-        return {e["key"]: e.get("value", "") for e in found if e["key"].startswith(prefix)}
+        wanted = set(keys)
+        return {e["key"]: e.get("value", "") for e in found
+                if e["key"] in wanted or any(e["key"].startswith(p) for p in prefixes)}
 
     def _delete(self, keys: list[str]) -> None:
         with self._errors("cleaning the index state"):
@@ -227,10 +235,11 @@ class State:
         """The committed write's head (its value, see the module's docstring) with what a reader hides: ``hidden``
         (the tokens of every losing attempt up to it) and ``pending`` (its removals while their rows are unmarked)."""
         seq, token = self.latest()
-        head = self.value(seq, token)
-        registered = {int(k.rsplit(":", 1)[1]) for k in self._prefixed(f"reg:{seq}:", value=False)}
+        rows = self._matching([f"value:{seq}:{token}:", f"reg:{seq}:"], [f"marked:{seq}"])  # one query, not four
+        head = self._value_of(rows, seq, token)
+        registered = {int(k.rsplit(":", 1)[1]) for k in rows if k.startswith(f"reg:{seq}:")}
         head["hidden"] = sorted({*map(int, head.get("losers", [])), *(registered - {token})})
-        head["pending"] = [] if self._get([f"marked:{seq}"]) else self.removals(seq, token, head)
+        head["pending"] = [] if f"marked:{seq}" in rows else self.removals(seq, token, head)
         return head
 
     def changed_since(self, seq: int) -> bool:
@@ -238,11 +247,17 @@ class State:
         return self.decided(seq + 1) is not None
 
     def value(self, seq: int, token: int) -> dict:
-        head = self._get([f"value:{seq}:{token}:n"]).get(f"value:{seq}:{token}:n")
-        if head is None:
+        return self._value_of(self._prefixed(f"value:{seq}:{token}:"), seq, token)
+
+    def _value_of(self, rows: dict[str, str], seq: int, token: int) -> dict:
+        """Attempt ``token``'s head at write ``seq`` from ``rows`` (its ``value:`` rows among others)."""
+        prefix = f"value:{seq}:{token}:"
+        n = rows.get(prefix + "n")
+        parts = [rows.get(f"{prefix}{i}") for i in range(int(n))] if n is not None else [None]
+        if any(p is None for p in parts):
             raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri}: the state of write {seq} is "
                                   "gone (a later write replaced it meanwhile); open the index again")
-        return json.loads(self._get_chunks(f"value:{seq}:{token}", int(head), f"the state of write {seq}"))
+        return json.loads("".join(parts))
 
     def save_value(self, head: dict) -> None:
         """Attempt ``head["token"]``'s head, before it proposes itself (invisible until decided)."""
@@ -272,7 +287,7 @@ class State:
     def hint(self, seq: int) -> None:
         self._put({HEAD: json.dumps({"seq": int(seq)})})
         with self._errors("flushing the index state"):
-            self.client.flush(self.name)
+            mc.persist(self.client, self.uri, self.name)
 
     # ---- the lexicon ---------------------------------------------------------------------
 
@@ -311,8 +326,9 @@ class State:
         and the registrations before ``head``'s. Rows of writes after ``head`` (attempts now running) stay."""
         seq = int(head["seq"])
         stale = []
+        found = self._matching(("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:"), value=False)
         for prefix in ("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:"):
-            for key in self._prefixed(prefix, value=False):
+            for key in (k for k in found if k.startswith(prefix)):
                 parts = key.split(":")
                 n = int(parts[1])
                 if prefix in ("px:",):

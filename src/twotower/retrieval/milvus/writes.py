@@ -112,9 +112,10 @@ def _batches(rows: list[dict]):
         yield rows[start:]
 
 
-def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None) -> None:
+def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None,
+             last: bool = False) -> None:
     """Insert ``rows`` (new keys: each attempt writes its own) in batches (``batch:<i>`` steps, the lease renewed),
-    then flush."""
+    then :func:`.client.persist` them (``last``: the write's last step, as a build's)."""
     from tqdm.auto import tqdm
 
     with mc.milvus_errors(uri, collection, "writing documents"), \
@@ -126,7 +127,7 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
             if lock is not None:
                 lock.renew()
         crash_point("before-flush")
-        client.flush(collection)
+        mc.persist(client, uri, collection, last=last)
         crash_point("after-flush")
 
 
@@ -146,21 +147,21 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
     seq, token = int(head["seq"]), int(head["token"])
     with mc.milvus_errors(uri, collection, "settling earlier writes"):
         if head.get("pending"):  # write C's replaced and removed rows, not yet marked
-            mark(client, collection, head["pending"], seq, lexical, MilvusVectors.from_manifest(head["manifest"]))
+            mark(client, uri, collection, head["pending"], seq, lexical, MilvusVectors.from_manifest(head["manifest"]))
             state.mark_done(seq)
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
         if head.get("hidden"):
             client.delete(collection, filter=f"attempt in [{', '.join(str(int(t)) for t in head['hidden'])}]")
-        client.flush(collection)
+        mc.persist(client, uri, collection)
     # the state rows of the committed write and of the one before: a reader that opened that one may still load them
     keep = {(seq, token), *(tuple(x) for x in lexicon_chain(head)), *(tuple(x) for x in head.get("prev_keep", []))}
     state.clean(head, keep)
     crash_point("recovered")
 
 
-def mark(client, collection: str, keys: list[str], seq: int, lexical: bool, kind: MilvusVectors) -> None:
+def mark(client, uri: str, collection: str, keys: list[str], seq: int, lexical: bool, kind: MilvusVectors) -> None:
     """Mark the rows ``keys`` removed by committed write ``seq``: each row as it is, with ``removed = seq`` (the same
-    row whoever writes it; ``kind``: how its vector is stored)."""
+    row whoever writes it; ``kind``: how its vector is stored); the write's last step: its rows are flushed."""
     for i in range(0, len(keys), BATCH):
         rows = client.query(collection, filter=mc.ids_filter(keys[i:i + BATCH], "pk"), output_fields=_fields(lexical, kind))
         rows = [dict(r, removed=seq, **{mc.DENSE: kind.stored_value(r[mc.DENSE])}) for r in rows
@@ -168,7 +169,7 @@ def mark(client, collection: str, keys: list[str], seq: int, lexical: bool, kind
         if rows:
             client.upsert(collection, rows)
         crash_point("marking")
-    client.flush(collection)
+    mc.persist(client, uri, collection, last=True)
 
 
 def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=None) -> str:
@@ -256,7 +257,7 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
                             "nothing of this write is visible: run it again")
         crash_point("committed")
         with mc.milvus_errors(uri, coll, "marking replaced and removed documents"):
-            mark(client, coll, removed, seq, lexical, kind)
+            mark(client, uri, coll, removed, seq, lexical, kind)
         state.mark_done(seq)
         crash_point("marked")
         state.hint(seq)
@@ -271,8 +272,11 @@ def read_rows(client, uri: str, collection: str, ids: list[str], head: dict, fie
     with mc.milvus_errors(uri, collection, "reading documents"):
         for i in range(0, len(ids), BATCH):
             where = mc.ids_filter(ids[i:i + BATCH])
-            for e in client.query(collection, filter=f"{where} and ({documents_visible(head)})", output_fields=fields):
+            found = client.query(collection, filter=f"{where} and ({documents_visible(head)})", output_fields=fields)
+            for e in found:
                 out[e["id"]] = e
+            if not found:  # none of these documents is there: no passages either (one query fewer for an add)
+                continue
             # every passage's key (a query without a limit returns all rows: pymilvus' query iterator pages by
             # pasting the last key unescaped into the filter, which an id holding a quote breaks)
             for e in client.query(collection, filter=f"{where} and ({visible(head)})", output_fields=["pk", "id"]):
