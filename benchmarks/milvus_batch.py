@@ -208,15 +208,19 @@ whether it is a `pk in [...]` lookup), scans every row of the collection, and bu
 row (its 384-d vector and sparse vector too, whatever `output_fields` asks) before projecting; its gRPC service and
 pymilvus take the rest. Even its lookup by primary key, which skips the scan and a parse, costs 6x the local
 backend's (the row "by primary key"): the time is in building, sending and decoding the rows. On Milvus Lite the 2x
-target is not reached; a Milvus server (none on this machine) was not measured.
+target is not reached. A Milvus server: `results/milvus_batch_server.*` (`--engine server`).
 """
 
 SERVER_NOTES = """\
 The same operations against a standalone Milvus 2.3.5 server on this machine (PyPI `milvus==2.3.5`, started
 offline, its own process: `tests/milvus_server.py`), without BM25 on either backend (Milvus 2.3 has no sparse
-vectors). Seconds on 2 cores shared by the server, the client and the local backend; `load_1m` at each row. A write
-on this server waits for its flushes (`client.flush`: 2.5-3 s each on this server, measured alone), which dominates
-small writes.
+vectors). Seconds on 2 cores shared by the server, the client and the local backend; `load_1m` at each row.
+A write on a server flushes once, at its end (`client.persist`: about 1 s here; it seals the write's rows so that
+they are searched with the collection's index), not at every step as on Milvus Lite: the server has logged each row
+it acknowledged. What is left of a small write is round trips: every query of the state collection is strongly
+consistent, so the server answers it at its next time tick (`proxy.timeTickInterval`, 200 ms by default; a query
+right after an upsert waits for two), and a write makes about 17 of them (the lease, the head, the consensus's
+two phases, the marks). `documents()` is one `id in [...]` query per 16,384 ids.
 """
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ a reader of write C sees the rows with ``added <= C``, not removed at or before 
 C's unmarked removals (:func:`visible`).
 
 The test hook: every step of a write calls :func:`crash_point` with its name (in order: ``lease-free``,
-``recovered``, ``registered``, ``batch:<i>`` with ``renew`` after each, ``before-flush``, ``after-flush``, ``blobs``,
+``recovered``, ``registered``, ``batch:<i>`` (each followed by ``renew`` once a quarter of the lease has passed), ``before-flush``, ``after-flush``, ``blobs``,
 ``renew``, ``proposing``, ``phase1``, ``phase2``, ``decided``, ``committed``, ``marking``, ``marked``). ``TWOTOWER_MILVUS_CRASH_AT=<name>`` kills the process there (SIGKILL);
 ``TWOTOWER_MILVUS_PAUSES=<p>:<max_s>`` sleeps a random 0 to ``max_s`` seconds at each step with probability ``p``;
 :func:`set_step_hook` calls a function there (the concurrency tests' random pauses). Nothing sets them otherwise.
