@@ -193,17 +193,17 @@ def in_process(rows: list, store, samples: list[list[str]], repeat: int) -> None
 
 
 NOTES = """\
-Seconds on 2 cores shared with other work: `load_1m` is the 1-minute load average at each row (7 to 7.7 through this
-run, so every time is several times an idle machine's; the ratios compare runs that alternated between the backends).
+Seconds on 2 cores shared with other work: `load_1m` is the 1-minute load average at each row (the ratios compare
+runs that alternated between the backends).
 Writes: one run each; `documents()`: the median of 5 runs, each of 5,000 new ids on a freshly opened store. The local
 backend writes a new version folder (vectors, ids, BM25 index); Milvus upserts the rows in batches of at most 1,024
 rows (16 MiB), keeps the BM25 statistics' delta in the state collection and decides the write by consensus on state
 rows. Reads by id go to Milvus 16,384 ids per query (`id in [...]` expressions; Milvus' query result window, halved
 when a server finds a result too large); writes read the rows they replace 1,024 per query.
 
-`documents()` stays about 9x the local backend's on Milvus Lite (10x in five queries of 1,024 ids), and fewer queries
-are the only lever the client has: Milvus Lite 3.2.2 is pure Python, and its engine alone (the same query run in this
-process, no gRPC) takes 6x the local backend's whole `documents()`. Each query parses the id list twice (once to see
+`documents()` stays about 10x the local backend's on Milvus Lite, and fewer queries are the only lever the client
+has: Milvus Lite 3.2.2 is pure Python, and its engine alone (the same query run in this
+process, no gRPC) takes 5x the local backend's whole `documents()`. Each query parses the id list twice (once to see
 whether it is a `pk in [...]` lookup), scans every row of the collection, and builds every column of each matching
 row (its 384-d vector and sparse vector too, whatever `output_fields` asks) before projecting; its gRPC service and
 pymilvus take the rest. Even its lookup by primary key, which skips the scan and a parse, costs 6x the local
