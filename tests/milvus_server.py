@@ -7,7 +7,7 @@ write into a loaded collection: "panic: unsupported data type: Float16Vector").
 What this server lacks: sparse vectors (Milvus 2.4), so the indexes built on it have no BM25 part (``bm25=False``),
 and more than one vector field per collection.
 
-Each start is a fresh data folder (the 2.3.5 binary does not restart on an old folder offline). The interim index
+A folder a server used before is opened again with what it holds (after a SIGKILL too). The interim index
 Milvus 2.3 builds over growing segments (an IVF over unsealed rows) is switched off: with it, a FLAT index's
 answers over rows not yet sealed are approximate, which the parity tests would mistake for a bug.
 
@@ -58,9 +58,10 @@ class Running(NamedTuple):
 
 @contextlib.contextmanager
 def milvus_server(folder: str | Path, *, authentication: bool = False) -> Iterator[Running]:
-    """A Milvus server with its data in ``folder`` (new), listening on free ports of 127.0.0.1, running until the
-    block ends (then SIGTERM, SIGKILL after 1 s). ``authentication``: clients must give a token (the server's own
-    user ``root``, password ``Milvus``: :data:`ROOT_TOKEN`)."""
+    """A Milvus server with its data in ``folder``, listening on free ports of 127.0.0.1, running until the block ends
+    (then SIGTERM, SIGKILL after 1 s). ``authentication``: clients must give a token (the server's own user ``root``,
+    password ``Milvus``: :data:`ROOT_TOKEN`). A ``folder`` a server used before (stopped, or killed with SIGKILL) is
+    opened again with what it holds, on new ports (``Index.attach`` reaches its collections there)."""
     import milvus
     from milvus import MilvusServer, MilvusServerConfig
 

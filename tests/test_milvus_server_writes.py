@@ -5,12 +5,13 @@ point, as after it), and running the write again completes it.
 
 On a server a write flushes once, at its end (``client.persist``): every earlier step relies on the server having
 logged each row it acknowledged. This test is what says that is enough: a kill between any two steps, with no flush
-in between, must still leave all of the write or none of it. (What a crash of the server itself leaves is the
-server's own guarantee; the 2.3.5 binary here cannot restart on its old data folder offline, so it is not tested.)"""
+in between, must still leave all of the write or none of it; and a server killed (SIGKILL) after a write was decided
+but before anything of it was flushed must, restarted on its data folder, answer with all of it."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -43,16 +44,6 @@ _CHILD = textwrap.dedent(
     print("DONE", len(index), flush=True)
     """
 )
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    reason = available()
-    if reason:
-        pytest.skip(reason)
-    with milvus_server(tmp_path_factory.mktemp("milvus-server")) as running:
-        yield running.uri
-        forget_client(running.uri)
 
 
 def _docs(start: int, n: int) -> list[dict]:
@@ -89,36 +80,56 @@ def _rerun(path, op: str, arg) -> None:
         forget_client(index.info()["milvus"]["uri"])
 
 
-@pytest.mark.slow  # ~1-2 minutes: 7 child processes, each killed mid-write
-def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(server, tiny_bert_dir, tmp_path):
+@pytest.mark.slow  # ~2-3 minutes: 7 child processes, each killed mid-write, and a server killed and restarted
+def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_bert_dir, tmp_path):
+    reason = available()
+    if reason:
+        pytest.skip(reason)
     data = write_beir(tmp_path / "data", TINY_CORPUS, [{"_id": "q0", "text": "tea"}], [("q0", "d5", 1)])
-    index = tt.Index.build(tmp_path / "idx", data, encoder=str(tiny_bert_dir), precision="fp32", show_progress=False,
-                           backend="milvus", uri=server, collection="crash")
-    path, base = index.path, len(TINY_CORPUS)
-    forget_client(server)
-
-    add = _docs(0, N_ADD)
-    before = _answers(path)
-    for point in ("recovered", "batch:1", "batch:3", "after-flush", "proposing"):
-        _crash(path, "add", add, point, tmp_path)
-        assert _answers(path) == before, point
-    _crash(path, "add", add, "committed", tmp_path)  # after the decision: all of it, before its flush
-    after = _answers(path)
-    assert after["count"] == base + N_ADD and all(len(f) == 10 for f in after["filtered"])
-    _rerun(path, "add", add)  # its digest is in the head: nothing more to do
-    assert _answers(path) == after
-
-    remove = [f"c{i}" for i in range(N_REMOVE)]
-    _crash(path, "remove", remove, "registered", tmp_path)
-    assert _answers(path) == after
-    _crash(path, "remove", remove, "marking", tmp_path)  # decided: readers hide the unmarked rows by key
-    index = tt.Index.open(path, precision="fp32")
-    try:
-        assert len(index) == base + N_ADD - N_REMOVE
-        with pytest.raises(TwoTowerError, match="not in the index"):
-            index.documents(["c0"])
-        assert index.documents(["c599"])[0]["text"] == "common words 599 of the crash test 599"
-    finally:
+    with milvus_server(tmp_path / "server") as running:
+        server = running.uri
+        index = tt.Index.build(tmp_path / "idx", data, encoder=str(tiny_bert_dir), precision="fp32",
+                               show_progress=False, backend="milvus", uri=server, collection="crash")
+        path, base = index.path, len(TINY_CORPUS)
         forget_client(server)
-    _rerun(path, "remove", remove)  # settles the marks, then finds its digest in the head
-    assert _answers(path)["count"] == base + N_ADD - N_REMOVE
+
+        add = _docs(0, N_ADD)
+        before = _answers(path)
+        for point in ("batch:1", "batch:3", "after-flush", "proposing"):
+            _crash(path, "add", add, point, tmp_path)
+            assert _answers(path) == before, point
+        _crash(path, "add", add, "committed", tmp_path)  # after the decision: all of it, before its flush
+        after = _answers(path)
+        assert after["count"] == base + N_ADD and all(len(f) == 10 for f in after["filtered"])
+        _rerun(path, "add", add)  # its digest is in the head: nothing more to do
+        assert _answers(path) == after
+
+        remove = [f"c{i}" for i in range(N_REMOVE)]
+        _crash(path, "remove", remove, "registered", tmp_path)
+        assert _answers(path) == after
+        _crash(path, "remove", remove, "marking", tmp_path)  # decided: readers hide the unmarked rows by key
+        index = tt.Index.open(path, precision="fp32")
+        try:
+            assert len(index) == base + N_ADD - N_REMOVE
+            with pytest.raises(TwoTowerError, match="not in the index"):
+                index.documents(["c0"])
+            assert index.documents(["c599"])[0]["text"] == "common words 599 of the crash test 599"
+        finally:
+            forget_client(server)
+        _rerun(path, "remove", remove)  # settles the marks, then finds its digest in the head
+        assert _answers(path)["count"] == base + N_ADD - N_REMOVE
+
+        # a write decided and never flushed (its writer killed right after the decision), then the server killed:
+        # what the server rebuilds from its log holds all of it
+        more = _docs(N_ADD, 100)
+        _crash(path, "add", more, "committed", tmp_path)
+        decided = _answers(path)
+        assert decided["count"] == base + N_ADD - N_REMOVE + 100
+        os.kill(running.pid, signal.SIGKILL)
+        forget_client(server)
+    with milvus_server(tmp_path / "server") as again:  # new ports: a new folder attached to the collection there
+        path = tt.Index.attach(tmp_path / "idx-again", uri=again.uri, collection="crash").path
+        assert _answers(path) == decided
+        _rerun(path, "add", more)  # found done: not "already in the index"
+        assert _answers(path) == decided
+        forget_client(again.uri)
