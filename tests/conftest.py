@@ -203,9 +203,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 # the longest test files, started first: `make test` gives each worker whole files (pytest-xdist --dist loadfile) in
-# collection order, so a long file collected last (tests/test_milvus_server.py: ~4 minutes, mostly a real Milvus
-# server's flush waits) would run alone at the end while the other worker idles
-LONG_FILES = ("test_milvus_server.py", "test_docs.py", "test_milvus_writes.py", "test_e5.py", "test_runtimes.py")
+# collection order, so a long file collected last (tests/test_milvus_server.py, tests/test_milvus_server_writes.py:
+# minutes each, a real Milvus server's round trips) would run alone at the end while the other worker idles
+LONG_FILES = ("test_milvus_server.py", "test_docs.py", "test_milvus_server_writes.py", "test_milvus_writes.py",
+              "test_e5.py", "test_runtimes.py")
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -10,19 +10,16 @@ but before anything of it was flushed must, restarted on its data folder, answer
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 pytest.importorskip("pymilvus")
 
 import twotower as tt  # noqa: E402
-from conftest import TINY_CORPUS, subprocess_env, write_beir  # noqa: E402
+from conftest import TINY_CORPUS, write_beir  # noqa: E402
+from milvus_crash import crash, rerun  # noqa: E402
 from milvus_server import available, milvus_server  # noqa: E402
 from twotower.errors import TwoTowerError  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client  # noqa: E402
@@ -30,20 +27,6 @@ from twotower.retrieval.milvus.client import forget_client  # noqa: E402
 QUERIES = ["green tea leaves", "which feline purrs", "memory safe language", "common words 7", "crash test 250"]
 N_ADD, N_REMOVE = 600, 200  # 600 rows: 3 insert batches of 256
 
-_CHILD = textwrap.dedent(
-    """
-    import json, sys
-    import twotower as tt
-
-    index = tt.Index.open(sys.argv[1], precision="fp32")
-    op, arg = sys.argv[2], json.loads(open(sys.argv[3]).read())
-    if op == "remove":
-        index.remove(arg)
-    else:
-        index.add(arg)
-    print("DONE", len(index), flush=True)
-    """
-)
 
 
 def _docs(start: int, n: int) -> list[dict]:
@@ -59,23 +42,6 @@ def _answers(path) -> dict:
                             for hits in index.search(QUERIES, k=10, filter={"part": "add"})],
                "count": len(index)}
         return out
-    finally:
-        forget_client(index.info()["milvus"]["uri"])
-
-
-def _crash(path, op: str, arg, point: str, tmp_path) -> None:
-    (tmp_path / "arg.json").write_text(json.dumps(arg))
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), op, str(tmp_path / "arg.json")],
-                          capture_output=True, text=True, timeout=300,
-                          env=subprocess_env(TWOTOWER_MILVUS_CRASH_AT=point, TWOTOWER_MILVUS_LOCK_SETTLE="0.01",
-                                             TWOTOWER_MILVUS_BATCH_ROWS="256"))
-    assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr[-3000:])
-
-
-def _rerun(path, op: str, arg) -> None:
-    index = tt.Index.open(path, precision="fp32")
-    try:
-        index.remove(arg) if op == "remove" else index.add(arg)
     finally:
         forget_client(index.info()["milvus"]["uri"])
 
@@ -96,18 +62,18 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
         add = _docs(0, N_ADD)
         before = _answers(path)
         for point in ("batch:1", "batch:3", "after-flush", "proposing"):
-            _crash(path, "add", add, point, tmp_path)
+            crash(path, "add", add, point, tmp_path)
             assert _answers(path) == before, point
-        _crash(path, "add", add, "committed", tmp_path)  # after the decision: all of it, before its flush
+        crash(path, "add", add, "committed", tmp_path)  # after the decision: all of it, before its flush
         after = _answers(path)
         assert after["count"] == base + N_ADD and all(len(f) == 10 for f in after["filtered"])
-        _rerun(path, "add", add)  # its digest is in the head: nothing more to do
+        rerun(path, "add", add)  # its digest is in the head: nothing more to do
         assert _answers(path) == after
 
         remove = [f"c{i}" for i in range(N_REMOVE)]
-        _crash(path, "remove", remove, "registered", tmp_path)
+        crash(path, "remove", remove, "registered", tmp_path)
         assert _answers(path) == after
-        _crash(path, "remove", remove, "marking", tmp_path)  # decided: readers hide the unmarked rows by key
+        crash(path, "remove", remove, "marking", tmp_path)  # decided: readers hide the unmarked rows by key
         index = tt.Index.open(path, precision="fp32")
         try:
             assert len(index) == base + N_ADD - N_REMOVE
@@ -116,13 +82,13 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
             assert index.documents(["c599"])[0]["text"] == "common words 599 of the crash test 599"
         finally:
             forget_client(server)
-        _rerun(path, "remove", remove)  # settles the marks, then finds its digest in the head
+        rerun(path, "remove", remove)  # settles the marks, then finds its digest in the head
         assert _answers(path)["count"] == base + N_ADD - N_REMOVE
 
         # a write decided and never flushed (its writer killed right after the decision), then the server killed:
         # what the server rebuilds from its log holds all of it
         more = _docs(N_ADD, 100)
-        _crash(path, "add", more, "committed", tmp_path)
+        crash(path, "add", more, "committed", tmp_path)
         decided = _answers(path)
         assert decided["count"] == base + N_ADD - N_REMOVE + 100
         os.kill(running.pid, signal.SIGKILL)
@@ -130,6 +96,6 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
     with milvus_server(tmp_path / "server") as again:  # new ports: a new folder attached to the collection there
         path = tt.Index.attach(tmp_path / "idx-again", uri=again.uri, collection="crash").path
         assert _answers(path) == decided
-        _rerun(path, "add", more)  # found done: not "already in the index"
+        rerun(path, "add", more)  # found done: not "already in the index"
         assert _answers(path) == decided
         forget_client(again.uri)

@@ -10,10 +10,8 @@ batch left them searchable, the rerun was refused ("already in the index") and t
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -22,6 +20,7 @@ pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
 from conftest import TINY_CORPUS, subprocess_env, write_beir  # noqa: E402
+from milvus_crash import crash, rerun  # noqa: E402
 from twotower.errors import TwoTowerError  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client  # noqa: E402
 
@@ -29,20 +28,6 @@ QUERIES = ["green tea leaves", "which feline purrs", "memory safe language", "zq
            "zqadd400x zqnew299x"]
 N_ADD, N_REPLACE, N_REMOVE = 600, 300, 200  # 600 rows: 3 upsert batches of 256
 
-_CHILD = textwrap.dedent(
-    """
-    import json, sys
-    import twotower as tt
-
-    index = tt.Index.open(sys.argv[1], precision="fp32")
-    op, arg = sys.argv[2], json.loads(open(sys.argv[3]).read())
-    if op == "remove":
-        index.remove(arg)
-    else:
-        index.add(arg, replace=(op == "replace"))
-    print("DONE", len(index), flush=True)
-    """
-)
 
 
 def _docs(prefix: str, start: int, n: int) -> list[dict]:
@@ -67,26 +52,6 @@ def _answers(path) -> dict:
         out["filtered"] = [_canonical(hits, 10) for hits in index.search(QUERIES, k=10, filter={"part": "new"})]
         out["count"] = len(index)
         return out
-    finally:
-        forget_client(index.info()["milvus"]["uri"])
-
-
-def _crash(path, op: str, arg, point: str, tmp_path) -> None:
-    (tmp_path / "arg.json").write_text(json.dumps(arg))
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), op, str(tmp_path / "arg.json")],
-                          capture_output=True, text=True, timeout=300,
-                          env=subprocess_env(TWOTOWER_MILVUS_CRASH_AT=point, TWOTOWER_MILVUS_LOCK_SETTLE="0.01",
-                                             TWOTOWER_MILVUS_BATCH_ROWS="256"))
-    assert proc.returncode == -signal.SIGKILL, (point, proc.returncode, proc.stdout, proc.stderr[-3000:])
-
-
-def _rerun(path, op: str, arg) -> None:
-    index = tt.Index.open(path, precision="fp32")
-    try:
-        if op == "remove":
-            index.remove(arg)
-        else:
-            index.add(arg, replace=(op == "replace"))
     finally:
         forget_client(index.info()["milvus"]["uri"])
 
@@ -122,12 +87,12 @@ def test_a_kill_at_every_boundary_leaves_before_or_after_and_the_rerun_completes
     add = _docs("add", 0, N_ADD)
     before = _answers(path)
     for point in ("recovered", "batch:1", "batch:2", "after-flush", "blobs"):
-        _crash(path, "add", add, point, tmp_path)
+        crash(path, "add", add, point, tmp_path)
         assert _answers(path) == before, point
-    _crash(path, "add", add, "committed", tmp_path)
+    crash(path, "add", add, "committed", tmp_path)
     after = _answers(path)
     assert after != before and after["count"] == base + N_ADD
-    _rerun(path, "add", add)
+    rerun(path, "add", add)
     assert _answers(path) == after
     _check_after(path, count=base + N_ADD, found={f"zqadd{i}x": f"c{i}" for i in (0, 255, 256, 599)}, gone=[])
 
@@ -136,9 +101,9 @@ def test_a_kill_at_every_boundary_leaves_before_or_after_and_the_rerun_completes
     replace = _docs("new", 0, N_REPLACE)
     before = after
     for point in ("batch:1", "before-flush"):
-        _crash(path, "replace", replace, point, tmp_path)
+        crash(path, "replace", replace, point, tmp_path)
         assert _answers(path) == before, point
-    _rerun(path, "replace", replace)
+    rerun(path, "replace", replace)
     after = _answers(path)
     assert after["count"] == base + N_ADD and after["bm25"] != before["bm25"]
     _check_after(path, count=base + N_ADD, found={"zqnew7x": "c7", "zqnew299x": "c299", "zqadd300x": "c300"}, gone=[])
@@ -150,17 +115,17 @@ def test_a_kill_at_every_boundary_leaves_before_or_after_and_the_rerun_completes
     remove = [f"c{i}" for i in range(N_REMOVE)]
     before = after
     for point in ("registered", "blobs"):
-        _crash(path, "remove", remove, point, tmp_path)
+        crash(path, "remove", remove, point, tmp_path)
         assert _answers(path) == before, point
-    _crash(path, "remove", remove, "marking", tmp_path)
+    crash(path, "remove", remove, "marking", tmp_path)
     _check_after(path, count=base + N_ADD - N_REMOVE, found={"zqadd400x": "c400"}, gone=["c0", "c199"])
-    _rerun(path, "remove", remove)
+    rerun(path, "remove", remove)
     _check_after(path, count=base + N_ADD - N_REMOVE, found={"zqadd400x": "c400"}, gone=["c0", "c199"])
     assert _answers(path)["count"] == base + N_ADD - N_REMOVE
 
     # what the kills left behind is gone: only the live rows and the removed ones not yet swept remain, and the next
     # write sweeps those
-    _rerun(path, "add", [{"_id": "z1", "text": "last"}])
+    rerun(path, "add", [{"_id": "z1", "text": "last"}])
     from twotower.retrieval.milvus.client import client_for
 
     client = client_for(uri, "--uri")
