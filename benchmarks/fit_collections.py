@@ -89,14 +89,14 @@ def run_fit_cli(data: Path, out: Path, extra: list[str]) -> float:
 
 def zero_shot(data: Path, out: Path) -> tuple[dict[str, float], dict]:
     """Test NDCG@10 of BM25, the starting encoder (its corpus vectors as fit kept them) and their hybrid at 0.5."""
-    import numpy as np
 
     from twotower.data.beir import BeirDataset
     from twotower.encoders.towers import DualEncoder, EncodeOptions
     from twotower.evaluation.metrics import evaluate
     from twotower.retrieval.bm25 import BM25
-    from twotower.retrieval.dense import exact_search, to_run
+    from twotower.retrieval.dense import to_run
     from twotower.retrieval.hybrid import interpolate
+    from twotower.training.fit.corpus import CorpusVectors
 
     test = BeirDataset.load(data, "test")
     qids = list(test.qrels)
@@ -104,7 +104,7 @@ def zero_shot(data: Path, out: Path) -> tuple[dict[str, float], dict]:
     recipe = json.loads((out / "recipe.json").read_text())["recipe"]
     model = DualEncoder.load(recipe.get("model"))
     q = model.encode_queries([test.queries[x] for x in qids], EncodeOptions(show_progress=False))
-    s, i = exact_search(q, np.load(out / "stages" / "zeroshot" / "doc_vectors.npy"), 100)
+    s, i = CorpusVectors.load(out / "stages" / "zeroshot").search(q, 100)  # by best passage, as fit scored it
     dense = to_run(qids, doc_ids, s, i)
     language = json.loads((out / "stages" / "zeroshot" / "done.json").read_text())["bm25_language"]
     from twotower.retrieval.bm25 import BM25Params

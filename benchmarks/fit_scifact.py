@@ -108,17 +108,17 @@ Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margi
 
 
 def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = False) -> tuple[list[dict], str]:
-    import numpy as np
 
     from twotower.data.beir import BeirDataset
     from twotower.encoders.towers import DualEncoder, EncodeOptions
     from twotower.evaluation.metrics import evaluate
     from twotower.evaluation.pipeline import EvalConfig, run_eval
     from twotower.retrieval.bm25 import BM25
-    from twotower.retrieval.dense import exact_search, to_run
+    from twotower.retrieval.dense import to_run
     from twotower.retrieval.hybrid import interpolate
     from twotower.retrieval.defaults import read_defaults
     from twotower.retrieval.rerank import Reranker, blend
+    from twotower.training.fit.corpus import CorpusVectors
     from twotower.training.fit.select import fused
 
     metrics = ("ndcg@10", "recall@100")
@@ -138,7 +138,7 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
         doc_ids = json.loads((folder / "doc_ids.json").read_text())
         model = DualEncoder.load(model_dir)
         q = model.encode_queries([test.queries[x] for x in qids], EncodeOptions(show_progress=False))
-        s, i = exact_search(q, np.load(folder / "doc_vectors.npy"), 100)
+        s, i = CorpusVectors.load(folder).search(q, 100)  # each document by its best passage, as fit scored it
         return to_run(qids, doc_ids, s, i)
 
     doc_ids = list(test.corpus)
