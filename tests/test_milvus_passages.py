@@ -18,7 +18,7 @@ pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
 from conftest import serve_client, subprocess_env  # noqa: E402
-from test_milvus_writes import _CHILD  # noqa: E402
+from milvus_crash import CHILD as _CHILD  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client, quote  # noqa: E402
 from twotower.retrieval.milvus.writes import query_all  # noqa: E402
 
@@ -248,7 +248,7 @@ def test_replace_and_remove_leave_no_passage_of_the_old_version(pair, tiny_bert_
     forget_client(str(root / "m.db"))
 
 
-# the child that writes and is killed: the one of tests/test_milvus_writes.py ("replace" replaces)
+# the child that writes and is killed: the one of tests/milvus_crash.py ("replace" replaces)
 
 
 def _state(path) -> dict:

@@ -1,5 +1,5 @@
 """Writes to an index on a real Milvus server that a crash cannot half-do (issue #54), as ``test_milvus_writes.py``
-checks them on Milvus Lite: a child process adds or removes documents and SIGKILLs itself at each step of the write
+checks them on Milvus Lite: a child process adds documents and SIGKILLs itself at the steps of the write
 (``TWOTOWER_MILVUS_CRASH_AT``); after every kill the index answers as before the write (or, killed after the commit
 point, as after it), and running the write again completes it.
 
@@ -21,11 +21,10 @@ import twotower as tt  # noqa: E402
 from conftest import TINY_CORPUS, write_beir  # noqa: E402
 from milvus_crash import crash, rerun  # noqa: E402
 from milvus_server import available, milvus_server  # noqa: E402
-from twotower.errors import TwoTowerError  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client  # noqa: E402
 
 QUERIES = ["green tea leaves", "which feline purrs", "memory safe language", "common words 7", "crash test 250"]
-N_ADD, N_REMOVE = 600, 200  # 600 rows: 3 insert batches of 256
+N_ADD = 600  # 600 rows: 3 insert batches of 256
 
 
 
@@ -46,7 +45,7 @@ def _answers(path) -> dict:
         forget_client(index.info()["milvus"]["uri"])
 
 
-@pytest.mark.slow  # ~2-3 minutes: 7 child processes, each killed mid-write, and a server killed and restarted
+@pytest.mark.slow  # ~2 minutes: 4 child processes, each killed mid-write, and a server killed and restarted
 def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_bert_dir, tmp_path):
     reason = available()
     if reason:
@@ -61,36 +60,23 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
 
         add = _docs(0, N_ADD)
         before = _answers(path)
-        for point in ("batch:1", "batch:3", "after-flush", "proposing"):
+        # the Lite test (test_milvus_writes.py) kills at every step; here the steps no flush separates any more: rows
+        # half inserted, every state row written but undecided, decided but nothing of it flushed
+        for point in ("batch:3", "proposing"):
             crash(path, "add", add, point, tmp_path)
             assert _answers(path) == before, point
-        crash(path, "add", add, "committed", tmp_path)  # after the decision: all of it, before its flush
+        crash(path, "add", add, "committed", tmp_path)
         after = _answers(path)
         assert after["count"] == base + N_ADD and all(len(f) == 10 for f in after["filtered"])
         rerun(path, "add", add)  # its digest is in the head: nothing more to do
         assert _answers(path) == after
-
-        remove = [f"c{i}" for i in range(N_REMOVE)]
-        crash(path, "remove", remove, "registered", tmp_path)
-        assert _answers(path) == after
-        crash(path, "remove", remove, "marking", tmp_path)  # decided: readers hide the unmarked rows by key
-        index = tt.Index.open(path, precision="fp32")
-        try:
-            assert len(index) == base + N_ADD - N_REMOVE
-            with pytest.raises(TwoTowerError, match="not in the index"):
-                index.documents(["c0"])
-            assert index.documents(["c599"])[0]["text"] == "common words 599 of the crash test 599"
-        finally:
-            forget_client(server)
-        rerun(path, "remove", remove)  # settles the marks, then finds its digest in the head
-        assert _answers(path)["count"] == base + N_ADD - N_REMOVE
 
         # a write decided and never flushed (its writer killed right after the decision), then the server killed:
         # what the server rebuilds from its log holds all of it
         more = _docs(N_ADD, 100)
         crash(path, "add", more, "committed", tmp_path)
         decided = _answers(path)
-        assert decided["count"] == base + N_ADD - N_REMOVE + 100
+        assert decided["count"] == base + N_ADD + 100
         os.kill(running.pid, signal.SIGKILL)
         forget_client(server)
     with milvus_server(tmp_path / "server") as again:  # new ports: a new folder attached to the collection there
