@@ -14,7 +14,7 @@ import pytest
 
 from conftest import write_beir
 from twotower.training.fit import FitOptions, FitRecipe, run_fit
-from twotower.training.fit import corpus as corpus_mod
+from twotower.retrieval import multivector
 from twotower.training.fit.corpus import CorpusVectors
 from twotower.training.fit.cv import pooled_run
 
@@ -27,9 +27,9 @@ def _brute(queries, vectors, offsets, k):
     return np.take_along_axis(docs, rows, axis=1), rows
 
 
-@pytest.mark.parametrize("budget", [corpus_mod.ENTRY_BUDGET, 30])  # 30: a query or two at a time
+@pytest.mark.parametrize("budget", [multivector.ENTRY_BUDGET, 30])  # 30: a query or two at a time
 def test_corpus_search_scores_each_document_by_its_best_passage(monkeypatch, budget):
-    monkeypatch.setattr(corpus_mod, "ENTRY_BUDGET", budget)
+    monkeypatch.setattr(multivector, "ENTRY_BUDGET", budget)
     rng = np.random.default_rng(0)
     offsets = np.array([0, 1, 4, 5, 9, 10, 12])  # documents of 1, 3, 1, 4, 1 and 2 passages
     vectors = rng.normal(size=(12, 8)).astype(np.float32)

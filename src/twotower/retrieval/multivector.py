@@ -31,6 +31,8 @@ from twotower.encoders.inference import autocast_context, default_batch_size, le
 
 log = logging.getLogger(__name__)
 
+ENTRY_BUDGET = 1 << 26  # query × entry scores :func:`exact_multivector_search` holds at once (256 MiB of float32)
+
 
 def random_projection(in_dim: int, out_dim: int, seed: int = 0) -> np.ndarray:
     """A Gaussian random projection (in_dim, out_dim) scaled by 1/√out_dim (Johnson–Lindenstrauss)."""
@@ -199,14 +201,19 @@ def reduce_to_documents(
 def exact_multivector_search(
     queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Brute-force ME-BERT search: every entry scored, max per document, top-``k`` documents."""
-    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    """Brute-force ME-BERT search (or MaxP over passages): every entry scored, max per document, top-``k``
+    documents; queries in runs that hold at most :data:`ENTRY_BUDGET` entry scores at a time."""
+    q_all = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     v = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
     owner = torch.from_numpy(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets)))
     n_docs = len(offsets) - 1
+    step = max(1, ENTRY_BUDGET // max(1, len(v)))
+    parts = []
     with torch.inference_mode():
-        entry_scores = q @ v.T  # (nq, E)
-        doc_scores = torch.full((len(q), n_docs), float("-inf"))
-        doc_scores.scatter_reduce_(1, owner.expand(len(q), -1), entry_scores, reduce="amax")
-        s, i = torch.topk(doc_scores, min(k, n_docs), dim=1)
-    return s.numpy(), i.numpy()
+        for start in range(0, max(1, len(q_all)), step):
+            q = q_all[start:start + step]
+            entry_scores = q @ v.T  # (nq, E)
+            doc_scores = torch.full((len(q), n_docs), float("-inf"))
+            doc_scores.scatter_reduce_(1, owner.expand(len(q), -1), entry_scores, reduce="amax")
+            parts.append(torch.topk(doc_scores, min(k, n_docs), dim=1))
+    return torch.cat([s for s, _ in parts]).numpy(), torch.cat([i for _, i in parts]).numpy()

@@ -9,8 +9,8 @@ visible.
 The lease is taken as in Fischer's mutual-exclusion algorithm: wait until the ``lock`` row names no live owner, write
 your own name, wait ``settle`` seconds (longer than a write of that row takes), and read it back: if it still names
 you, the lease is yours; else another writer won the race and you wait again. A lease runs for :data:`LEASE_S`
-seconds (``TWOTOWER_MILVUS_LEASE_S``) and is renewed between batches (once a quarter of it has passed) and before the
-write proposes itself, so a killed writer blocks others for at most that long, and not at all on its own machine: the row names the host and process, and a writer there sees that the
+seconds (``TWOTOWER_MILVUS_LEASE_S``) and is renewed on every batch, so a killed writer blocks others for at most that
+long, and not at all on its own machine: the row names the host and process, and a writer there sees that the
 process is gone (a rerun after ``kill -9`` starts at once). ``settle`` comes from ``TWOTOWER_MILVUS_LOCK_SETTLE``
 (default 0.2 s).
 """
@@ -50,7 +50,6 @@ class EngineLock:
         self.owner = uuid.uuid4().hex
         self.settle = float(os.environ.get(SETTLE_ENV, "0.2"))
         self.lease = lease_seconds()
-        self._renewed = 0.0  # when this writer last wrote the lease row (time.monotonic)
 
     def _holder(self) -> dict | None:
         value = self.state._get([LOCK]).get(LOCK)
@@ -82,7 +81,6 @@ class EngineLock:
                 time.sleep(self.settle)
                 holder = self._holder()
                 if holder is not None and holder["owner"] == self.owner:
-                    self._renewed = time.monotonic() - self.settle
                     return self
             if time.monotonic() > deadline:
                 raise IndexStoreError(f"Milvus collection '{self.state.collection}' at {self.state.uri}: another "
@@ -94,18 +92,13 @@ class EngineLock:
                          f"its {self.lease:g} s lease and another writer took over; nothing of this write is visible: "
                          "run it again")
 
-    def renew(self, *, every: bool = True) -> None:
-        """Extend the lease; :class:`TakenOver` (nothing written) when another writer holds it now. ``every=False``
-        (between a write's batches): only once a quarter of the lease has passed since it was last renewed, for each
-        renewal is a round trip (a strongly consistent query: a server's time tick) and a lease runs for minutes."""
-        if not every and time.monotonic() - self._renewed < self.lease / 4:
-            return
+    def renew(self) -> None:
+        """Extend the lease; :class:`TakenOver` (nothing written) when another writer holds it now."""
         crash_point("renew")
         holder = self._holder()
         if holder is None or holder["owner"] != self.owner:
             raise self.stalled()
         self._write(time.time() + self.lease)
-        self._renewed = time.monotonic()
 
     def __exit__(self, *exc) -> None:
         try:

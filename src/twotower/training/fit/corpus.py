@@ -19,9 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-ENTRY_BUDGET = 1 << 26  # query × passage scores held at once by :meth:`CorpusVectors.search` (256 MiB of float32)
-
-
 @dataclass(frozen=True)
 class CorpusVectors:
     """A vector per passage; document ``j`` owns ``vectors[offsets[j]:offsets[j + 1]]`` and scores as the best."""
@@ -62,10 +59,7 @@ class CorpusVectors:
 
         if self.single:
             return exact_search(queries, self.vectors, k)
-        step = max(1, ENTRY_BUDGET // max(1, len(self.vectors)))
-        parts = [exact_multivector_search(queries[i:i + step], self.vectors, self.offsets, k)
-                 for i in range(0, len(queries), step)]
-        return np.concatenate([s for s, _ in parts]), np.concatenate([r for _, r in parts])
+        return exact_multivector_search(queries, self.vectors, self.offsets, k)
 
     def save(self, folder: Path) -> None:
         """``vectors.npy`` and ``offsets.npy`` in ``folder``, each written whole or not at all."""
