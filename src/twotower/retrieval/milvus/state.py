@@ -29,8 +29,8 @@ a reader of write C sees the rows with ``added <= C``, not removed at or before 
 C's unmarked removals (:func:`visible`).
 
 The test hook: every step of a write calls :func:`crash_point` with its name (in order: ``lease-free``,
-``recovered``, ``registered``, ``batch:<i>`` (each followed by ``renew`` once a quarter of the lease has passed), ``before-flush``, ``after-flush``, ``blobs``,
-``renew``, ``proposing``, ``phase1``, ``phase2``, ``decided``, ``committed``, ``marking``, ``marked``). ``TWOTOWER_MILVUS_CRASH_AT=<name>`` kills the process there (SIGKILL);
+``recovered``, ``registered``, ``batch:<i>`` with ``renew`` after each, ``before-flush``, ``after-flush``,
+``blobs``, ``renew``, ``proposing``, ``phase1``, ``phase2``, ``decided``, ``committed``, ``marking``, ``marked``). ``TWOTOWER_MILVUS_CRASH_AT=<name>`` kills the process there (SIGKILL);
 ``TWOTOWER_MILVUS_PAUSES=<p>:<max_s>`` sleeps a random 0 to ``max_s`` seconds at each step with probability ``p``;
 :func:`set_step_hook` calls a function there (the concurrency tests' random pauses). Nothing sets them otherwise.
 """
@@ -174,7 +174,8 @@ class State:
     def _matching(self, prefixes: Sequence[str], keys: Sequence[str] = (), value: bool = True) -> dict[str, str]:
         """Every row whose key starts with one of ``prefixes`` or is one of ``keys``, in ONE query: on a server each
         query of a collection with strong consistency waits for the server's next time tick (200 ms by default)."""
-        where = [f"key like {mc.quote(p + '%')}" for p in prefixes] + ([mc.ids_filter(list(keys), "key")] if keys else [])
+        where = [f"key like {mc.quote(p + '%')}" for p in prefixes]
+        where += [mc.ids_filter(list(keys), "key")] if keys else []
         with self._errors("reading the index state"):
             found = self.client.query(self.name, filter=" or ".join(where),
                                       output_fields=["key", "value"] if value else ["key"])
@@ -245,9 +246,6 @@ class State:
     def changed_since(self, seq: int) -> bool:
         """Whether a write after ``seq`` was decided (one cheap query)."""
         return self.decided(seq + 1) is not None
-
-    def value(self, seq: int, token: int) -> dict:
-        return self._value_of(self._prefixed(f"value:{seq}:{token}:"), seq, token)
 
     def _value_of(self, rows: dict[str, str], seq: int, token: int) -> dict:
         """Attempt ``token``'s head at write ``seq`` from ``rows`` (its ``value:`` rows among others)."""
@@ -326,8 +324,9 @@ class State:
         and the registrations before ``head``'s. Rows of writes after ``head`` (attempts now running) stay."""
         seq = int(head["seq"])
         stale = []
-        found = self._matching(("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:"), value=False)
-        for prefix in ("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:"):
+        prefixes = ("blob:", "delta:", "value:", "rm:", "px:", "reg:", "marked:")
+        found = self._matching(prefixes, value=False)
+        for prefix in prefixes:
             for key in (k for k in found if k.startswith(prefix)):
                 parts = key.split(":")
                 n = int(parts[1])

@@ -125,7 +125,7 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
             bar.update(len(batch))
             crash_point(f"batch:{b + 1}")
             if lock is not None:
-                lock.renew(every=False)  # the renewal before the proposal is never skipped
+                lock.renew()
         crash_point("before-flush")
         mc.persist(client, uri, collection, last=last)
         crash_point("after-flush")
