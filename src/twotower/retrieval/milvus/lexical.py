@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twotower.io import atomic_write_json
+from twotower.io import NPY_LOCK, atomic_write_json
 from twotower.retrieval.bm25 import BM25, BM25Params
 
 STATS_FILE = "bm25_stats.npz"
@@ -276,6 +276,6 @@ class SparseBM25:
         else:
             bm.tokenizer.load_vocab(directory)
             bm.tokenizer.load_stopwords(directory)
-        with np.load(directory / STATS_FILE) as stats:
+        with NPY_LOCK, np.load(directory / STATS_FILE) as stats:  # headers parsed on access (NPY_LOCK: why)
             return cls(bm, stats["df"], int(stats["n_docs"]), int(stats["total_len"]),
                        tuple(float(x) for x in stats["weighed_with"]))
