@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pymilvus")
 
-from milvus_server import ROOT_TOKEN, available, milvus_server  # noqa: E402
+from milvus_server import ROOT_TOKEN, TEST_SETTINGS, available, milvus_server  # noqa: E402
 from twotower.errors import TwoTowerError  # noqa: E402
 from twotower.retrieval.index.codecs import pack_bits  # noqa: E402
 from twotower.retrieval.index.kinds import IndexSpec  # noqa: E402
@@ -31,7 +31,8 @@ def server(tmp_path_factory):
     reason = available()
     if reason:
         pytest.skip(reason)
-    with milvus_server(tmp_path_factory.mktemp("milvus-server"), authentication=True) as running, \
+    with milvus_server(tmp_path_factory.mktemp("milvus-server"), authentication=True,
+                       settings=TEST_SETTINGS) as running, \
             pytest.MonkeyPatch.context() as env:
         env.setenv(TOKEN_ENV, ROOT_TOKEN)
         yield running.uri

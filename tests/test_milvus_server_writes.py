@@ -20,7 +20,7 @@ pytest.importorskip("pymilvus")
 import twotower as tt  # noqa: E402
 from conftest import TINY_CORPUS, write_beir  # noqa: E402
 from milvus_crash import crash, rerun  # noqa: E402
-from milvus_server import available, milvus_server  # noqa: E402
+from milvus_server import TEST_SETTINGS, available, milvus_server  # noqa: E402
 from twotower.retrieval.milvus.client import forget_client  # noqa: E402
 
 QUERIES = ["green tea leaves", "which feline purrs", "memory safe language", "common words 7", "crash test 250"]
@@ -51,7 +51,7 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
     if reason:
         pytest.skip(reason)
     data = write_beir(tmp_path / "data", TINY_CORPUS, [{"_id": "q0", "text": "tea"}], [("q0", "d5", 1)])
-    with milvus_server(tmp_path / "server") as running:
+    with milvus_server(tmp_path / "server", settings=TEST_SETTINGS) as running:
         server = running.uri
         index = tt.Index.build(tmp_path / "idx", data, encoder=str(tiny_bert_dir), precision="fp32",
                                show_progress=False, backend="milvus", uri=server, collection="crash")
@@ -79,7 +79,7 @@ def test_a_kill_between_unflushed_steps_on_a_server_leaves_before_or_after(tiny_
         assert decided["count"] == base + N_ADD + 100
         os.kill(running.pid, signal.SIGKILL)
         forget_client(server)
-    with milvus_server(tmp_path / "server") as again:  # new ports: a new folder attached to the collection there
+    with milvus_server(tmp_path / "server", settings=TEST_SETTINGS) as again:  # new ports; a new folder attaches
         path = tt.Index.attach(tmp_path / "idx-again", uri=again.uri, collection="crash").path
         assert _answers(path) == decided
         rerun(path, "add", more)  # found done: not "already in the index"
