@@ -147,7 +147,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
             create_state(client, collection, uri)
             token = new_token()
             rows = doc_rows(new, weighed, 1, token, kind)
-            put_rows(client, uri, collection, rows, show_progress=show_progress, last=True)
+            put_rows(client, uri, collection, rows, show_progress=show_progress, building=True)
             load_indexed(client, collection, uri)
             search = {"ef_search": mc.DEFAULT_EF_SEARCH, "nprobe": 1,
                       **calibrate(client, uri, collection, index, kind, [r["pk"] for r in rows], new.vectors)}

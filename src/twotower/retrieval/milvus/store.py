@@ -379,7 +379,7 @@ class MilvusStore:
 
     def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
         """Add ``docs`` (ids already in the index are an error unless ``replace``) as one write that a crash cannot
-        half-do (:mod:`.writes`); returns after Milvus flushed it, the store of the new committed write."""
+        half-do (:mod:`.writes`); returns once Milvus holds it durably, the store of the new committed write."""
         _check_rows(self.root, docs, self.passages)
         if docs.vectors.shape[1] != self.dim:
             raise DimensionError(
@@ -390,7 +390,7 @@ class MilvusStore:
         return self._write(keep, docs=docs, replace=replace, show_progress=show_progress)
 
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "MilvusStore":
-        """Delete ``ids`` (unknown ids are an error) as one write; returns after Milvus flushed it."""
+        """Delete ``ids`` (unknown ids are an error) as one write; returns once Milvus holds it durably."""
         return self._write(keep, remove=list(ids), show_progress=show_progress)
 
     def wrote(self, docs: Sequence[tuple[str, str, str, dict]], replace: bool = False) -> bool:

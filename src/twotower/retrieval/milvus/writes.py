@@ -113,9 +113,9 @@ def _batches(rows: list[dict]):
 
 
 def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None,
-             last: bool = False) -> None:
+             building: bool = False) -> None:
     """Insert ``rows`` (new keys: each attempt writes its own) in batches (``batch:<i>`` steps, the lease renewed),
-    then :func:`.client.persist` them (``last``: the write's last step, as a build's)."""
+    then :func:`.client.persist` them (``building``: a build's rows, flushed as its last step)."""
     from tqdm.auto import tqdm
 
     with mc.milvus_errors(uri, collection, "writing documents"), \
@@ -127,7 +127,7 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
             if lock is not None:
                 lock.renew()
         crash_point("before-flush")
-        mc.persist(client, uri, collection, last=last)
+        mc.persist(client, uri, collection, last=building, building=building)
         crash_point("after-flush")
 
 
@@ -161,7 +161,8 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
 
 def mark(client, uri: str, collection: str, keys: list[str], seq: int, lexical: bool, kind: MilvusVectors) -> None:
     """Mark the rows ``keys`` removed by committed write ``seq``: each row as it is, with ``removed = seq`` (the same
-    row whoever writes it; ``kind``: how its vector is stored); the write's last step: its rows are flushed."""
+    row whoever writes it; ``kind``: how its vector is stored); the write's last step: its rows are persisted
+    (:func:`.client.persist`: a server flushed)."""
     for i in range(0, len(keys), BATCH):
         rows = client.query(collection, filter=mc.ids_filter(keys[i:i + BATCH], "pk"), output_fields=_fields(lexical, kind))
         rows = [dict(r, removed=seq, **{mc.DENSE: kind.stored_value(r[mc.DENSE])}) for r in rows
