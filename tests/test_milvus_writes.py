@@ -210,3 +210,42 @@ def test_a_write_stores_only_what_it_changed_in_the_lexicon(tmp_path):
         assert whole and len(whole) < MAX_DELTAS  # stored whole now and then, most writes as deltas
     finally:
         forget_client(uri)
+
+
+def test_milvus_lite_is_flushed_by_a_build_and_never_by_a_write(tmp_path, monkeypatch):
+    """Milvus Lite 3.2.2's flush hides the rows it flushes from queries that run meanwhile (the memtable is swapped
+    out before the rows reach its segments), so writes must not flush it: its write-ahead log already holds every
+    acknowledged row (the kill tests above reopen after SIGKILLs with no flush). A build flushes once, before anyone
+    reads the collection, so that its rows are searched with the collection's index."""
+    import numpy as np
+    from pymilvus import MilvusClient
+
+    from twotower.retrieval.index.kinds import IndexSpec
+    from twotower.retrieval.index.newdocs import NewDocs
+    from twotower.retrieval.milvus import client as mc
+    from twotower.retrieval.milvus.store import MilvusStore
+
+    flushed = []
+    real = MilvusClient.flush
+    monkeypatch.setattr(MilvusClient, "flush", lambda self, name, **kw: (flushed.append(name), real(self, name, **kw)))
+    rng = np.random.default_rng(0)
+
+    def docs(ids):
+        v = rng.standard_normal((len(ids), 8)).astype(np.float32)
+        return NewDocs(list(ids), [""] * len(ids), [f"tea {d}" for d in ids], v / np.linalg.norm(v, axis=1, keepdims=True))
+
+    uri = str(tmp_path / "flush.db")
+    store = MilvusStore.build(tmp_path / "idx", docs([f"d{i}" for i in range(20)]), model={"name": "random"},
+                              spec=IndexSpec(bm25=True), uri=uri, collection="flushes", show_progress=False)
+    try:
+        assert "flushes" in flushed
+        # a Lite server at an http URI is told by its version ("milvus_lite-3.2.2"), a Milvus server is not Lite
+        assert mc.is_lite(store.client, "http://127.0.0.1:19530")
+        assert not mc.is_lite(type("Server", (), {"get_server_version": lambda self: "v2.3.5"})(), "http://h:19530")
+        flushed.clear()
+        store = store.add(docs(["n1", "n2"]), show_progress=False)
+        store = store.add(docs(["n1"]), replace=True, show_progress=False)
+        store = store.remove(["d3"], show_progress=False)
+        assert flushed == [] and len(store) == 21
+    finally:
+        mc.forget_client(uri)
