@@ -201,12 +201,15 @@ rows (16 MiB), keeps the BM25 statistics' delta in the state collection and deci
 rows. Reads by id go to Milvus 16,384 ids per query (`id in [...]` expressions; Milvus' query result window, halved
 when a server finds a result too large); writes read the rows they replace 1,024 per query.
 
-`documents()` stays about 10x the local backend's on Milvus Lite, and fewer queries are the only lever the client
+`documents()` is 10x to 25x the local backend's on Milvus Lite. Writes no longer flush Milvus Lite (its flush hid
+the rows it moved from queries running meanwhile: `client.persist`), so the documents just added are read from its
+memtable, which its engine scans more slowly than flushed segments: its engine alone took 1.20 s for them in this
+run against 0.50 s in the run before that change (24x and 10x overall). Fewer queries are the only lever the client
 has: Milvus Lite 3.2.2 is pure Python, and its engine alone (the same query run in this
-process, no gRPC) takes 5x the local backend's whole `documents()`. Each query parses the id list twice (once to see
+process, no gRPC) takes many times the local backend's whole `documents()`. Each query parses the id list twice (once to see
 whether it is a `pk in [...]` lookup), scans every row of the collection, and builds every column of each matching
 row (its 384-d vector and sparse vector too, whatever `output_fields` asks) before projecting; its gRPC service and
-pymilvus take the rest. Even its lookup by primary key, which skips the scan and a parse, costs 6x the local
+pymilvus take the rest. Even its lookup by primary key, which skips the scan and a parse, costs 10x the local
 backend's (the row "by primary key"): the time is in building, sending and decoding the rows. On Milvus Lite the 2x
 target is not reached. A Milvus server: `results/milvus_batch_server.*` (`--engine server`).
 """
