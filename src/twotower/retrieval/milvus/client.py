@@ -107,8 +107,9 @@ def persist(client, uri: str, collection: str, *, last: bool = False, building: 
     Milvus Lite is never flushed: it has written every row it acknowledged to its write-ahead log (in the OS's hands,
     so a killed process loses none) and replays that log when it opens the collection again; and its flush (Milvus
     Lite 3.2.2) swaps the memtable for an empty one before the flushed rows reach its segment cache, so that a query
-    running meanwhile misses them: 67 of 2,154 reads of rows acknowledged before the read came back short with a
-    writer flushing after each insert, none of 644 without flushes (issue #54). Except at the end of a build
+    running meanwhile misses them: 24 of 1,167 reads of rows acknowledged before the read came back short with a
+    writer flushing after each insert, none of 314 without flushes (``benchmarks/experiments/milvus_lite_flush.py``;
+    issue #54). Except at the end of a build
     (``building``), before any reader can know the collection: then its rows are sealed, and searched with the
     collection's index (IVF's lists, HNSW's graph) rather than one by one from the memtable."""
     if building or (last and not is_lite(client, uri)):
