@@ -98,21 +98,22 @@ def is_lite(client, uri: str) -> bool:
     return lite
 
 
-def persist(client, uri: str, collection: str, *, last: bool = False, building: bool = False) -> None:
-    """What a write step needs of Milvus before the next step. A server has logged every row it acknowledged (its
-    message queue: RocksMQ standalone, Pulsar or Kafka in a cluster) and rebuilds from that log after a restart, so a
-    step needs nothing more; only a write's ``last`` step flushes, which seals the write's rows into segments
-    searched with the collection's index rather than the interim index a server keeps over unsealed rows.
+def persist(client, uri: str, collection: str, *, building: bool = False) -> None:
+    """The last step of a write (or, ``building``, of a build): what Milvus needs beyond having acknowledged its rows.
+    A server has logged every row it acknowledged (its message queue: RocksMQ standalone, Pulsar or Kafka in a
+    cluster) and rebuilds from that log after a restart, so no earlier step flushes; this one does, which seals the
+    write's rows into segments searched with the collection's index rather than the interim index a server keeps
+    over unsealed rows.
 
-    Milvus Lite is never flushed: it has written every row it acknowledged to its write-ahead log (in the OS's hands,
-    so a killed process loses none) and replays that log when it opens the collection again; and its flush (Milvus
-    Lite 3.2.2) swaps the memtable for an empty one before the flushed rows reach its segment cache, so that a query
-    running meanwhile misses them: 24 of 1,167 reads of rows acknowledged before the read came back short with a
-    writer flushing after each insert, none of 314 without flushes (``benchmarks/experiments/milvus_lite_flush.py``;
-    issue #54). Except at the end of a build
-    (``building``), before any reader can know the collection: then its rows are sealed, and searched with the
-    collection's index (IVF's lists, HNSW's graph) rather than one by one from the memtable."""
-    if building or (last and not is_lite(client, uri)):
+    Milvus Lite is flushed by a build only, before any reader can know the collection (its rows are then searched
+    with the collection's index: IVF's lists, HNSW's graph, not one by one from the memtable). A write never flushes
+    it: Milvus Lite has written every row it acknowledged to its write-ahead log (in the OS's hands, so a killed
+    process loses none) and replays that log when it opens the collection again; and its flush (Milvus Lite 3.2.2)
+    swaps the memtable for an empty one before the flushed rows reach its segment cache, so that a query running
+    meanwhile misses them: 24 of 1,167 reads of rows acknowledged before the read came back short with a writer
+    flushing after each insert, none of 314 without flushes (``benchmarks/experiments/milvus_lite_flush.py``;
+    issue #54)."""
+    if building or not is_lite(client, uri):
         client.flush(collection)
 
 

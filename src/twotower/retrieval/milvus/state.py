@@ -284,8 +284,6 @@ class State:
 
     def hint(self, seq: int) -> None:
         self._put({HEAD: json.dumps({"seq": int(seq)})})
-        with self._errors("flushing the index state"):
-            mc.persist(self.client, self.uri, self.name)
 
     # ---- the lexicon ---------------------------------------------------------------------
 

@@ -115,7 +115,7 @@ def _batches(rows: list[dict]):
 def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progress: bool, lock=None,
              building: bool = False) -> None:
     """Insert ``rows`` (new keys: each attempt writes its own) in batches (``batch:<i>`` steps, the lease renewed),
-    then :func:`.client.persist` them (``building``: a build's rows, flushed as its last step)."""
+    then, for a build (``building``), :func:`.client.persist` them (a write persists at its end: :func:`mark`)."""
     from tqdm.auto import tqdm
 
     with mc.milvus_errors(uri, collection, "writing documents"), \
@@ -127,7 +127,8 @@ def put_rows(client, uri: str, collection: str, rows: list[dict], *, show_progre
             if lock is not None:
                 lock.renew()
         crash_point("before-flush")
-        mc.persist(client, uri, collection, last=building, building=building)
+        if building:
+            mc.persist(client, uri, collection, building=True)
         crash_point("after-flush")
 
 
@@ -152,7 +153,6 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
         client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
         if head.get("hidden"):
             client.delete(collection, filter=f"attempt in [{', '.join(str(int(t)) for t in head['hidden'])}]")
-        mc.persist(client, uri, collection)
     # the state rows of the committed write and of the one before: a reader that opened that one may still load them
     keep = {(seq, token), *(tuple(x) for x in lexicon_chain(head)), *(tuple(x) for x in head.get("prev_keep", []))}
     state.clean(head, keep)
@@ -170,7 +170,7 @@ def mark(client, uri: str, collection: str, keys: list[str], seq: int, lexical: 
         if rows:
             client.upsert(collection, rows)
         crash_point("marking")
-    mc.persist(client, uri, collection, last=True)
+    mc.persist(client, uri, collection)
 
 
 def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=None) -> str:
