@@ -84,7 +84,7 @@ def search_params(milvus: dict, metric: str, k: int, ef_search: int | None, npro
 
 
 def calibrate(client, uri: str, collection: str, index: dict, kind, pks: list[str], vectors: np.ndarray) -> dict:
-    """The ``milvus.search`` entries for the loaded ``collection`` (``index``: its :func:`.client.index_settings`;
+    """The ``milvus.search`` entries for the loaded ``collection`` (``index``: its :func:`.schema.index_settings`;
     ``kind``: its :class:`.vectors.MilvusVectors`; ``pks``: the key of each row of ``vectors``, float32):
     ``{knob: value, "calibration": {...}}``, or ``{}`` for an exact index or too small a corpus."""
     index_type = index["index_type"]

@@ -31,6 +31,7 @@ from twotower.retrieval.index.versions import (
     FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, is_index_dir, read_manifest,
 )
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus import schema
 from twotower.retrieval.milvus.breadth import calibrate, load_indexed
 from twotower.retrieval.milvus.client import client_for
 from twotower.retrieval.milvus.filtering import metadata_kinds
@@ -67,13 +68,13 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
                             f"http://host:19530, Milvus 2.3 or later), or {given('vectors', 'int8')} (a "
                             f"scalar-quantized index Milvus Lite has), or {given('backend', 'faiss')}")
     collection = mc.check_collection_name(collection or mc.default_collection(root))
-    index = mc.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
+    index = schema.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
                               num_docs=num_docs, vectors=spec.vectors)
     check_target(root)
     client = client_for(uri, flag("uri"))
     if spec.vectors in SERVER_ONLY:
         _probe(client, uri, spec, index)
-    props = mc.owner_properties(client, collection, uri)
+    props = schema.owner_properties(client, collection, uri)
     if props is not None and not _ours(root, uri, collection, props):
         owner = (f"the index of model {props.get('model')} ({props.get('field_dim')}-d)" if props.get("index_id")
                  else "a collection twotower did not make")
@@ -89,7 +90,7 @@ def _probe(client, uri: str, spec, index: dict) -> None:
     name = f"twotower_probe_{uuid.uuid4().hex}"
     kind = MilvusVectors.for_build(spec, np.zeros((1, 8), dtype=np.float32))
     try:
-        mc.create_collection(client, name, dim=8, lexical=spec.bm25, index=dict(index, params={
+        schema.create_collection(client, name, dim=8, lexical=spec.bm25, index=dict(index, params={
             k: (1 if k == "nlist" else v) for k, v in index["params"].items()}), properties={}, uri=uri, vectors=kind)
     except mc.MilvusError as exc:
         bm25 = (f"; a BM25 part needs sparse vectors (Milvus 2.4 or later): build without {switch('bm25')} if "
@@ -133,15 +134,15 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
             lexicon, weighed = (SparseBM25.build(new.ids, [f"{t} {x}".strip() if t else x for t, x in
                                                           zip(new.titles, new.texts)], spec.bm25_params,
                                                 show_progress=show_progress) if spec.bm25 else (None, None))
-            if mc.owner_properties(client, collection, uri) is not None:  # this index's own: re-filled
+            if schema.owner_properties(client, collection, uri) is not None:  # this index's own: re-filled
                 log.warning("dropping Milvus collection '%s' at %s to rebuild it", collection, uri)
                 with mc.milvus_errors(uri, collection, "dropping the old collection"):
                     client.drop_collection(collection)
             with mc.milvus_errors(uri, collection, "dropping the old state collection"):
                 if client.has_collection(state_name(collection)):
                     client.drop_collection(state_name(collection))
-            mc.create_collection(client, collection, dim=dim, lexical=spec.bm25, index=index, uri=uri, properties={
-                "index_id": index_id, "model": model.get("name"), "dim": dim, "schema": mc.SCHEMA_VERSION,
+            schema.create_collection(client, collection, dim=dim, lexical=spec.bm25, index=index, uri=uri, properties={
+                "index_id": index_id, "model": model.get("name"), "dim": dim, "schema": schema.SCHEMA_VERSION,
                 "corpus": corpus["fingerprint"]}, vectors=kind)
             made = True
             create_state(client, collection, uri)
@@ -163,7 +164,7 @@ def build_version(root: Path, new: NewDocs, *, model: dict, spec, uri: str, coll
                 "bm25": asdict(lexicon.params) if lexicon is not None else None, "corpus": corpus,
                 METADATA_KINDS: metadata_kinds(new.metadata or []),
                 "milvus": {"uri": uri, "collection": collection, "index_id": index_id,
-                           "schema_version": mc.SCHEMA_VERSION, "index_type": index["index_type"],
+                           "schema_version": schema.SCHEMA_VERSION, "index_type": index["index_type"],
                            "index_params": index["params"], "metric": kind.metric,
                            "search": search,
                            "lexical": LEXICAL if lexicon is not None else None},
@@ -198,7 +199,7 @@ def attach_version(out: str | Path, uri: str, collection: str) -> tuple[Path, di
     collection = mc.check_collection_name(collection)
     check_target(out)
     client = client_for(uri, flag("uri"))
-    props = mc.owner_properties(client, collection, uri)
+    props = schema.owner_properties(client, collection, uri)
     if props is None or not props.get("index_id"):
         raise TwoTowerError(f"{given('collection', collection)}: {uri} holds no twotower index of that name"
                             + (" (a collection twotower did not make)" if props is not None else ""))

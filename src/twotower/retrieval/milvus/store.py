@@ -35,6 +35,7 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.index.versions import open_live
 from twotower.retrieval.milvus import client as mc
+from twotower.retrieval.milvus import schema
 from twotower.retrieval.milvus.breadth import search_params
 from twotower.retrieval.milvus.build import attach_version, build_version, check_options
 from twotower.retrieval.milvus.client import client_for, forget_client
@@ -61,7 +62,7 @@ class _Check:
         self._store = store
 
     def check_all(self, *, writing: bool = False, skip=()) -> None:
-        mc.check_owner(self._store.client, self._store.manifest, self._store.root)
+        schema.check_owner(self._store.client, self._store.manifest, self._store.root)
 
     def close(self) -> None:
         pass
@@ -82,7 +83,7 @@ class MilvusStore:
         self.uri, self.collection = m["uri"], m["collection"]
         self.client = client_for(self.uri, f"{version_dir / 'manifest.json'}: milvus.uri")
         if check:
-            mc.check_owner(self.client, manifest, self.root)
+            schema.check_owner(self.client, manifest, self.root)
             with self._errors("loading the collection"):
                 self.client.load_collection(self.collection)
         self.state = State(self.client, self.uri, self.collection)

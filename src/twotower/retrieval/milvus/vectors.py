@@ -1,7 +1,7 @@
 """How a Milvus index stores its dense vectors (``index build --backend milvus --vectors``), in Milvus' own types:
 
 - ``fp32``: a ``FLOAT_VECTOR`` field (FLAT, HNSW or IVF_FLAT; inner product).
-- ``int8``: the same field under Milvus' 8-bit scalar-quantized index (IVF_SQ8, HNSW_SQ: :func:`.client.index_settings`).
+- ``int8``: the same field under Milvus' 8-bit scalar-quantized index (IVF_SQ8, HNSW_SQ: :func:`.schema.index_settings`).
 - ``binary``: a ``BINARY_VECTOR`` field of the sign bits (``x > 0``, packed as the local binary index packs them:
   :func:`~twotower.retrieval.index.codecs.pack_bits`), BIN_FLAT or BIN_IVF_FLAT, searched by Hamming distance for
   ``k × rescore_factor`` candidates that are rescored with the float query against each candidate's ``codes``
