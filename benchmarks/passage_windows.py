@@ -39,6 +39,15 @@ def bootstrap(diff, n: int = 10_000, seed: int = 0) -> tuple[float, float]:
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
+def paired_delta(scores: dict, base: dict) -> str:
+    """The mean per-query difference ``scores − base`` (over ``base``'s queries) with its :func:`bootstrap` interval."""
+    import numpy as np
+
+    diff = np.array([scores[q] - base[q] for q in base])
+    lo, hi = bootstrap(diff)
+    return f"{diff.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--settings", default=",".join(SETTINGS))
@@ -71,10 +80,7 @@ def main() -> None:
                 per[(name, system, split)] = scores
                 row[f"ndcg@10 {split}"] = round(float(np.mean(list(scores.values()))), 4)
                 if name != "truncation":
-                    base = per[("truncation", system, split)]
-                    diff = np.array([scores[q] - base[q] for q in base])
-                    lo, hi = bootstrap(diff)
-                    row[f"Δ {split} [95% CI]"] = f"{diff.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                    row[f"Δ {split} [95% CI]"] = paired_delta(scores, per[("truncation", system, split)])
             row["build_s (this run)"] = build_s
             rows.append(row)
             print(row, flush=True)

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import DATA, write_results  # noqa: E402
-from passage_windows import bootstrap  # noqa: E402
+from passage_windows import paired_delta  # noqa: E402
 
 LENGTH_C = (0.01, 0.02, 0.03, 0.05)
 
@@ -98,10 +98,7 @@ def main() -> None:
                 scores = per[(rule, mode, split)]
                 row[f"ndcg@10 {split}"] = round(float(np.mean(list(scores.values()))), 4)
                 if rule != "truncation":
-                    base = per[("truncation", mode, split)]
-                    diff = np.array([scores[q] - base[q] for q in base])
-                    lo, hi = bootstrap(diff)
-                    row[f"Δ {split} [95% CI]"] = f"{diff.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                    row[f"Δ {split} [95% CI]"] = paired_delta(scores, per[("truncation", mode, split)])
             rows.append(row)
             print(row, flush=True)
     chosen = {mode: max((r for r in rows if r["system"] == mode and r["rule"] != "truncation"),
