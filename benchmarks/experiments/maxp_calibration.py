@@ -12,7 +12,8 @@ documents (``passages=False``); every query scored against every passage exactly
 - ``mean top 2``: the mean of a document's two best passages (its one passage when it has one).
 
 Dense runs are each score's top 100; hybrid fuses them with the index's BM25 top 100 at λ 0.5 (min-max, the default,
-and z-score), as ``Index.run`` does. Choices are made on the 809 train queries; the 300 test queries only report.
+and z-score), as ``Index.run`` does; MaxP and truncation also at other λ (the JSON's ``lambda_sweep``). Choices are
+made on the 809 train queries; the 300 test queries only report.
 Δ: against truncation, with a paired bootstrap 95% interval over queries.
 
     python benchmarks/experiments/maxp_calibration.py [--cache DIR]
@@ -35,6 +36,7 @@ from _common import DATA, write_results  # noqa: E402
 from passage_windows import paired_delta  # noqa: E402
 
 LENGTH_C = (0.01, 0.02, 0.03, 0.05)
+LAMBDAS = (0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7)
 
 
 def aggregations(scores: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
@@ -74,6 +76,7 @@ def main() -> None:
     store = indexes["max256"]._searcher.store
     passages, offsets, doc_ids = np.asarray(store.vectors, dtype=np.float32), np.asarray(store.offsets), store.doc_ids
     per: dict = {}
+    sweep: dict = {}  # "rule, norm, λ" -> {split: NDCG@10}
     for split, data in splits.items():
         qids = list(data.qrels)
         queries = {q: data.queries[q] for q in qids}
@@ -89,6 +92,14 @@ def main() -> None:
             for norm in ("minmax", "zscore"):
                 per[(rule, f"hybrid {norm}", split)] = ndcg(interpolate(dense, bm25, 0.5, n_best=100, top_k=100,
                                                                         norm=norm))
+                if rule == "max (default)":  # does another λ close the gap? (truncation's λ sweep beside it)
+                    trunc = indexes["truncation"]
+                    for lam in LAMBDAS:
+                        for name, run in (("max (default)", interpolate(dense, bm25, lam, n_best=100, top_k=100,
+                                                                         norm=norm)),
+                                          ("truncation", trunc.run(queries, k=100, mode="hybrid", lam=lam, norm=norm))):
+                            sweep.setdefault(f"{name}, {norm}, λ {lam}", {})[split] = round(
+                                float(np.mean(list(ndcg(run).values()))), 4)
     rows = []
     rules = ["truncation", *aggregations(np.zeros((1, 2), np.float32), np.array([0, 1, 2]))]
     for rule in rules:
@@ -103,14 +114,23 @@ def main() -> None:
             print(row, flush=True)
     chosen = {mode: max((r for r in rows if r["system"] == mode and r["rule"] != "truncation"),
                         key=lambda r: r["ndcg@10 train"]) for mode in ("dense", "hybrid minmax", "hybrid zscore")}
-    write_results("maxp_calibration", rows, extra={"chosen_on_train": {m: r["rule"] for m, r in chosen.items()}},
+    write_results("maxp_calibration", rows, extra={"chosen_on_train": {m: r["rule"] for m, r in chosen.items()},
+                                                      "lambda_sweep": sweep},
                   notes=(
         "SciFact (BEIR, CC BY 4.0), 5,183 documents: truncation = `Index.build(passages=False)` searched through "
         "`Index.run`; every other rule scores the same queries exactly against all 10,302 passages of the default "
         "index (256-token window, MaxP) and combines each document's passage scores as named (n: its passages). "
         "Hybrid: each rule's dense top 100 fused with the index's BM25 top 100 at λ 0.5. Best rule on the 809 train "
         "queries, per system: " + "; ".join(f"{m}: {r['rule']} (test {r['ndcg@10 test']})" for m, r in chosen.items())
-        + ". Δ: mean per-query difference from truncation, paired bootstrap 95% interval (10,000 resamples)."))
+        + ". Δ: mean per-query difference from truncation, paired bootstrap 95% interval (10,000 resamples). The "
+        "JSON's `lambda_sweep`: hybrid NDCG@10 of MaxP and of truncation at other λ (train, test): " + at_least(sweep)))
+
+
+def at_least(sweep: dict) -> str:
+    """On how many of the swept (norm, λ) the MaxP hybrid is at least truncation's, per split."""
+    pairs = [(v, sweep["truncation" + k[len("max (default)"):]]) for k, v in sweep.items() if k.startswith("max")]
+    return ", ".join(f"MaxP ≥ truncation at {sum(m[s] >= t[s] for m, t in pairs)} of {len(pairs)} on {s}"
+                     for s in ("train", "test")) + "."
 
 
 if __name__ == "__main__":
