@@ -86,15 +86,16 @@ def main() -> None:
                f"by the last sample; 1-minute load average while it ran {min(loads):.1f}–{max(loads):.1f} "
                f"(mean {sum(loads) / len(loads):.1f}) on {os.cpu_count()} cores.")
     starting_model = report["recipe"].get("model") or "all-MiniLM-L6-v2"
+    final = final_choice(stages)
     hardware = hardware_note()
     notes_md = f"""
 SciFact: fit learns from qrels/train.tsv only (809 judged queries; a seeded 20% of them, by query id, held out as dev
 for every choice); the table is on the 300 test queries, read only after fit finished. {starting_model},
 {hardware}. wall_s per stage row: that stage alone (as fit.json records it;
-encodings of the corpus included); 'twotower fit' row: every stage but the optional re-ranker (the default command
-`twotower fit --data scifact --out DIR`; its wall_s is the sum of the stages'), evaluated with the retrieval stored
-in DIR/model (the fitted {stages['select']['chosen']['mode']} λ {stages['select']['chosen']['lambda']}, normalisation
-{stages['select']['chosen'].get('norm')}), as
+encodings of the corpus included); 'twotower fit' row: every stage but the re-ranking itself (the default command
+`twotower fit --data scifact --out DIR`, or with `--reranker` its distillation too, which trains the cross-encoder;
+its wall_s is the sum of the stages'), evaluated with the retrieval stored in DIR/model (the fitted {final['model']}
+encoder, {final['mode']} λ {final['lambda']}, normalisation {final.get('norm')}), as
 `twotower eval --model DIR/model --top-k 100` runs it. This call of the script (fit resumed or run): {fit_wall:.0f} s.
 Load average (1/5/15 min) before this call: {load_before}; after: {load_after} ({os.cpu_count()} cores, shared with
 other engineers' jobs).{cpu}
@@ -105,6 +106,12 @@ Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margi
     write_results(args.name, rows, notes=notes_md, extra={"fit": report, "fit_wall_s": round(fit_wall, 1),
                                                                "load_before": load_before, "load_after": load_after})
     print((ROOT / "benchmarks" / "results" / f"{args.name}.md").read_text())
+
+
+def final_choice(stages: dict) -> dict:
+    """The retrieval fit put into DIR/model: the distilled encoder's where distillation won on dev, else select's."""
+    distilled = stages.get("distill") or {}
+    return distilled["chosen"] if distilled.get("kept") else stages["select"]["chosen"]
 
 
 def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = False) -> tuple[list[dict], str]:
@@ -149,18 +156,30 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     rows = [row("bm25", sparse), row("zero-shot dense", zs, stages["zeroshot"]["wall_s"]),
             row("zero-shot hybrid λ 0.5", interpolate(zs, sparse, 0.5, n_best=100, top_k=100))]
     fitted = read_defaults(out / "model")  # what eval / search / serve will use
-    chosen = stages["select"]["chosen"]
+    chosen = final_choice(stages)
     assert (fitted.mode, fitted.lam, fitted.norm) == (chosen["mode"], chosen["lambda"],
                                                       None if chosen.get("norm") == "minmax" else chosen.get("norm"))
-    runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain")
-                               if s in stages}}
+    runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain", "distill")
+                               if s in stages and "model" in stages[s]}}
     rows.append(row("fine-tuned (dense)", runs["finetune"], stages["finetune"]["wall_s"]))
     if "retrain" in runs:
         mined_wall = sum(stages[s]["wall_s"] for s in ("margin", "mine", "retrain"))
         rows.append(row("mined negatives, retrained (dense)", runs["retrain"], mined_wall))
+
+    def tuned(choice: dict) -> tuple[dict, str]:
+        norm = None if choice.get("norm") == "minmax" else choice.get("norm")
+        how = choice["mode"] + (f" λ {choice['lambda']} ({norm or 'minmax'})" if choice["mode"] == "hybrid" else "")
+        return fused(choice["mode"], runs[choice["model"]], sparse, choice["lambda"], 100, norm), how
+
+    selected, how = tuned(stages["select"]["chosen"])
+    rows.append(row(f"retriever tuned on dev ({stages['select']['chosen']['model']} encoder, {how})", selected,
+                    stages["select"]["wall_s"]))
+    if "distill" in runs:  # fit --reranker: the cross-encoder taught the chosen encoder (kept only where dev rose)
+        rows.append(row("cross-encoder distilled into the encoder (dense)", runs["distill"], stages["distill"]["wall_s"]))
+        distilled, how = tuned(stages["distill"]["chosen"])
+        rows.append(row(f"retriever tuned on dev after distillation ({stages['distill']['chosen']['model']} encoder, "
+                        f"{how}; kept: {stages['distill']['kept']})", distilled))
     final = fused(fitted.mode, runs[chosen["model"]], sparse, fitted.lam, 100, fitted.norm)
-    name = f"{fitted.mode}" + (f" λ {fitted.lam} ({fitted.norm or 'minmax'})" if fitted.mode == "hybrid" else "")
-    rows.append(row(f"retriever tuned on dev ({chosen['model']} encoder, {name})", final, stages["select"]["wall_s"]))
     rows.append(row("twotower fit", final))
     notes = ""
     if eval_path:
