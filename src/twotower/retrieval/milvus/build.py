@@ -69,7 +69,7 @@ def check_options(root: Path, spec, *, uri: str | None, collection: str | None, 
                             f"scalar-quantized index Milvus Lite has), or {given('backend', 'faiss')}")
     collection = mc.check_collection_name(collection or mc.default_collection(root))
     index = schema.index_settings(spec.kind, hnsw_m=spec.hnsw_m, ef_construction=spec.ef_construction, nlist=spec.nlist,
-                              num_docs=num_docs, vectors=spec.vectors)
+                                  num_docs=num_docs, vectors=spec.vectors)
     check_target(root)
     client = client_for(uri, flag("uri"))
     if spec.vectors in SERVER_ONLY:
