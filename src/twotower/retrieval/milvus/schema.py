@@ -36,26 +36,24 @@ def index_settings(kind: str, *, hnsw_m: int, ef_construction: int, nlist: int |
     if kind not in INDEX_TYPES:
         raise TwoTowerError(f"{given('kind', kind)}: on Milvus choose one of {', '.join(INDEX_TYPES)} (FAISS factory "
                             f"strings and ivfpq need {given('backend', 'faiss')})")
+    lists = int(nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs))))))  # IVF: given, or 4·√n
     if vectors == "binary":  # Milvus' binary indexes: an exhaustive scan or inverted lists, Hamming distance
         if kind == "hnsw":
             raise TwoTowerError(f"{given('kind', 'hnsw')} with {given('vectors', 'binary')}: Milvus indexes binary "
                                 f"vectors as BIN_FLAT or BIN_IVF_FLAT; choose {given('kind', 'flat')} or "
                                 f"{given('kind', 'ivf')} (or {given('backend', 'faiss')} for a binary HNSW)")
         if kind == "ivf":
-            n = nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
-            return {"index_type": "BIN_IVF_FLAT", "params": {"nlist": int(n)}}
+            return {"index_type": "BIN_IVF_FLAT", "params": {"nlist": lists}}
         return {"index_type": "BIN_FLAT", "params": {}}
     if vectors == "int8":
         if kind == "hnsw":
             return {"index_type": "HNSW_SQ", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction),
                                                         "sq_type": "SQ8"}}
-        n = 1 if kind == "flat" else nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
-        return {"index_type": "IVF_SQ8", "params": {"nlist": int(n)}}
+        return {"index_type": "IVF_SQ8", "params": {"nlist": 1 if kind == "flat" else lists}}
     if kind == "hnsw":
         return {"index_type": "HNSW", "params": {"M": int(hnsw_m), "efConstruction": int(ef_construction)}}
     if kind == "ivf":
-        n = nlist or max(1, min(65_536, int(4 * math.sqrt(max(1, num_docs)))))
-        return {"index_type": "IVF_FLAT", "params": {"nlist": int(n)}}
+        return {"index_type": "IVF_FLAT", "params": {"nlist": lists}}
     return {"index_type": "FLAT", "params": {}}
 
 
