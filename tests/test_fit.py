@@ -97,8 +97,8 @@ def test_fit_never_reads_test_and_dev_stays_out_of_training(fitted):
 def test_fit_report_and_model(fitted):
     _, result, _ = fitted
     report = json.loads((result.out / "fit.json").read_text())
-    assert set(report["stages"]) == {"split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "distill",
-                                     "rerank"}
+    assert set(report["stages"]) == {"split", "zeroshot", "finetune", "margin", "mine", "retrain", "select", "refine",
+                                     "distill", "rerank"}
     for stage in ("zeroshot", "finetune", "retrain"):
         assert "ndcg@10" in report["stages"][stage]["dev_dense"]
     chosen = report["stages"]["select"]["chosen"]
@@ -111,6 +111,52 @@ def test_fit_report_and_model(fitted):
     rerank = report["stages"]["rerank"]
     assert rerank["kept"] == (rerank["dev_after"]["ndcg@10"] > rerank["dev_before"]["ndcg@10"])
     assert (result.model / "reranker").is_dir() == rerank["kept"]
+
+
+def test_refine_trains_the_chosen_encoder_on_its_own_top_unjudged_documents(fitted):
+    """The third round: each training example's negatives are the select stage's encoder's top unjudged documents
+    for its query (recomputed here by brute force from that encoder), no dev query among them, the round trained
+    from that encoder on exactly those lists, and the refined encoder in the model only where it raised dev."""
+    import numpy as np
+
+    from twotower.encoders.towers import DualEncoder, EncodeOptions
+
+    data, result, _ = fitted
+    out, stages = result.out, result.report["stages"]
+    chosen, refine = stages["select"]["chosen"], stages["refine"]
+    assert refine["started_from"] == chosen["model"] and refine["settings"] == {"refine_candidates": 8,
+                                                                                 "refine_epochs": 2.0}
+    start = (Path(json.loads((out / "recipe.json").read_text())["recipe"]["model"]) if chosen["model"] == "zeroshot"
+             else out / stages[chosen["model"]]["model"])
+    lists = load_pairs(out / "stages" / "refine" / "lists.jsonl")
+    split = json.loads((out / "stages" / "split" / "done.json").read_text())
+    pairs = load_pairs(out / "stages" / "split" / "train_pairs.jsonl")
+    assert [(e.qid, e.pid) for e in lists] == [(p.qid, p.pid) for p in pairs] and refine["lists"] == len(lists)
+    assert {e.qid for e in lists} <= set(split["train"])
+    corpus = {json.loads(x)["_id"]: json.loads(x) for x in (data / "corpus.jsonl").read_text().splitlines()}
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (data / "queries.jsonl").read_text().splitlines()}
+    judged = {}
+    for line in (data / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        q, d, _ = line.split("\t")
+        judged.setdefault(q, set()).add(d)
+    model, opts = DualEncoder.load(start), EncodeOptions(show_progress=False, precision="fp32")
+    ids = list(corpus)
+    docs = model.encode_documents([f"{corpus[d]['title']} {corpus[d]['text']}" if corpus[d].get("title")
+                                   else corpus[d]["text"] for d in ids], opts)
+    for ex in lists:
+        scores = docs @ model.encode_queries([queries[ex.qid]], opts)[0]
+        want = [ids[j] for j in np.argsort(-scores, kind="stable") if ids[j] not in judged[ex.qid]][:8]
+        assert ex.negative_ids == want and len(ex.negatives) == 8
+    cfg = json.loads((out / "stages" / "refine" / "run" / "train_config.json").read_text())
+    assert cfg["stages"][0]["pairs"] == str(out / "stages" / "refine" / "lists.jsonl")
+    assert cfg["stages"][0]["hard_negatives"] == 8 and cfg["model"] == (str(start) if chosen["model"] != "zeroshot"
+                                                                         else cfg["model"])
+    assert refine["kept"] == (refine["dev_best_refined"]["ndcg@10"] > refine["dev_before"]["ndcg@10"]
+                              and refine["chosen"]["model"] == "refine")
+    distill = stages["distill"]  # the re-ranker's distillation starts from what refine left chosen
+    assert distill["dev_before"] == (refine["chosen"]["dev"])
+    final = distill["chosen"] if distill["kept"] else refine["chosen"]
+    assert result.report["choices"]["model"] == final["model"]
 
 
 # ---------------------------------------------------------------- the margin rule
@@ -311,8 +357,8 @@ def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_
 
     monkeypatch.setattr(fit_run._Fit, "train", counting)
     result = run_fit(data, out, recipe, QUIET)
-    assert result.computed == ["mine", "retrain", "select"]
-    assert calls == ["retrain"]  # fine-tuning was not redone
+    assert result.computed == ["mine", "retrain", "select", "refine"]
+    assert calls == ["retrain", "refine"]  # fine-tuning was not redone
     assert {s: (out / "stages" / s / "done.json").stat().st_mtime_ns for s in done} == done
     assert (out / "stages" / "finetune" / "doc_vectors.npy").stat().st_mtime_ns == vectors
     assert run_fit(data, out, recipe, QUIET).computed == []  # all done: nothing recomputed
@@ -330,6 +376,43 @@ def test_resume_after_a_failed_stage_recomputes_nothing_done(tiny_bert_dir, tmp_
         "distill", "rerank"]
     with pytest.raises(TwoTowerError, match="different recipe.*lr"):
         run_fit(data, out, _recipe(tiny_bert_dir, lr=3e-5), QUIET)  # not the default lr
+
+
+def _weights(folder: Path) -> bytes:
+    return (folder / "model.safetensors").read_bytes()
+
+
+def test_refine_reruns_alone_and_off_puts_the_select_stages_encoder_back(tiny_bert_dir, tmp_path, monkeypatch):
+    """The third round comes after the select stage: a rerun with other refine settings redoes only it; one with
+    refine off after it was kept writes the select stage's encoder and retrieval back into the model."""
+    from twotower.retrieval.defaults import read_defaults
+    from twotower.training.fit import refine as refine_mod
+
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    first = run_fit(data, out, _recipe(tiny_bert_dir, refine_epochs=1), QUIET)
+    assert first.computed[-2:] == ["select", "refine"]
+    original = refine_mod.keep_if_better
+
+    def kept_anyway(fit, stage, before, dense, path):  # as if the refined encoder had raised dev
+        best, kept = original(fit, stage, before, dense, path)
+        if not kept:
+            best = {**before, "model": stage}
+            fit.write_model(stage, read_defaults(fit.out / "model"), path=path)
+        return best, True
+
+    monkeypatch.setattr(refine_mod, "keep_if_better", kept_anyway)
+    again = run_fit(data, out, _recipe(tiny_bert_dir), QUIET)  # refine_epochs 2: only refine again
+    assert again.computed == ["refine"] and again.report["choices"]["model"] == "refine"
+    refined = out / again.report["stages"]["refine"]["model"]
+    assert _weights(out / "model") == _weights(refined) != _weights(Path(tiny_bert_dir))
+    monkeypatch.setattr(refine_mod, "keep_if_better", original)
+    off = run_fit(data, out, _recipe(tiny_bert_dir, refine=False), QUIET)
+    chosen = off.report["stages"]["select"]["chosen"]
+    assert off.computed == [] and "refine" not in off.report["stages"] and not (out / "stages" / "refine").exists()
+    assert off.report["choices"]["model"] == chosen["model"]
+    start = Path(tiny_bert_dir) if chosen["model"] == "zeroshot" else out / off.report["stages"][chosen["model"]]["model"]
+    assert _weights(out / "model") == _weights(start)
+    assert (read_defaults(out / "model").mode, read_defaults(out / "model").lam) == (chosen["mode"], chosen["lambda"])
 
 
 def test_no_train_labels_gives_zero_shot_hybrid(tiny_bert_dir, tmp_path):
@@ -551,7 +634,7 @@ def test_a_round_that_finished_training_is_not_trained_again(tiny_bert_dir, tmp_
         run_fit(data, out, recipe, QUIET)
     (run / "train_config.json").write_text(json.dumps(config))
     result = run_fit(data, out, recipe, QUIET)
-    assert result.computed == ["retrain", "select"] and trained == []
+    assert result.computed == ["retrain", "select", "refine"] and trained == [1]  # only refine's round
     assert {p: p.stat().st_mtime_ns for p in weights} == weights
     done = json.loads((out / "stages" / "retrain" / "done.json").read_text())
     assert done["model"] == "stages/retrain/run/model" and 0 <= done["dev_dense"]["ndcg@10"] <= 1

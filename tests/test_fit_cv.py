@@ -272,13 +272,15 @@ def test_cli_passes_the_cv_and_distill_options(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tt, "fit", fake_fit)
     res = CliRunner().invoke(app, ["fit", "--data", str(tmp_path), "--out", str(tmp_path / "o"), "--cv-below", "50",
-                                   "--cv-folds", "4", "--reranker", "--no-distill"])
+                                   "--cv-folds", "4", "--reranker", "--no-distill", "--no-refine"])
     assert res.exit_code == 2 and "stopped by the test" in res.output
-    assert (seen["cv_below"], seen["cv_folds"], seen["distill"], seen["reranker"]) == (50, 4, False, True)
+    assert (seen["cv_below"], seen["cv_folds"], seen["distill"], seen["reranker"], seen["refine"]) == (
+        50, 4, False, True, False)
     seen.clear()
     CliRunner().invoke(app, ["fit", "--data", str(tmp_path), "--out", str(tmp_path / "o")])
     assert (seen["cv_below"], seen["cv_folds"]) == (FitRecipe().cv_below, FitRecipe().cv_folds)
     assert "distill" not in seen or seen["distill"] is FitRecipe().distill
+    assert "refine" not in seen or seen["refine"] is FitRecipe().refine is True
 
 
 def test_decide_keeps_the_default_zero_shot_hybrid_unless_another_setting_pays():

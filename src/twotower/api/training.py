@@ -79,8 +79,9 @@ def fit(data, out: str | Path, *, model: str | None = None, split: str | None = 
         cache_chunk: int | None = None, show_progress: bool = True, **recipe) -> FitResult:
     """The best retriever for one data set: fine-tune on its judged train queries (a seeded 20% held out as dev),
     mine hard negatives with the fine-tuned model, retrain, then choose the encoder and the retrieval (dense, a
-    BM25 hybrid with its λ and normalisation, or RRF; optionally a re-ranker) by dev nDCG@10. The test split is never
-    read. With fewer than ``cv_below`` (300) judged queries the choices are made by ``cv_folds``-fold
+    BM25 hybrid with its λ and normalisation, or RRF; optionally a re-ranker) by dev nDCG@10, and train the chosen
+    encoder once more on its own top-ranked documents (``refine``, kept where that improves dev). The test split is
+    never read. With fewer than ``cv_below`` (300) judged queries the choices are made by ``cv_folds``-fold
     cross-validation instead (the zero-shot retrieval kept unless a fine-tuned one beats it by more than the folds'
     spread) and the final model trains on all of them; with ``reranker=True`` the cross-encoder's scores are also
     distilled into the encoder (``distill``), kept where that improves dev. Without judged train queries it chooses

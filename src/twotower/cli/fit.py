@@ -49,6 +49,9 @@ def fit_cmd(
         None, "--matryoshka", help="Matryoshka in both training rounds: the loss on each prefix of the embedding, "
         "e.g. 384,192,96,48, summed; the fitted model can be cut with 'index build --dim'."),
     matryoshka_weights: MatryoshkaWeights = None,
+    refine: bool = typer.Option(_D.refine, "--refine/--no-refine", help="Train the chosen encoder once more on "
+                                "its own top-ranked unjudged documents (kept only where it improves dev; a rerun "
+                                "may add or drop it)."),
     reranker: bool = typer.Option(False, "--reranker/--no-reranker",
                                   help="Also train a cross-encoder re-ranker; kept only where it improves dev."),
     rerank_depth: int = typer.Option(100, "--rerank-depth", min=1),
@@ -89,7 +92,8 @@ def fit_cmd(
                         dev_fraction=dev_fraction, min_dev=min_dev, seed=seed, language=language, epochs=epochs,
                         lr=lr, batch_size=batch_size, mine=mine, mined_epochs=mined_epochs, reranker=reranker,
                         rerank_depth=rerank_depth, cv_below=cv_below, cv_folds=cv_folds, train_passage=train_passage,
-                        **({} if distill == _D.distill else {"distill": distill}), precision=precision, device=device, runtime=runtime,
+                        **({} if distill == _D.distill else {"distill": distill}),
+                        **({} if refine == _D.refine else {"refine": refine}), precision=precision, device=device, runtime=runtime,
                         cache_chunk=cache_chunk, show_progress=progress)
     except (TwoTowerError, ValueError) as exc:
         fail(exc)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from twotower.data.pairs import TrainExample, load_pairs, save_pairs
 from twotower.io import atomic_write_json
-from twotower.training.fit.corpus import CorpusVectors
+from twotower.training.fit.refine import candidate_lists, keep_if_better
 from twotower.training.objective import Objective
 
 
@@ -68,38 +68,15 @@ class DistillObjective(Objective):
         return trainer.backward(groups, loss_of, stage)
 
 
-def candidate_lists(fit, model, docs: CorpusVectors, query_ids: list[str], k: int) -> list[TrainExample]:
-    """The training examples of ``query_ids``, each with its query's top ``k`` unjudged documents (by ``model``) as
-    negatives, topped up in rank order below the top k where judged documents took places; all lists as long as the
-    shortest (a corpus with fewer than ``k`` unjudged documents for some query: that many)."""
-    queries = sorted(q for q in query_ids if q in fit.ds.qrels)
-    q_vecs = model.encode_queries([fit.ds.queries[q] for q in queries], fit.encode_opts())
-    _, idx = docs.search(q_vecs, min(len(fit.doc_ids), k + 32))
-    ranked = {q: [fit.doc_ids[j] for j in row] for q, row in zip(queries, idx)}
-    keep = set(queries)
-    chosen = []
-    for ex in load_pairs(fit.out / "stages" / "split" / "train_pairs.jsonl"):
-        if ex.qid in keep:
-            judged = fit.ds.qrels[ex.qid]
-            chosen.append((ex, [d for d in ranked[ex.qid] if d not in judged][:k]))
-    size = min((len(negs) for _, negs in chosen), default=0)
-    if size < 1:
-        return []
-    return [TrainExample(query=ex.query, positive=ex.positive, qid=ex.qid, pid=ex.pid,
-                         negatives=[fit.doc_text(d) for d in negs[:size]], negative_ids=negs[:size])
-            for ex, negs in chosen]
-
-
 def distill_stage(fit) -> dict:
     """The distill stage of the running fit (``run._Fit``, single dev split): teacher scores, the student's
     training, its dev candidates and whether it replaced the chosen retriever."""
-    from twotower.retrieval.defaults import RetrievalDefaults
     from twotower.retrieval.rerank import Reranker
     from twotower.training.fit import select
     from twotower.training.fit.reranker import ensure_reranker, train_ids
 
     r = fit.recipe
-    before = fit.stages.done("select")["chosen"]
+    before = fit.chosen()  # the select stage's choice, or the refined encoder where that won
     ce_dir, ce_train_s = ensure_reranker(fit)
     start = fit.model_path(before["model"])
     model = fit.load_model(start)
@@ -126,14 +103,7 @@ def distill_stage(fit) -> dict:
     path = fit.train("distill", None if start is None else str(start), folder / "lists.jsonl", r.distill_epochs,
                      0, objective=objective, batch_size=max(2, r.batch_size // 4))
     dense = fit.dense_dev("distill", fit.load_model(path))
-    runs = {before["model"]: fit.dev_run(before["model"]), "distill": dense}
-    best, _ = select.choose_retriever(runs, fit.bm25_dev(), fit.dev_qrels(), lambdas=r.lambdas,
-                                         n_best=r.n_best, metric=r.metric)
-    kept = best["model"] == "distill" and best["dev"][r.metric] > before["dev"][r.metric]
-    if kept:
-        fit.write_model("distill", RetrievalDefaults(
-            mode=best["mode"], lam=best["lambda"], norm=select.stored_norm(best), rerank_depth=r.rerank_depth,
-            language=fit.bm25_language()), path=path)
+    best, kept = keep_if_better(fit, "distill", before, dense, path)
     flat = [x for t in teacher for x in t]
     return {"settings": r.rerank_settings(), "model": str(path.relative_to(fit.out)), "kept": kept,
             "chosen": best if kept else before, "dev_before": before["dev"], "dev_best_distilled": best["dev"],
@@ -144,21 +114,3 @@ def distill_stage(fit) -> dict:
             "examples_per_s": fit.last_rate, "reranker_train_s": round(ce_train_s, 1),
             "why": ("the distilled encoder's best retrieval beats the chosen one on dev" if kept else
                     "the distilled encoder does not beat the chosen retrieval on dev: left out")}
-
-
-def restore_selected(fit) -> None:
-    """A rerun without ``--reranker`` after one whose distilled encoder went into the model: the select stage's
-    choice back in ``OUT/model``."""
-    distilled = fit.stages.done("distill")
-    if distilled is None or not distilled.get("kept"):
-        return
-    import shutil
-
-    from twotower.retrieval.defaults import RetrievalDefaults
-    from twotower.training.fit import select
-
-    chosen, r = fit.stages.done("select")["chosen"], fit.recipe
-    fit.write_model(chosen["model"], RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"],
-                                                       norm=select.stored_norm(chosen), rerank_depth=r.rerank_depth,
-                                                       language=fit.bm25_language()))
-    shutil.rmtree(fit.out / "stages" / "distill")  # a later --reranker run distils (and decides) again

@@ -15,7 +15,10 @@ DEFAULT_MARGINS = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
 # the optional last stage's settings: a finished fit may add, change or drop its re-ranker on a rerun
 RERANK_KEYS = ("reranker", "rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr", "distill",
                "distill_candidates", "distill_epochs")
+# the third training round's settings: a rerun may add, change or drop it (it comes after the select stage)
+REFINE_KEYS = ("refine", "refine_candidates", "refine_epochs")
 TUPLE_KEYS = ("margins", "lambdas", "matryoshka", "matryoshka_weights")  # lists in JSON, tuples in the recipe
+STAGE_NAMES = {"mine": "mining and retraining", "reranker": "re-ranker", "refine": "refine (third training round)"}
 RERANK_WEIGHTS = tuple(round(i / 10, 1) for i in range(1, 11))  # the re-ranker's share in the blend, chosen on dev
 
 
@@ -69,7 +72,13 @@ class FitRecipe:
     lambdas: tuple[float, ...] = DEFAULT_LAMBDAS
     n_best: int = 100
     metric: str = "ndcg@10"
-    # stage 4 (optional): a cross-encoder trained on the training part, blended with the retriever's scores by a
+    # stage 4: the chosen encoder trained once more on lists of its own top refine_candidates unjudged documents
+    # per training query (fit/refine.py), kept only where it improves dev. SciFact (test NDCG@10, hybrid): see the
+    # fit guide, "the third round"
+    refine: bool = True
+    refine_candidates: int = 8
+    refine_epochs: float = 2.0
+    # stage 5 (optional): a cross-encoder trained on the training part, blended with the retriever's scores by a
     # weight chosen on dev (RERANK_WEIGHTS; 1: alone), kept only where it improves dev
     reranker: bool = False
     rerank_depth: int = 100
@@ -105,20 +114,23 @@ class FitRecipe:
         n(self.cv_folds, "cv_folds", integer=True, minimum=2)
         n(self.distill_candidates, "distill_candidates", integer=True, minimum=2)
         n(self.distill_epochs, "distill_epochs", above=0)
+        n(self.refine_candidates, "refine_candidates", integer=True, minimum=1)
+        n(self.refine_epochs, "refine_epochs", above=0)
         check_numbers(self.margins, "margins", minimum=0, below=1)
         check_numbers(self.lambdas, "lambdas", minimum=0, maximum=1)
-        for key in ("mine", "reranker", "distill"):
+        for key in ("mine", "reranker", "distill", "refine"):
             if not isinstance(getattr(self, key), bool):
                 raise TwoTowerError(f"{option_name(key)} {getattr(self, key)!r}: True or False")
         defaults = FitRecipe()
         for flag, keys in (("mine", ("mined_epochs", "mined_per_query", "num_negatives", "rank_from", "rank_to",
                                      "margins")),
                            ("reranker", ("rerank_depth", "reranker_epochs", "reranker_negatives", "reranker_lr", "distill",
-                                         "distill_candidates", "distill_epochs"))):
+                                         "distill_candidates", "distill_epochs")),
+                           ("refine", ("refine_candidates", "refine_epochs"))):
             unused = [k for k in keys if not getattr(self, flag) and getattr(self, k) != getattr(defaults, k)]
             if unused:  # set, yet never read with that stage off
                 raise TwoTowerError(f"{', '.join(option_name(k).rstrip('=') for k in unused)} set the "
-                                    f"{'mining and retraining' if flag == 'mine' else 're-ranker'} stage, which "
+                                    f"{STAGE_NAMES[flag]} stage, which "
                                     f"{option_name(flag).rstrip('=')} off skips: drop them or turn it on")
         checks = [
             (not self.rank_from <= self.rank_to, f"mining ranks {self.rank_from}..{self.rank_to}: need 1 <= a <= b"),
@@ -152,6 +164,9 @@ class FitRecipe:
 
     def rerank_settings(self) -> dict:
         return {k: getattr(self, k) for k in RERANK_KEYS if k != "reranker"}
+
+    def refine_settings(self) -> dict:
+        return {k: getattr(self, k) for k in REFINE_KEYS if k != "refine"}
 
 
 def dev_size(n_queries: int, fraction: float, minimum: int) -> int:

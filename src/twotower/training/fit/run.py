@@ -1,5 +1,5 @@
-"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → (with the re-ranker:
-distill, distill.py; re-rank, reranker.py), each stage resumable (stages.py), every choice made on the dev part of
+"""``twotower fit``: split → zero-shot → fine-tune → margin → mine → retrain → select → refine (refine.py) → (with
+the re-ranker: distill, distill.py; re-rank, reranker.py), each stage resumable (stages.py), every choice made on the dev part of
 the judged train queries (recipe.py); with fewer than ``recipe.cv_below`` judged queries: split → zero-shot → cv →
 fine-tune on all of them (only where cv chose it) → select, the choices by cross-validation (cv.py). The result: a
 model directory whose twotower.json carries the chosen retrieval (retrieval/defaults.py), and ``fit.json``.
@@ -27,13 +27,15 @@ from twotower.training.fit import cv, select
 from twotower.training.fit.corpus import CorpusVectors
 from twotower.training.fit.label_free import fit_without_labels
 from twotower.training.fit.mined import MiningStages
-from twotower.training.fit.recipe import RERANK_KEYS, FitRecipe, split_queries
+from twotower.training.fit.recipe import REFINE_KEYS, RERANK_KEYS, FitRecipe, split_queries
 from twotower.training.fit.reranker import drop_reranker, rerank_stage
 from twotower.training.fit.stages import StageLog
 
 log = logging.getLogger(__name__)
 
-STAGES = ("split", "zeroshot", "cv", "finetune", "margin", "mine", "retrain", "select", "distill", "rerank")
+STAGES = ("split", "zeroshot", "cv", "finetune", "margin", "mine", "retrain", "select", "refine", "distill", "rerank")
+# the stages a rerun redoes when one of them changes its settings or is turned off after its encoder was kept
+REDONE_WITH = {"refine": ("refine", "distill", "rerank"), "distill": ("distill", "rerank"), "rerank": ("rerank",)}
 FEW_DEV = 10  # dev queries below which fit warns that its choices rest on too few
 # a training round also checkpoints every 10 minutes: mpnet-base's retraining on 2 CPU cores took ~190 s a step,
 # so 25 steps (the other rule) would be 80 minutes of work a kill could lose
@@ -104,10 +106,11 @@ class _Fit(MiningStages):
         return {q: r for q, r in self.ds.qrels.items() if q in dev}
 
     def chosen(self) -> dict:
-        """The retrieval chosen so far: the select stage's, or the distilled model's where distillation won."""
-        distilled = self.stages.done("distill")
-        if distilled is not None and distilled.get("kept"):
-            return distilled["chosen"]
+        """The retrieval chosen so far: the select stage's, or the refined / distilled encoder's where it won."""
+        for stage in ("distill", "refine"):
+            done = self.stages.done(stage)
+            if done is not None and done.get("kept"):
+                return done["chosen"]
         return self.stages.done("select")["chosen"]
 
     def model_path(self, stage: str):
@@ -175,7 +178,7 @@ class _Fit(MiningStages):
         return detect_language([doc.full_text for doc in load_corpus(self.data / "corpus.jsonl").values()])
 
     def train(self, stage: str, model: str | None, pairs: Path, epochs: float, hard_negatives: int, *,
-              objective=None, batch_size: int | None = None) -> Path:
+              objective=None, batch_size: int | None = None, train_passage: str | None = None) -> Path:
         from twotower.training.checkpoints import check_resumable, complete_checkpoints
         from twotower.training.config import StageConfig, TrainConfig
         from twotower.training.trainer import Trainer
@@ -189,7 +192,7 @@ class _Fit(MiningStages):
             matryoshka=list(r.matryoshka) if r.matryoshka else None,
             matryoshka_weights=list(r.matryoshka_weights) if r.matryoshka_weights else None,
             # distillation's items are scored candidates, not pairs: its teacher scored whole texts
-            train_passage=r.train_passage if objective is None else "first", stages=[StageConfig(
+            train_passage=train_passage or (r.train_passage if objective is None else "first"), stages=[StageConfig(
                 name=stage.replace("/", "-"), pairs=str(pairs), epochs=epochs, batch_size=batch_size or r.batch_size, lr=r.lr,
                 temperature=r.temperature, bucket_size=r.bucket_size, hard_negatives=hard_negatives,
                 cache_chunk=self.opts.cache_chunk)],
@@ -278,6 +281,11 @@ class _Fit(MiningStages):
     def stage_cv(self) -> dict:
         return cv.cv_stage(self)
 
+    def stage_refine(self) -> dict:
+        from twotower.training.fit.refine import refine_stage
+
+        return refine_stage(self)
+
     def stage_distill(self) -> dict:
         from twotower.training.fit.distill import distill_stage
 
@@ -324,27 +332,42 @@ class _Fit(MiningStages):
             return True
         if name == "cv":
             return not self.cv
-        if self.cv:  # few labels: no mined retraining (cv.py says why), no distillation (no dev to keep it by)
-            if name in ("margin", "mine", "retrain", "distill"):
+        if name == "refine" and not r.refine:
+            return True
+        if self.cv:  # few labels: no mined retraining (cv.py says why), no refining or distillation (no dev to keep
+            if name in ("margin", "mine", "retrain", "refine", "distill"):  # them by)
                 return True
             if name == "finetune":
                 return self.stages.done("cv")["chosen"]["model"] == "zeroshot"
         return not r.mine and name in ("margin", "mine", "retrain")
 
+    def settings(self, name: str) -> dict | None:
+        """The settings stage ``name`` ran with that a rerun may change (then it and the stages after it run again)."""
+        r = self.recipe
+        return r.refine_settings() if name == "refine" else r.rerank_settings() if name in ("distill", "rerank") else None
+
+    def redo(self, name: str) -> None:
+        """Forget stage ``name`` and those built on it (:data:`REDONE_WITH`), the model back to what is left chosen."""
+        for stale in REDONE_WITH[name]:
+            if stale == "rerank" and name == "refine":  # its cross-encoder never depended on the chosen encoder
+                (self.out / "stages" / "rerank" / "done.json").unlink(missing_ok=True)
+            else:
+                shutil.rmtree(self.out / "stages" / stale, ignore_errors=True)
+        if self.stages.done("select") is not None:
+            c, r = self.chosen(), self.recipe
+            self.write_model(c["model"], RetrievalDefaults(mode=c["mode"], lam=c["lambda"], norm=select.stored_norm(c),
+                                                           rerank_depth=r.rerank_depth, language=self.bm25_language()))
+
     def run(self) -> dict:
         report = {}
         for name in STAGES:
-            if name != "split" and self.skipped(name):
-                if name == "distill":
-                    from twotower.training.fit.distill import restore_selected
-
-                    restore_selected(self)  # a distilled encoder an earlier run put into the model
-                continue
             result = self.stages.done(name)
-            if name in ("distill", "rerank") and result is not None and (
-                    result.get("settings") != self.recipe.rerank_settings()):
-                for stale in ("distill", "rerank"):  # other re-ranker settings than last time: redo them
-                    shutil.rmtree(self.out / "stages" / stale, ignore_errors=True)
+            if name != "split" and self.skipped(name):
+                if name in ("refine", "distill") and result is not None and result.get("kept"):
+                    self.redo(name)  # an encoder an earlier run put into the model, now turned off
+                continue
+            if name in REDONE_WITH and result is not None and result.get("settings") != self.settings(name):
+                self.redo(name)  # other settings than last time: this stage and those after it again
                 result = None
             if result is None:
                 log.info("fit: stage %s", name)
@@ -394,7 +417,7 @@ def run_fit(data: str | Path, out: str | Path, recipe: FitRecipe | None = None,
                                 f"{' …' if len(held) > 5 else ''} but no fit run (no recipe.json): fit would replace "
                                 "model/ and fit.json; choose a new or empty folder")
     fit = _Fit(data, out, recipe, opts)
-    resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS)
+    resumed = fit.stages.claim(recipe.to_json(), str(data.resolve()), ignore=RERANK_KEYS + REFINE_KEYS)
     t0 = time.perf_counter()
     message = None
     if _has_labels(data, recipe.split):
