@@ -124,3 +124,50 @@ def test_random_pauses_on_a_milvus_lite_server(tmp_path, monkeypatch):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_load_meeting_milvus_lites_half_written_index_file_tries_again(tmp_path):
+    """Milvus Lite writes a new segment's index file in a background thread, outside its load()'s lock; a load at
+    that moment read the file half-written ("No data left in file", CI). Reproduced with real Milvus Lite: the
+    collection's index file emptied, then written back 0.3 s later, as its builder would finish it: the load fails,
+    tries again and searches; with the file never written back it stops with a MilvusError naming the collection."""
+    import threading
+
+    import numpy as np
+    from pymilvus import DataType, MilvusClient
+
+    from twotower.retrieval.milvus import client as mc
+
+    uri = str(tmp_path / "lite.db")
+    client = MilvusClient(uri)
+    fields = client.create_schema(auto_id=False)
+    fields.add_field("id", DataType.INT64, is_primary=True)
+    fields.add_field("v", DataType.FLOAT_VECTOR, dim=8)
+    index = client.prepare_index_params()
+    index.add_index("v", index_type="FLAT", metric_type="IP")
+    client.create_collection("c", schema=fields, index_params=index)
+    vectors = np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32)
+    client.insert("c", [{"id": i, "v": v.tolist()} for i, v in enumerate(vectors)])
+    client.flush("c")
+    import time
+
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "lite.db").rglob("*.idx")):  # its background thread builds it
+        assert time.monotonic() < deadline, "Milvus Lite wrote no index file"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    client.release_collection("c")
+    (idx,) = (tmp_path / "lite.db").rglob("*.idx")
+    whole = idx.read_bytes()
+    idx.write_bytes(b"")
+    with pytest.raises(Exception, match="No data left in file"):
+        client.load_collection("c")  # what the load met in CI
+    threading.Timer(0.3, idx.write_bytes, (whole,)).start()
+    mc.load_collection(client, "c", uri)
+    hit = client.search("c", [vectors[7].tolist()], limit=1, anns_field="v", search_params={"metric_type": "IP"})
+    assert hit[0][0]["id"] == 7
+    client.release_collection("c")
+    idx.write_bytes(b"")
+    with pytest.raises(mc.MilvusError, match="collection 'c': loading the collection failed: No data left"):
+        with mc.milvus_errors(uri, "c", "loading the collection"):
+            mc.load_collection(client, "c", uri)

@@ -49,7 +49,7 @@ def load_indexed(client, name: str, uri: str, timeout: float = 3600.0) -> None:
     server swaps a segment's index in only some time after building it, so searches right after a build were
     exhaustive and turned approximate later (measured on Milvus 2.3.5, BIN_IVF_FLAT with nprobe 1: recall@1 1.0 right
     after the build, 0.22 thirty seconds on, 0.22 at once after a release and load). Milvus Lite searches its index
-    as soon as it is built."""
+    as soon as it is built; its one transient load failure is retried (:func:`client.load_collection`)."""
     with mc.milvus_errors(uri, name, "loading the collection"):
         if mc.is_server(uri):
             deadline = time.monotonic() + timeout
@@ -62,7 +62,7 @@ def load_indexed(client, name: str, uri: str, timeout: float = 3600.0) -> None:
                                          f"within {timeout:.0f} s")
                 time.sleep(0.5)
             client.release_collection(name)
-        client.load_collection(name)
+        mc.load_collection(client, name, uri)
 
 
 def search_params(milvus: dict, metric: str, k: int, ef_search: int | None, nprobe: int | None) -> dict:

@@ -150,7 +150,7 @@ class State:
             if not self.client.has_collection(self.name):
                 raise IndexStoreError(f"Milvus collection '{self.collection}' at {self.uri} has no '{self.name}' "
                                       "collection beside it (dropped, or built by an older twotower): rebuild the index")
-            self.client.load_collection(self.name)
+            mc.load_collection(self.client, self.name, self.uri)
 
     def _put(self, rows: dict[str, str]) -> None:
         keys = list(rows)

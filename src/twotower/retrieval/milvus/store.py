@@ -85,7 +85,7 @@ class MilvusStore:
         if check:
             schema.check_owner(self.client, manifest, self.root)
             with self._errors("loading the collection"):
-                self.client.load_collection(self.collection)
+                mc.load_collection(self.client, self.collection, self.uri)
         self.state = State(self.client, self.uri, self.collection)
         if check:
             self.state.load()
