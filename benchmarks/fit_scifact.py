@@ -109,9 +109,11 @@ Choices made on dev: {json.dumps(report['choices'])}. Margin: {stages.get('margi
 
 
 def final_choice(stages: dict) -> dict:
-    """The retrieval fit put into DIR/model: the distilled encoder's where distillation won on dev, else select's."""
-    distilled = stages.get("distill") or {}
-    return distilled["chosen"] if distilled.get("kept") else stages["select"]["chosen"]
+    """The retrieval fit put into DIR/model: the distilled or refined encoder's where it won on dev, else select's."""
+    for stage in ("distill", "refine"):
+        if (stages.get(stage) or {}).get("kept"):
+            return stages[stage]["chosen"]
+    return stages["select"]["chosen"]
 
 
 def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = False) -> tuple[list[dict], str]:
@@ -159,7 +161,7 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     chosen = final_choice(stages)
     assert (fitted.mode, fitted.lam, fitted.norm) == (chosen["mode"], chosen["lambda"],
                                                       None if chosen.get("norm") == "minmax" else chosen.get("norm"))
-    runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain", "distill")
+    runs = {"zeroshot": zs, **{s: dense(s, str(out / stages[s]["model"])) for s in ("finetune", "retrain", "refine", "distill")
                                if s in stages and "model" in stages[s]}}
     rows.append(row("fine-tuned (dense)", runs["finetune"], stages["finetune"]["wall_s"]))
     if "retrain" in runs:
@@ -174,6 +176,11 @@ def evaluate_stages(data: Path, out: Path, report: dict, *, eval_path: bool = Fa
     selected, how = tuned(stages["select"]["chosen"])
     rows.append(row(f"retriever tuned on dev ({stages['select']['chosen']['model']} encoder, {how})", selected,
                     stages["select"]["wall_s"]))
+    if "refine" in runs:  # the third round on the chosen encoder's own top-ranked lists (kept only where dev rose)
+        rows.append(row("third round on its own top 8 (refine, dense)", runs["refine"], stages["refine"]["wall_s"]))
+        refined, how = tuned(stages["refine"]["chosen"])
+        rows.append(row(f"retriever tuned on dev after the third round ({stages['refine']['chosen']['model']} "
+                        f"encoder, {how}; kept: {stages['refine']['kept']})", refined))
     if "distill" in runs:  # fit --reranker: the cross-encoder taught the chosen encoder (kept only where dev rose)
         rows.append(row("cross-encoder distilled into the encoder (dense)", runs["distill"], stages["distill"]["wall_s"]))
         distilled, how = tuned(stages["distill"]["chosen"])
