@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS
 
-LABEL = {"zeroshot": "zero-shot", "finetune": "fine-tuned", "retrain": "retrained"}  # the model fit chose
+LABEL = {"zeroshot": "zero-shot", "finetune": "fine-tuned", "retrain": "retrained", "refine": "third round"}  # the model fit chose
 
 
 def points() -> list[tuple[int, float, float, str]]:
@@ -45,6 +45,7 @@ def main() -> None:
     ax.plot(n, [p[1] for p in pts], "o-", color="tab:blue", label="twotower fit")
     for x, y, _, chose in pts:
         ax.annotate(LABEL.get(chose, chose), (x, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+    ax.margins(y=0.15)  # room for the labels above the points
     ax.set_xscale("log")
     ax.set_xticks(n, [str(x) for x in n])
     ax.minorticks_off()
