@@ -383,14 +383,17 @@ def _weights(folder: Path) -> bytes:
 
 
 def test_refine_reruns_alone_and_off_puts_the_select_stages_encoder_back(tiny_bert_dir, tmp_path, monkeypatch):
-    """The third round comes after the select stage: a rerun with other refine settings redoes only it; one with
-    refine off after it was kept writes the select stage's encoder and retrieval back into the model."""
+    """The third round comes after the select stage: a rerun with other refine settings redoes it and the stages
+    built on it (the cross-encoder kept, not trained again); one with refine off after it was kept writes the select
+    stage's encoder and retrieval back into the model."""
     from twotower.retrieval.defaults import read_defaults
     from twotower.training.fit import refine as refine_mod
 
     data, out = _data(tmp_path / "data"), tmp_path / "out"
-    first = run_fit(data, out, _recipe(tiny_bert_dir, refine_epochs=1), QUIET)
-    assert first.computed[-2:] == ["select", "refine"]
+    first = run_fit(data, out, _recipe(tiny_bert_dir, refine_epochs=1, reranker=True), QUIET)
+    assert first.computed[-4:] == ["select", "refine", "distill", "rerank"]
+    ce = out / "stages" / "rerank" / "reranker" / "config.json"
+    trained = ce.stat().st_mtime_ns
     original = refine_mod.keep_if_better
 
     def kept_anyway(fit, stage, before, dense, path):  # as if the refined encoder had raised dev
@@ -401,8 +404,11 @@ def test_refine_reruns_alone_and_off_puts_the_select_stages_encoder_back(tiny_be
         return best, True
 
     monkeypatch.setattr(refine_mod, "keep_if_better", kept_anyway)
-    again = run_fit(data, out, _recipe(tiny_bert_dir), QUIET)  # refine_epochs 2: only refine again
-    assert again.computed == ["refine"] and again.report["choices"]["model"] == "refine"
+    again = run_fit(data, out, _recipe(tiny_bert_dir, reranker=True), QUIET)  # refine_epochs 2: refine again
+    assert again.computed == ["refine", "distill", "rerank"] and ce.stat().st_mtime_ns == trained  # not retrained
+    assert again.report["stages"]["distill"]["dev_before"] == again.report["stages"]["refine"]["chosen"]["dev"]
+    again = run_fit(data, out, _recipe(tiny_bert_dir), QUIET)  # the re-ranker dropped: nothing to run
+    assert again.computed == [] and again.report["choices"]["model"] == "refine"
     refined = out / again.report["stages"]["refine"]["model"]
     assert _weights(out / "model") == _weights(refined) != _weights(Path(tiny_bert_dir))
     monkeypatch.setattr(refine_mod, "keep_if_better", original)
@@ -411,7 +417,7 @@ def test_refine_reruns_alone_and_off_puts_the_select_stages_encoder_back(tiny_be
     assert off.computed == [] and "refine" not in off.report["stages"] and not (out / "stages" / "refine").exists()
     assert off.report["choices"]["model"] == chosen["model"]
     start = Path(tiny_bert_dir) if chosen["model"] == "zeroshot" else out / off.report["stages"][chosen["model"]]["model"]
-    assert _weights(out / "model") == _weights(start)
+    assert _weights(out / "model") == _weights(start) and ce.stat().st_mtime_ns == trained
     assert (read_defaults(out / "model").mode, read_defaults(out / "model").lam) == (chosen["mode"], chosen["lambda"])
 
 

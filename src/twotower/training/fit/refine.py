@@ -13,7 +13,6 @@ The same lists, scored by a cross-encoder, are what ``--reranker``'s distillatio
 from __future__ import annotations
 
 from twotower.data.pairs import TrainExample, load_pairs, save_pairs
-from twotower.retrieval.defaults import RetrievalDefaults
 from twotower.training.fit import select
 from twotower.training.fit.corpus import CorpusVectors
 
@@ -50,8 +49,7 @@ def keep_if_better(fit, stage: str, before: dict, dense: dict, path) -> tuple[di
                                       metric=r.metric)
     kept = best["model"] == stage and best["dev"][r.metric] > before["dev"][r.metric]
     if kept:
-        fit.write_model(stage, RetrievalDefaults(mode=best["mode"], lam=best["lambda"], norm=select.stored_norm(best),
-                                                 rerank_depth=r.rerank_depth, language=fit.bm25_language()), path=path)
+        fit.write_choice(best, path=path)
     return best, kept
 
 

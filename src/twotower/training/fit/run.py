@@ -297,17 +297,21 @@ class _Fit(MiningStages):
             best = self.stages.done("cv")["chosen"]
             best = {"model": best["model"], "mode": best["mode"], "lambda": best["lambda"], "norm": best["norm"],
                     "dev": {r.metric: best["mean"], "spread": best["spread"], "folds": best["folds"]}}
-            self.write_model(best["model"], RetrievalDefaults(
-                mode=best["mode"], lam=best["lambda"], norm=select.stored_norm(best), rerank_depth=r.rerank_depth,
-                language=self.bm25_language()))
+            self.write_choice(best)
             return {"chosen": best, "by": "cross-validation (stages.cv: every candidate's folds)"}
         runs = {s: self.dev_run(s) for s in self.model_stages()}
         best, rows = select.choose_retriever(runs, self.bm25_dev(), self.dev_qrels(), lambdas=r.lambdas,
                                              n_best=r.n_best, metric=r.metric)
-        self.write_model(best["model"], RetrievalDefaults(mode=best["mode"], lam=best["lambda"],
-                                                          norm=select.stored_norm(best), rerank_depth=r.rerank_depth,
-                                                          language=self.bm25_language()))
+        self.write_choice(best)
         return {"chosen": best, "candidates": rows}
+
+    def write_choice(self, choice: dict, path: Path | None = None) -> None:
+        """``OUT/model``: the encoder of ``choice["model"]`` (at ``path`` before its stage is done) with the retrieval
+        ``choice`` names (mode, λ, normalisation) and the fit's BM25 language."""
+        r = self.recipe
+        self.write_model(choice["model"], RetrievalDefaults(
+            mode=choice["mode"], lam=choice["lambda"], norm=select.stored_norm(choice), rerank_depth=r.rerank_depth,
+            language=self.bm25_language()), path=path)
 
     def write_model(self, stage: str, defaults: RetrievalDefaults, path: Path | None = None) -> None:
         target = self.out / "model"
@@ -346,17 +350,17 @@ class _Fit(MiningStages):
         r = self.recipe
         return r.refine_settings() if name == "refine" else r.rerank_settings() if name in ("distill", "rerank") else None
 
-    def redo(self, name: str) -> None:
-        """Forget stage ``name`` and those built on it (:data:`REDONE_WITH`), the model back to what is left chosen."""
+    def redo(self, name: str, *, keep_cross_encoder: bool = True) -> None:
+        """Forget stage ``name`` and those built on it (:data:`REDONE_WITH`), the model back to what is left chosen.
+        The cross-encoder the re-ranker stage trained stays (``stages/rerank/reranker``: it never depended on the
+        chosen encoder) unless ``keep_cross_encoder`` is False (the re-ranker's own settings changed)."""
         for stale in REDONE_WITH[name]:
-            if stale == "rerank" and name == "refine":  # its cross-encoder never depended on the chosen encoder
+            if stale == "rerank" and keep_cross_encoder:
                 (self.out / "stages" / "rerank" / "done.json").unlink(missing_ok=True)
             else:
                 shutil.rmtree(self.out / "stages" / stale, ignore_errors=True)
         if self.stages.done("select") is not None:
-            c, r = self.chosen(), self.recipe
-            self.write_model(c["model"], RetrievalDefaults(mode=c["mode"], lam=c["lambda"], norm=select.stored_norm(c),
-                                                           rerank_depth=r.rerank_depth, language=self.bm25_language()))
+            self.write_choice(self.chosen())
 
     def run(self) -> dict:
         report = {}
@@ -367,7 +371,8 @@ class _Fit(MiningStages):
                     self.redo(name)  # an encoder an earlier run put into the model, now turned off
                 continue
             if name in REDONE_WITH and result is not None and result.get("settings") != self.settings(name):
-                self.redo(name)  # other settings than last time: this stage and those after it again
+                # other settings than last time: this stage and those after it again
+                self.redo(name, keep_cross_encoder=name == "refine")
                 result = None
             if result is None:
                 log.info("fit: stage %s", name)
