@@ -350,8 +350,8 @@ MUTANTS = [
        "b=cfg.b if cfg.b is not None else defaults.b", "b=defaults.b", "eval --b ignored"),
     # ------------------------------------------------------------------ training/fit (issue 35's audit gap)
     _m("fit-stored-lambda-mirrored", "training/fit/run.py",
-       'RetrievalDefaults(mode=best["mode"], lam=best["lambda"],',
-       'RetrievalDefaults(mode=best["mode"], lam=None if best["lambda"] is None else 1 - best["lambda"],',
+       'mode=choice["mode"], lam=choice["lambda"],',
+       'mode=choice["mode"], lam=None if choice["lambda"] is None else 1 - choice["lambda"],',
        "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
        note="found by an independent audit with every test of tests/test_fit.py passing; killed by "
             "test_hardening_train.py::test_fit_dev_score_is_what_eval_gives_with_the_stored_choices"),
