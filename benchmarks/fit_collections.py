@@ -188,7 +188,9 @@ def main() -> None:
     row["fit - best zero-shot"] = round(row["fit"] - row["best zero-shot"], 4)
     if args.reranker:
         rr_s = run_fit_cli(data, out, [*extra, "--reranker"])
-        row.update({"fit --reranker": fitted(data, out, rerank=True), "fit --reranker chose": choice(out),
+        score = fitted_zero_shot(out, runs)  # the re-ranker left out of a zero-shot choice: scored as 'fit' is
+        row.update({"fit --reranker": score if score is not None else fitted(data, out, rerank=True),
+                    "fit --reranker chose": choice(out),
                     "fit --reranker wall_s (added)": round(rr_s, 1)})
         report = json.loads((out / "fit.json").read_text())
         d = report["stages"].get("distill")

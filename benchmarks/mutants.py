@@ -43,6 +43,7 @@ TESTS = {
     # fit: tests/test_hardening_train.py re-derives fit's dev score from its stored choices through eval's path
     "training/fit/run.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "training/fit/select.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
+    "training/fit/reranker.py": ["tests/test_fit_cv.py"],
     "evaluation/pipeline.py": ["tests/test_mutants.py", "tests/test_cli.py", "tests/test_analyzers.py",
                                "tests/test_store_integrity.py", "tests/test_multivector_training.py",
                                "tests/test_hybrid.py"],
@@ -355,6 +356,10 @@ MUTANTS = [
        "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
        note="found by an independent audit with every test of tests/test_fit.py passing; killed by "
             "test_hardening_train.py::test_fit_dev_score_is_what_eval_gives_with_the_stored_choices"),
+    _m("fit-cv-reranker-kept-on-any-gain", "training/fit/reranker.py",
+       "    if fit.cv:  # a fold of a few dozen queries",
+       "    if False:  # a fold of a few dozen queries",
+       "with cross-validation the re-ranker is kept on any gain on its 20-query fold, not by cv's bar"),
     _m("fit-scored-lambda-mirrored", "training/fit/select.py",
        'return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")',
        'return interpolate(dense, sparse, 1 - lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")',

@@ -167,14 +167,45 @@ def test_cv_choosing_the_fine_tune_trains_it_on_every_judged_query(tiny_bert_dir
     assert np.allclose(got, want)
 
 
-def test_cv_with_the_reranker_weighs_it_on_the_first_fold(tiny_bert_dir, tmp_path):
+def test_held_out_gain_by_hand():
+    """The re-ranker's bar on one fold: mean per-query gain at least MIN_GAIN and above MIN_T standard errors,
+    from per-query NDCG@10 computed here by hand (one relevant document: 1/log2(1 + rank))."""
+    qrels = {f"q{i}": {"a": 1} for i in range(4)}
+    base = {q: {"b": 2.0, "a": 1.0} for q in qrels}  # the relevant document second: NDCG 1/log2(3)
+    up = {q: {"a": 2.0, "b": 1.0} for q in qrels}  # first on every query: 1.0
+    pays, why = cv.held_out_gain(qrels, up, base, "ndcg@10")
+    assert pays and "+0.3691" in why and "inf standard errors" in why  # 1 - 1/log2(3), the same on every query
+    mixed = {**base, "q0": up["q0"], "q1": up["q1"]}  # two of four queries move up
+    gains = [1 - 1 / np.log2(3)] * 2 + [0.0, 0.0]
+    t = np.mean(gains) / (np.std(gains, ddof=1) / 2)
+    pays, why = cv.held_out_gain(qrels, mixed, base, "ndcg@10")
+    assert not pays and f"{np.mean(gains):+.4f}" in why and f"{t:.1f} standard errors" in why and "left out" in why
+    assert t < cv.MIN_T < float("inf")  # a gain of 0.18 on half the queries is no proof on four
+    pays, _ = cv.held_out_gain(qrels, base, base, "ndcg@10")
+    assert not pays
+
+
+def test_cv_with_the_reranker_weighs_it_on_the_first_fold(tiny_bert_dir, tmp_path, monkeypatch):
+    """The re-ranker is weighed on the first fold and kept only where cross-validation's bar says so
+    (cv.held_out_gain): forced to pass, the model holds it; forced to fail, it does not, whatever dev says."""
     data = _data(tmp_path / "data")
-    result = run_fit(data, tmp_path / "out", _recipe(tiny_bert_dir, reranker=True), QUIET)
-    stages = result.report["stages"]
-    folds = stages["split"]["folds"]
-    assert "distill" not in stages  # no dev split to keep a distilled model by
-    assert stages["rerank"]["dev_queries"] == len(folds[0])
-    assert stages["rerank"]["trained_on_queries"] == 16 - len(folds[0])
+    seen = []
+
+    def bar(qrels, run, base, metric, pays):
+        seen.append(sorted(qrels))
+        return pays, "forced"
+
+    for pays in (True, False):
+        monkeypatch.setattr(cv, "held_out_gain", lambda *a, pays=pays: bar(*a, pays))
+        result = run_fit(data, tmp_path / f"out{pays}", _recipe(tiny_bert_dir, reranker=True), QUIET)
+        stages = result.report["stages"]
+        folds = stages["split"]["folds"]
+        assert "distill" not in stages  # no dev split to keep a distilled model by
+        assert stages["rerank"]["dev_queries"] == len(folds[0]) and seen[-1] == sorted(folds[0])
+        assert stages["rerank"]["trained_on_queries"] == 16 - len(folds[0])
+        assert stages["rerank"]["kept"] is pays and stages["rerank"]["why"] == "forced"
+        assert (result.model / "reranker").is_dir() is pays
+        assert (result.report["choices"]["rerank"] == "reranker") is pays
 
 
 # ---------------------------------------------------------------- the teacher

@@ -1,7 +1,8 @@
 """``twotower fit``'s optional last stage (``--reranker``): a cross-encoder trained on the train queries (never the
 dev ones), re-ranking the retriever the select stage chose; its share in the blend with the first stage's scores is
 chosen on dev among :data:`~twotower.training.fit.recipe.RERANK_WEIGHTS`, and it goes into the model only where it
-raises the dev score. A rerun without ``--reranker`` takes it out of the model again (:func:`drop_reranker`).
+raises the dev score (with cross-validation, where "dev" is one fold of a few dozen queries, only where it raises it
+by cross-validation's bar: :func:`~twotower.training.fit.cv.held_out_gain`). A rerun without ``--reranker`` takes it out of the model again (:func:`drop_reranker`).
 
 Example::
 
@@ -16,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from twotower.retrieval.defaults import RetrievalDefaults, write_defaults
-from twotower.training.fit import select
+from twotower.training.fit import cv, select
 from twotower.training.fit.recipe import RERANK_WEIGHTS
 
 
@@ -79,13 +80,16 @@ def rerank_stage(fit) -> dict:
                       show_progress=fit.opts.show_progress)
     per_query_ms = 1000 * (time.perf_counter() - t0) / max(1, len(base))
     top = {q: ranking(docs)[: r.rerank_depth] for q, docs in base.items()}  # the documents rerank re-scored
-    weights = {}
-    for w in RERANK_WEIGHTS:  # the cross-encoder's scores once, every blend from them
-        blended = {q: blend(base[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
-        weights[w] = select.score(qrels, blended)
+
+    def blended(w: float) -> dict:  # the cross-encoder's scores once, every blend from them
+        return {q: blend(base[q], {d: alone[q][d] for d in top[q]}, w) for q in top}
+
+    weights = {w: select.score(qrels, blended(w)) for w in RERANK_WEIGHTS}
     weight = max(weights, key=lambda w: (round(weights[w][r.metric], 10), w))  # a tie: more re-ranker
     before, after = select.score(qrels, base), weights[weight]
-    kept = after[r.metric] > before[r.metric]
+    kept, why = after[r.metric] > before[r.metric], None
+    if fit.cv:  # a fold of a few dozen queries: the re-ranker must pay as every cross-validated departure does
+        kept, why = cv.held_out_gain(qrels, blended(weight), base, r.metric)
     if kept:
         defaults = RetrievalDefaults(mode=chosen["mode"], lam=chosen["lambda"], rerank="reranker",
                                      norm=select.stored_norm(chosen), rerank_depth=r.rerank_depth,
@@ -93,7 +97,7 @@ def rerank_stage(fit) -> dict:
         shutil.copytree(ce_dir, fit.out / "model" / "reranker", dirs_exist_ok=True)
         write_defaults(fit.out / "model", defaults)
     return {"settings": r.rerank_settings(), "dev_before": before, "dev_after": after, "kept": kept,
-            "weight": weight, "dev_by_weight": {str(w): v for w, v in weights.items()},
+            **({"why": why} if why else {}), "weight": weight, "dev_by_weight": {str(w): v for w, v in weights.items()},
             "train_s": round(train_s, 1), "rerank_ms_per_query": round(per_query_ms, 1), "depth": r.rerank_depth,
             "dev_queries": len(qrels), "trained_on_queries": len(train_ids(fit))}
 
@@ -104,5 +108,5 @@ def drop_reranker(out: Path) -> None:
 
     fitted = read_defaults(out / "model")
     if fitted is not None and fitted.rerank:
-        write_defaults(out / "model", replace(fitted, rerank=None))
+        write_defaults(out / "model", replace(fitted, rerank=None, rerank_weight=None))
         shutil.rmtree(out / "model" / fitted.rerank, ignore_errors=True)
