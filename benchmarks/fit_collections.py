@@ -155,6 +155,23 @@ def choice(out: Path) -> str:
     return how
 
 
+def write_table(name: str, seed: int, rows: list[dict], extra: dict) -> None:
+    """results/<name>.{json,md}: the rows by collection and size, the notes, and what earlier runs recorded beside
+    the rows (``extra``; its ``rerun_note*`` texts also in the markdown)."""
+    rows.sort(key=lambda r: (r["collection"], r["train_queries"]))
+    notes = ("all-MiniLM-L6-v2 (fit's default) on 2 shared CPU cores (other engineers' jobs ran alongside: 'load "
+             "before' is the 1/5/15-minute load average when the row's run started). NDCG@10 on the test queries "
+             "only, read after fit finished (fit reads qrels/train.tsv alone). 'best zero-shot': the best of BM25, "
+             "zero-shot dense and their hybrid at λ 0.5, chosen on test (an oracle: the strictest baseline). 'fit "
+             "wall_s': the sum of fit.json's stage times without the re-ranker; 'fit --reranker wall_s (added)': the "
+             "second call's wall time (it resumes the fit and adds distillation and the re-ranker). Each row's "
+             "command: `python benchmarks/fit_collections.py --collection C --train-queries N [--reranker] --name "
+             f"{name}` (XQuAD-R: N of the judged queries drawn with seed {seed} for training, the rest "
+             "test; SciFact: N of its train queries, its test split).")
+    notes += "".join(f"\n\n{v}" for k, v in sorted(extra.items()) if k.startswith("rerun_note"))
+    write_results(name, rows, notes=notes, extra=extra)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--collection", required=True, help="scifact | xquad-r-<lang>")
@@ -204,18 +221,7 @@ def main() -> None:
     extra = {k: v for k, v in old.items() if k not in ("command", "machine", "rows")}
     rows = [r for r in rows if (r["collection"], r["train_queries"]) != (row["collection"], row["train_queries"])]
     rows.append(row)
-    rows.sort(key=lambda r: (r["collection"], r["train_queries"]))
-    notes = ("all-MiniLM-L6-v2 (fit's default) on 2 shared CPU cores (other engineers' jobs ran alongside: 'load "
-             "before' is the 1/5/15-minute load average when the row's run started). NDCG@10 on the test queries "
-             "only, read after fit finished (fit reads qrels/train.tsv alone). 'best zero-shot': the best of BM25, "
-             "zero-shot dense and their hybrid at λ 0.5, chosen on test (an oracle: the strictest baseline). 'fit "
-             "wall_s': the sum of fit.json's stage times without the re-ranker; 'fit --reranker wall_s (added)': the "
-             "second call's wall time (it resumes the fit and adds distillation and the re-ranker). Each row's "
-             "command: `python benchmarks/fit_collections.py --collection C --train-queries N [--reranker] --name "
-             f"{args.name}` (XQuAD-R: N of the judged queries drawn with seed {args.seed} for training, the rest "
-             "test; SciFact: N of its train queries, its test split).")
-    notes += "".join(f"\n\n{v}" for k, v in sorted(extra.items()) if k.startswith("rerun_note"))
-    write_results(args.name, rows, notes=notes, extra=extra)
+    write_table(args.name, args.seed, rows, extra)
     print(json.dumps(row, indent=1))
 
 
