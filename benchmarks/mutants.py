@@ -44,6 +44,7 @@ TESTS = {
     "training/fit/run.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "training/fit/select.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "training/fit/reranker.py": ["tests/test_fit_cv.py"],
+    "training/fit/cv.py": ["tests/test_fit_cv.py"],
     "evaluation/pipeline.py": ["tests/test_mutants.py", "tests/test_cli.py", "tests/test_analyzers.py",
                                "tests/test_store_integrity.py", "tests/test_multivector_training.py",
                                "tests/test_hybrid.py"],
@@ -356,6 +357,10 @@ MUTANTS = [
        "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
        note="found by an independent audit with every test of tests/test_fit.py passing; killed by "
             "test_hardening_train.py::test_fit_dev_score_is_what_eval_gives_with_the_stored_choices"),
+    _m("fit-cv-default-always-the-hybrid", "training/fit/cv.py",
+       "    chosen, why = decide(rows, default=(mode, lam))",
+       "    chosen, why = decide(rows)",
+       "cross-validation measures departures from the hybrid at λ 0.5 even where fit without labels uses BM25 alone"),
     _m("fit-cv-reranker-kept-on-any-gain", "training/fit/reranker.py",
        "    if fit.cv:  # a fold of a few dozen queries",
        "    if False:  # a fold of a few dozen queries",

@@ -56,6 +56,37 @@ def _row(model, folds, mode="dense"):
             "mean": round(statistics.fmean(folds), 4), "spread": 0.0, "_order": 0 if model == "zeroshot" else 1}
 
 
+def test_decide_departs_from_what_fit_does_without_labels():
+    """The bar is measured from the retrieval fit would use without labels: for a language the encoder does not know
+    that is BM25 alone, and a hybrid 0.01 over BM25 (though 0.07 over λ 0.5) is not a departure that pays."""
+    bm25 = {**_row("zeroshot", [0.80, 0.81, 0.82], mode="bm25")}
+    half = {**_row("zeroshot", [0.74, 0.74, 0.75], mode="hybrid"), "lambda": 0.5}
+    low = {**_row("zeroshot", [0.81, 0.82, 0.83], mode="hybrid"), "lambda": 0.1}
+    chosen, why = cv.decide([bm25, half, low], default=("bm25", None))
+    assert chosen is bm25 and "default bm25" in why["zero_shot_setting"] and "+0.0100" in why["zero_shot_setting"]
+    chosen, why = cv.decide([bm25, half, low])  # from the hybrid at λ 0.5 the same λ 0.1 pays
+    assert chosen is low and "beats the default hybrid λ 0.5" in why["zero_shot_setting"]
+
+
+def test_cv_measures_departures_from_the_label_free_choice(tiny_bert_dir, tmp_path, monkeypatch):
+    """cv's default is label_free_choice's (here forced to BM25 alone, as for a language the encoder does not
+    know): the recorded reason says so, and a zero-shot choice other than BM25 beat it by the bar."""
+    from twotower.training.fit import label_free
+
+    monkeypatch.setattr(label_free, "label_free_choice", lambda *a: ("bm25", None, "forced: BM25 alone", "es"))
+    result = run_fit(_data(tmp_path / "data"), tmp_path / "out", _recipe(tiny_bert_dir), QUIET)
+    stage = result.report["stages"]["cv"]
+    assert stage["why"]["default"] == "forced: BM25 alone"
+    rows = [{**r, "_order": 0 if r["model"] == "zeroshot" else 1} for r in stage["candidates"]]
+    bm25 = next(r for r in rows if r["mode"] == "bm25")
+    zs = stage["why"]["best_zero_shot"]
+    if zs["mode"] != "bm25":
+        assert "beats the default bm25" in stage["why"]["zero_shot_setting"]
+        assert cv._beats(next(r for r in rows if all(r[k] == zs[k] for k in ("model", "mode", "lambda", "norm"))),
+                         bm25)[0]
+    assert cv.decide(rows, default=("bm25", None))[0]["mode"] == stage["chosen"]["mode"]
+
+
 def test_decide_keeps_zero_shot_unless_the_gain_beats_its_spread():
     zs = _row("zeroshot", [0.50, 0.40, 0.60])
     # gains 0.10, -0.05, 0.07: mean 0.04 < stdev 0.079 → zero-shot, though the fine-tuned mean is higher
@@ -133,7 +164,10 @@ def test_cv_fit_folds_are_out_of_fold_and_recorded(cv_fit):
     row = next(r for r in stage["candidates"] if r["model"] == "finetune" and r["mode"] == "dense")
     want = [evaluate({q: qrels[q] for q in f}, {q: oof[q] for q in f}, ("ndcg@10",))["ndcg@10"] for f in split["folds"]]
     assert row["folds"] == pytest.approx(want, abs=1e-4)
-    assert len(stage["candidates"]) == 2 * (1 + 2 * 3 + 1)  # 2 models × (dense, 3 λ × 2 norms, rrf)
+    assert len(stage["candidates"]) == 2 * (1 + 2 * 3 + 1) + 1  # 2 models × (dense, 3 λ × 2 norms, rrf), BM25
+    assert [r["model"] for r in stage["candidates"] if r["mode"] == "bm25"] == ["zeroshot"]
+    # an encoder of unknown languages (this tiny one): without labels fit would use the hybrid at λ 0.5, the default
+    assert "default λ 0.5" in stage["why"]["default"]
     # the choice is decide() over the recorded rows, and it is what the model carries
     rows = [{**r, "_order": 0 if r["model"] == "zeroshot" else 1} for r in stage["candidates"]]
     chosen, _ = cv.decide(rows)
@@ -147,7 +181,7 @@ def test_cv_fit_folds_are_out_of_fold_and_recorded(cv_fit):
 
 def test_cv_choosing_the_fine_tune_trains_it_on_every_judged_query(tiny_bert_dir, tmp_path, monkeypatch):
     """When cv picks the fine-tuned model, the final one trains on all judged queries (no dev held out)."""
-    def fitted_wins(rows, zero_shot="zeroshot"):
+    def fitted_wins(rows, zero_shot="zeroshot", default=None):
         best = max((r for r in rows if r["model"] != zero_shot), key=lambda r: r["mean"])
         return best, {"rule": "forced by the test"}
 

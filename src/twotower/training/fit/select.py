@@ -14,7 +14,7 @@ from twotower.retrieval.dense import exact_search, to_run
 from twotower.retrieval.hybrid import NORMS, interpolate, rrf
 
 Run = dict[str, dict[str, float]]
-MODE_ORDER = {"dense": 0, "hybrid": 1, "rrf": 2}
+MODE_ORDER = {"dense": 0, "hybrid": 1, "rrf": 2, "bm25": 3}
 
 
 def dense_run(q_vecs: np.ndarray, doc_vecs: np.ndarray, qids: Sequence[str], doc_ids: Sequence[str],
@@ -27,6 +27,8 @@ def fused(mode: str, dense: Run, sparse: Run, lam: float | None, n_best: int, no
     """The run a retrieval choice gives (as eval's and the Searcher's fusions: same functions, same depths)."""
     if mode == "dense":
         return dense
+    if mode == "bm25":
+        return sparse
     if mode == "hybrid":
         return interpolate(dense, sparse, lam, n_best=n_best, top_k=n_best, norm=norm or "minmax")
     if mode == "rrf":
