@@ -19,8 +19,8 @@ How, within the single split's time:
 The rule (:func:`decide`): every departure from what fit does without labels must pay for itself. The default
 zero-shot retrieval (what fit chooses without labels, ``label_free``: the hybrid at λ 0.5, min-max; BM25 alone where
 the encoder does not know the data's language — XQuAD-R es with the English MiniLM: BM25 0.8059 test NDCG@10, the
-hybrid at λ 0.5 0.7445, which cross-validation had kept as its default) stays unless another zero-shot setting beats it by at least
-:data:`MIN_GAIN` (0.02) on average over the folds *and* by more than the spread of their per-fold differences (mean
+hybrid at λ 0.5 0.7445, which cross-validation had kept as its default) stays unless another zero-shot setting beats
+it by at least :data:`MIN_GAIN` (0.02) on average over the folds *and* by more than the spread of their per-fold differences (mean
 gain > sample standard deviation of the gain over the folds) *and* by more than :data:`MIN_T` standard errors of
 the mean per-query gain; that zero-shot choice stays unless the best
 fine-tuned setting beats it the same way: fit never trades a sure zero-shot score for a gain the folds cannot tell
@@ -176,8 +176,7 @@ def held_out_gain(qrels, run: Run, base: Run, metric: str) -> tuple[bool, str]:
     under cross-validation: on XQuAD-R de with 60 training queries, a cross-encoder trained on 40 of them raised the
     20 held-out queries' NDCG@10 from 0.771 to 0.7828 at weight 0.2 (the best of 10 weights), a quarter of one
     query's worth, and was kept; on the 1,130 test queries it added 0.0012 for 781 ms of re-ranking per query."""
-    mine, theirs = (per_query(qrels, {q: r.get(q, {}) for q in qrels}, (metric,))[canonical(metric)]
-                    for r in (run, base))
+    mine, theirs = (query_scores(qrels, r, [list(qrels)], metric) for r in (run, base))
     gain = statistics.fmean(mine[q] - theirs[q] for q in mine) if mine else 0.0
     t = query_t(mine, theirs)
     pays = gain >= MIN_GAIN - 1e-9 and t > MIN_T

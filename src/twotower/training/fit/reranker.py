@@ -2,7 +2,8 @@
 dev ones), re-ranking the retriever the select stage chose; its share in the blend with the first stage's scores is
 chosen on dev among :data:`~twotower.training.fit.recipe.RERANK_WEIGHTS`, and it goes into the model only where it
 raises the dev score (with cross-validation, where "dev" is one fold of a few dozen queries, only where it raises it
-by cross-validation's bar: :func:`~twotower.training.fit.cv.held_out_gain`). A rerun without ``--reranker`` takes it out of the model again (:func:`drop_reranker`).
+by cross-validation's bar: :func:`~twotower.training.fit.cv.held_out_gain`). A rerun without ``--reranker`` takes it
+out of the model again (:func:`drop_reranker`).
 
 Example::
 
