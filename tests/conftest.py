@@ -202,13 +202,38 @@ def pytest_terminal_summary(terminalreporter) -> None:
             "XQuAD-R there, or set TWOTOWER_TEST_DATA=DIR)", yellow=True, bold=True)
 
 
-# the longest test files, started first: `make test` gives each worker whole files (pytest-xdist --dist loadfile) in
-# collection order, so a long file collected last (tests/test_milvus_server.py, tests/test_milvus_server_writes.py:
-# minutes each, a real Milvus server's round trips) would run alone at the end while the other worker idles
-LONG_FILES = ("test_milvus_server.py", "test_docs.py", "test_milvus_server_writes.py", "test_milvus_writes.py",
-              "test_e5.py", "test_runtimes.py")
+# `make test` gives each pytest-xdist worker whole test files (--dist loadfile: a file's module fixtures are built once),
+# the longest first, so that a long file collected late does not run alone at the end while the other worker idles.
+# The order is LONG_FILES' (seconds of tests each on 2 shared cores, `--junitxml` of a full run on 2026-12-03: a few
+# rank above the rest), not xdist's own (files with more tests first: test_milvus_server_writes.py's one 85 s test
+# came last and ran alone). The docs pages' examples (test_docs.py::test_code_blocks_run, 400 s in all, up to 72 s a
+# page) are a unit each, so that one worker does not run all of them.
+LONG_FILES = ("test_runtimes.py",  # 185 s
+              "test_milvus_writes.py",  # 147 s
+              "test_milvus_server.py",  # 116 s: a real Milvus server's round trips
+              "test_e5.py",  # 109 s
+              "test_milvus_ids.py",  # 97 s
+              "test_milvus_server_writes.py",  # 85 s, one test
+              "test_docs.py",  # 400 s, split: pages of 72 s and less
+              "test_milvus_passages.py", "test_hardening_round4.py", "test_serve.py", "test_milvus_concurrency.py",
+              "test_distributed_train.py", "test_scale.py", "test_fit.py")  # 71 s to 41 s
+SPLIT_TESTS = ("tests/test_docs.py::test_code_blocks_run[",)  # a unit each (nodeid prefixes)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     rank = {name: i for i, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile in LONG_FILES' order, with SPLIT_TESTS' tests a unit each (None: xdist's own, any other --dist)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if nodeid.startswith(SPLIT_TESTS) else super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection's order (above), not the most tests first
+    return LongestFirst(config, log)

@@ -79,7 +79,7 @@ def hub_offline() -> bool:
 
 def load_backbone(model: str, *, torch_dtype=None):
     """Load tokenizer and encoder-only transformer from ``model`` (a resolved path or hub id)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer, T5EncoderModel
+    from transformers import AutoConfig, AutoTokenizer  # the model class below: T5's module alone takes seconds
 
     try:
         config = AutoConfig.from_pretrained(model)
@@ -94,7 +94,10 @@ def load_backbone(model: str, *, torch_dtype=None):
     kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
     if config.model_type in POOLER_MODEL_TYPES:
         kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
-    loader = T5EncoderModel if config.model_type in {"t5", "mt5", "umt5"} else AutoModel
+    if config.model_type in {"t5", "mt5", "umt5"}:
+        from transformers import T5EncoderModel as loader
+    else:
+        from transformers import AutoModel as loader
     with quiet_transformers():  # the load report lists the skipped pooler weights: not news
         backbone = loader.from_pretrained(model, **kwargs)
     backbone.eval()
