@@ -1,7 +1,8 @@
 """`twotower fit` against the best zero-shot retriever on labeled collections, and its learning curve.
 
 For each collection: a train/test split of its judged queries (SciFact: its own; XQuAD-R monolingual sets, which
-only have test judgements: a seeded draw of ``--train-queries`` of them for training, the rest for test), then
+only have test judgements: a seeded draw of ``--train-queries`` of them for training, the rest for test; its
+cross-lingual sets ``to-en`` and ``pool``: drawn by question, see :func:`draw_questions`), then
 
 1. ``twotower fit --data D --out O`` as a command (its wall time measured here), and test NDCG@10 of the model it
    wrote, through ``run_eval`` with the retrieval stored in it (as ``twotower eval --model O/model`` runs it);
@@ -50,6 +51,24 @@ def write_qrels(path: Path, qrels: dict) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+CROSS_LINGUAL = ("to-en", "pool")  # XQuAD-R's sets where each question is asked in all 11 languages
+
+
+def draw_questions(judged: dict, train_queries: int | None, seed: int) -> tuple[dict, dict]:
+    """A split of a cross-lingual XQuAD-R set by *question* (query ids ``<lang>-<question id>``): training takes
+    ``train_queries`` questions (default 60% of them), each in one language drawn at random; test takes every language
+    of the other questions, so that no test query is a translation of a training query."""
+    groups: dict[str, list[str]] = {}
+    for q in sorted(judged):
+        groups.setdefault(q.split("-", 1)[1], []).append(q)
+    keys = sorted(groups)
+    rng = random.Random(seed)
+    rng.shuffle(keys)
+    cut = train_queries or round(0.6 * len(keys))
+    train = {q: judged[q] for q in (rng.choice(groups[k]) for k in keys[:cut])}
+    return train, {q: judged[q] for k in keys[cut:] for q in groups[k]}
+
+
 def prepare(collection: str, train_queries: int | None, seed: int, work: Path) -> tuple[Path, int, int]:
     """The BEIR folder fit learns from (corpus and queries linked; qrels/train.tsv and test.tsv written)."""
     if collection == "scifact":
@@ -62,10 +81,13 @@ def prepare(collection: str, train_queries: int | None, seed: int, work: Path) -
     elif collection.startswith("xquad-r-"):
         source = DATA / "xquad-r" / collection.removeprefix("xquad-r-")
         judged = read_qrels(source / "qrels" / "test.tsv")
-        ids = sorted(judged)
-        random.Random(seed).shuffle(ids)
-        cut = train_queries or round(0.6 * len(ids))
-        train, test = {q: judged[q] for q in ids[:cut]}, {q: judged[q] for q in ids[cut:]}
+        if collection.removeprefix("xquad-r-") in CROSS_LINGUAL:
+            train, test = draw_questions(judged, train_queries, seed)
+        else:
+            ids = sorted(judged)
+            random.Random(seed).shuffle(ids)
+            cut = train_queries or round(0.6 * len(ids))
+            train, test = {q: judged[q] for q in ids[:cut]}, {q: judged[q] for q in ids[cut:]}
     else:
         raise SystemExit(f"unknown collection {collection}")
     data = work / "data"
@@ -174,7 +196,7 @@ def write_table(name: str, seed: int, rows: list[dict], extra: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--collection", required=True, help="scifact | xquad-r-<lang>")
+    ap.add_argument("--collection", required=True, help="scifact | xquad-r-<lang> | xquad-r-to-en | xquad-r-pool")
     ap.add_argument("--train-queries", type=int, help="judged queries to train on (default: all / 60%%)")
     ap.add_argument("--seed", type=int, default=13, help="the draw of training queries")
     ap.add_argument("--reranker", action="store_true", help="also fit --reranker (resuming the fit)")
