@@ -54,13 +54,15 @@ def write_qrels(path: Path, qrels: dict) -> None:
 CROSS_LINGUAL = ("to-en", "pool")  # XQuAD-R's sets where each question is asked in all 11 languages
 
 
-def draw_questions(judged: dict, train_queries: int | None, seed: int) -> tuple[dict, dict]:
-    """A split of a cross-lingual XQuAD-R set by *question* (query ids ``<lang>-<question id>``): training takes
-    ``train_queries`` questions (default 60% of them), each in one language drawn at random; test takes every language
-    of the other questions, so that no test query is a translation of a training query."""
+def draw_questions(judged: dict, train_queries: int | None, seed: int,
+                   question=lambda q: q.split("-", 1)[1]) -> tuple[dict, dict]:
+    """A seeded train/test split of an XQuAD-R set by *question*: training takes ``train_queries`` questions (default
+    60% of them), each in one of its languages drawn at random; test takes every language of the other questions, so
+    that no test query is a translation of a training query. ``question``: a query id's question (cross-lingual ids
+    ``<lang>-<question id>``; a monolingual set passes ``str``: each query is its own question)."""
     groups: dict[str, list[str]] = {}
     for q in sorted(judged):
-        groups.setdefault(q.split("-", 1)[1], []).append(q)
+        groups.setdefault(question(q), []).append(q)
     keys = sorted(groups)
     rng = random.Random(seed)
     rng.shuffle(keys)
@@ -81,13 +83,8 @@ def prepare(collection: str, train_queries: int | None, seed: int, work: Path) -
     elif collection.startswith("xquad-r-"):
         source = DATA / "xquad-r" / collection.removeprefix("xquad-r-")
         judged = read_qrels(source / "qrels" / "test.tsv")
-        if collection.removeprefix("xquad-r-") in CROSS_LINGUAL:
-            train, test = draw_questions(judged, train_queries, seed)
-        else:
-            ids = sorted(judged)
-            random.Random(seed).shuffle(ids)
-            cut = train_queries or round(0.6 * len(ids))
-            train, test = {q: judged[q] for q in ids[:cut]}, {q: judged[q] for q in ids[cut:]}
+        cross_lingual = collection.removeprefix("xquad-r-") in CROSS_LINGUAL
+        train, test = draw_questions(judged, train_queries, seed, **({} if cross_lingual else {"question": str}))
     else:
         raise SystemExit(f"unknown collection {collection}")
     data = work / "data"
