@@ -35,6 +35,20 @@ def require_data(root: Path, files: tuple[str, ...]) -> Path:
     return root
 
 
+def benchmark_module(name: str):
+    """The module ``benchmarks/<name>.py``, imported with ``benchmarks/`` on ``sys.path`` for the import only (its
+    scripts import their ``_common`` beside them)."""
+    import importlib
+    import sys
+
+    bench = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a test's child Python process: the twotower this test imported first on
     PYTHONPATH as an absolute path (a relative ``PYTHONPATH=src`` is lost in a child run from another

@@ -3,24 +3,15 @@ failing for avx2, a runtime missing) is a row with its reason, and the summary i
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def cpu_backends():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import cpu_backends
-
-        yield cpu_backends
-    finally:
-        sys.path.remove(str(BENCH))
+    return benchmark_module("cpu_backends")
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:

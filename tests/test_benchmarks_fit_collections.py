@@ -3,24 +3,16 @@ translation of a query fit trained on (each question is asked in 11 languages, w
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import benchmark_module
+
 LANGS = ("ar", "de", "en", "zh")
 
 
 @pytest.fixture(scope="module")
 def fit_collections():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import fit_collections
-
-        yield fit_collections
-    finally:
-        sys.path.remove(str(BENCH))
+    return benchmark_module("fit_collections")
 
 
 def _judged(questions: int) -> dict:

@@ -3,24 +3,15 @@ passes (best kept, turns alternating), and the ratios taken against ST fp16's fa
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def gpu():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import gpu
-
-        yield gpu
-    finally:
-        sys.path.remove(str(BENCH))
+    return benchmark_module("gpu")
 
 
 def test_timed_passes_same_work_for_every_system(gpu, monkeypatch):
