@@ -4,10 +4,12 @@ document, not only its first window.
 A document whose title and text fit in the document tower's window (its ``doc_max_length``, special tokens and the
 model's document prompt counted) stays one passage, encoded exactly as before (its ``full_text``). A longer one is cut
 into passages of at most ``window`` tokens of the encoder (title and prompt included: every passage is encoded behind
-the document's title, so it keeps its context), each overlapping the one before by ``overlap`` tokens (an eighth of the window by default). A passage
-prefers to end at a sentence end (``.``, ``!``, ``?`` …) found in its last half, so that passages read as whole
-sentences. Each passage is a span ``(start, end)`` of character offsets into the document's ``text``:
-``text[start:end]`` is the passage, exactly, whatever the text's unicode or whitespace.
+the document's title, so it keeps its context), each overlapping the one before by ``overlap`` tokens (an eighth of
+the window by default). The passages of a document are of even length: a document of 1.2 windows makes two passages of
+~0.6 window each, not a full one and a short remnant that would score on little text. A passage prefers to end at a
+sentence end (``.``, ``!``, ``?`` …) near that length, so that passages read as whole sentences. Each passage is a
+span ``(start, end)`` of character offsets into the document's ``text``: ``text[start:end]`` is the passage, exactly,
+whatever the text's unicode or whitespace.
 
 The index keeps a vector per passage and scores a document by its best passage (MaxP: Dai & Callan 2019);
 :mod:`twotower.retrieval.passages` groups passages back into documents.
@@ -144,24 +146,32 @@ def _merge_pieces(offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _passage_ends(tokens: list[tuple[int, int]], text: str, budget: int, overlap: int) -> list[tuple[int, int]]:
-    """``(first, last + 1)`` token ranges of the passages of one text: ``budget`` tokens at most each, ending at a
-    sentence end in the last half when there is one, each starting ``overlap`` tokens before the last one ended."""
+    """``(first, last + 1)`` token ranges of the passages of one text: ``budget`` tokens at most each, each starting
+    ``overlap`` tokens before the one before it ended, and of even lengths: each passage aims at the length that
+    shares what is left of the text evenly among the fewest passages that cover it, so that no passage is a short
+    remnant of the text's end. A passage ends at the sentence end nearest its aim when one lies within a quarter of
+    the aim below it or an eighth above it (never past ``budget``), otherwise at the last word boundary before it."""
     n = len(tokens)
     # a passage starts and ends only between words (where whitespace separates two tokens), never inside one
     word_start = [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(n)] + [True]
     ranges = []
     start = 0
     while start < n:
-        end = min(start + budget, n)
-        if end < n:
-            half = start + budget // 2
-            sentence = next((i + 1 for i in range(end - 1, half - 1, -1) if word_start[i + 1]
-                             and _SENTENCE_END.search(text[tokens[i][0]:tokens[i][1]])), None)
-            word = next((i for i in range(end, half, -1) if word_start[i]), end)
-            end = sentence or word
-        ranges.append((start, end))
-        if end >= n:
+        rest = n - start
+        if rest <= budget:
+            ranges.append((start, n))
             break
+        fewest = max(2, -(-(rest - overlap) // max(1, budget - overlap)))  # passages that cover the rest
+        aim = start + min(budget, -(-(rest + (fewest - 1) * overlap) // fewest))
+        lo = max(start + 1, aim - (aim - start) // 4)
+        hi = min(start + budget, aim + (aim - start) // 8, n - 1)
+        sentences = [i + 1 for i in range(lo - 1, hi) if word_start[i + 1]
+                     and _SENTENCE_END.search(text[tokens[i][0]:tokens[i][1]])]
+        if sentences:
+            end = min(sentences, key=lambda e: (abs(e - aim), e))
+        else:
+            end = next((i for i in range(aim, start + (aim - start) // 2, -1) if word_start[i]), aim)
+        ranges.append((start, end))
         nxt = max(end - overlap, start + 1)  # back to a word's first token: at least the overlap, if one is there
         start = next((i for i in range(nxt, start, -1) if word_start[i]), None) or \
             next((i for i in range(nxt, end) if word_start[i]), end)
