@@ -1,5 +1,5 @@
 """How a document of several passages scores (issue #52): ``passage_score="max"`` (MaxP, the default) or ``"first"``
-(FirstP, the ranking of truncation) on every index kind and with filters, against a numpy brute force; hits carry
+(FirstP: a document by its first passage) on every index kind and with filters, against a numpy brute force; hits carry
 their best passage either way; the choice is kept by the manifest across writes; bad values are refused by name."""
 
 from __future__ import annotations

@@ -107,12 +107,12 @@ class Index(Managing):
         "binary"`` (binary: Hamming search, then the top ``k × rescore_factor`` (4) rescored against ``rescore="int8"
         | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
         cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on, local or Milvus):
-        a document longer than the encoder's window (``passage_window`` tokens, default its document length) is split
-        into passages overlapping by ``passage_overlap`` tokens (default: an eighth of the window), one vector each;
-        it scores as its best passage (``passage_score="max"``; ``"first"``: as its first passage, the ranking of
-        truncation), and every :class:`Hit` carries its best passage. At most ``max_passages`` (1000) per
-        document. ``passages=False`` keeps each document's first window only. Everything is checked before any
-        encoding.
+        a document longer than the encoder's window (``passage_window`` tokens, default its document length) is
+        split into passages of even length overlapping by ``passage_overlap`` tokens (default: an eighth of the
+        window), one vector each; it scores as its best passage (``passage_score="max"``; ``"first"``: as its first
+        passage, close to the ranking of truncation), and every :class:`Hit` carries its best passage. At most
+        ``max_passages`` (1000) per document. ``passages=False`` keeps each document's first window only. Everything
+        is checked before any encoding.
 
         Your own vectors instead of a twotower encoder (:mod:`twotower.encoders.external`): ``embedding=`` a
         function from a list of texts to vectors, a LangChain ``Embeddings`` or a LlamaIndex embedding model

@@ -84,7 +84,7 @@ def index_build(
                                                "(default 1000); a longer document is refused."),
     passage_score: Optional[str] = typer.Option(None, "--passage-score", help="How a document of several passages "
                                                 "scores: max (its best passage, the default) or first (its first "
-                                                "passage, as truncation ranks; hits still carry the best)."),
+                                                "passage, close to truncation's ranking; hits still carry the best)."),
 ) -> None:
     """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
     try:

@@ -48,7 +48,8 @@ class PassageSpec:
     """How documents are split: ``window`` tokens at most per passage (None: the encoder's document length),
     ``overlap`` tokens shared by neighbours (None: an eighth of the window), at most ``max_passages`` passages per
     document; ``score``: how a document scores, ``"max"`` (its best passage, MaxP) or ``"first"`` (its first passage,
-    FirstP: the ranking of truncation, while hits still carry their best passages)."""
+    FirstP: close to the ranking of truncation, which ``passages=False`` gives exactly; hits still carry their best
+    passages)."""
 
     window: int | None = None
     overlap: int | None = None
