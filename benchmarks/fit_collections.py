@@ -54,8 +54,13 @@ def write_qrels(path: Path, qrels: dict) -> None:
 CROSS_LINGUAL = ("to-en", "pool")  # XQuAD-R's sets where each question is asked in all 11 languages
 
 
+def cross_lingual_question(query_id: str) -> str:
+    """The question a cross-lingual XQuAD-R query asks (its id: ``<lang>-<question id>``)."""
+    return query_id.split("-", 1)[1]
+
+
 def draw_questions(judged: dict, train_queries: int | None, seed: int,
-                   question=lambda q: q.split("-", 1)[1]) -> tuple[dict, dict]:
+                   question=cross_lingual_question) -> tuple[dict, dict]:
     """A seeded train/test split of an XQuAD-R set by *question*: training takes ``train_queries`` questions (default
     60% of them), each in one of its languages drawn at random; test takes every language of the other questions, so
     that no test query is a translation of a training query. ``question``: a query id's question (cross-lingual ids
@@ -84,7 +89,8 @@ def prepare(collection: str, train_queries: int | None, seed: int, work: Path) -
         source = DATA / "xquad-r" / collection.removeprefix("xquad-r-")
         judged = read_qrels(source / "qrels" / "test.tsv")
         cross_lingual = collection.removeprefix("xquad-r-") in CROSS_LINGUAL
-        train, test = draw_questions(judged, train_queries, seed, **({} if cross_lingual else {"question": str}))
+        train, test = draw_questions(judged, train_queries, seed,
+                                     question=cross_lingual_question if cross_lingual else str)
     else:
         raise SystemExit(f"unknown collection {collection}")
     data = work / "data"
