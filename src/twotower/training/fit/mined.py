@@ -1,6 +1,6 @@
 """``twotower fit``'s second training round: the false-negative margin measured on dev (margin.py), negatives
-mined with the fine-tuned model, the retraining on them. A mixin of ``run._Fit`` (its stages, recipe, data and
-training), kept apart so that each module holds one idea."""
+mined with the fine-tuned model, the retraining on them. A mixin of ``run._Fit`` (its stages; the recipe, data and
+training rounds of context.py), kept apart so that each module holds one idea."""
 
 from __future__ import annotations
 
