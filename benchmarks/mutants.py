@@ -41,7 +41,7 @@ TESTS = {
     "evaluation/runs.py": ["tests/test_mutants.py", "tests/test_metrics.py", "tests/test_cli.py"],
     "evaluation/tuning.py": ["tests/test_mutants.py", "tests/test_hybrid.py"],
     # fit: tests/test_hardening_train.py re-derives fit's dev score from its stored choices through eval's path
-    "training/fit/run.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
+    "training/fit/context.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "training/fit/select.py": ["tests/test_hardening_train.py", "tests/test_fit.py"],
     "training/fit/reranker.py": ["tests/test_fit_cv.py"],
     "training/fit/cv.py": ["tests/test_fit_cv.py"],
@@ -351,7 +351,7 @@ MUTANTS = [
     _m("pipeline-bm25-b-ignored", "evaluation/pipeline.py",
        "b=cfg.b if cfg.b is not None else defaults.b", "b=defaults.b", "eval --b ignored"),
     # ------------------------------------------------------------------ training/fit (issue 35's audit gap)
-    _m("fit-stored-lambda-mirrored", "training/fit/run.py",
+    _m("fit-stored-lambda-mirrored", "training/fit/context.py",
        'mode=choice["mode"], lam=choice["lambda"],',
        'mode=choice["mode"], lam=None if choice["lambda"] is None else 1 - choice["lambda"],',
        "fit stores 1 - λ for the λ it scored on dev (eval then runs another fusion than the one reported)",
