@@ -132,9 +132,7 @@ class FitContext:
 
         if self.recipe.language != AUTO:
             return self.recipe.language
-        from twotower.data.beir import (
-            load_corpus,  # not self.ds: data without train labels has no split to load
-        )
+        from twotower.data.beir import load_corpus  # not self.ds: data without train labels has no split to load
 
         return detect_language([doc.full_text for doc in load_corpus(self.data / "corpus.jsonl").values()])
 
