@@ -185,7 +185,7 @@ class FitContext:
             if stage == "zeroshot":
                 self.load_model(self.recipe.model).save(tmp / "m")
             else:
-                shutil.copytree(path or self.out / self.stages.done(stage)["model"], tmp / "m")
+                shutil.copytree(path or self.model_path(stage), tmp / "m")
             for item in (tmp / "m").iterdir():
                 item.rename(tmp / item.name)
             (tmp / "m").rmdir()

@@ -21,7 +21,7 @@ class MiningStages:
 
     def stage_margin(self) -> dict:
         r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
+        model = self.load_model(self.model_path("finetune"))
         docs = self.doc_vectors("finetune", model)
         dev = self.split()["dev"]
         rankings, q = self._rankings(model, dev, docs)
@@ -34,7 +34,7 @@ class MiningStages:
 
     def stage_mine(self) -> dict:
         r = self.recipe
-        model = self.load_model(self.out / self.stages.done("finetune")["model"])
+        model = self.load_model(self.model_path("finetune"))
         docs = self.doc_vectors("finetune", model)
         train = self.split()["train"]  # never a dev query
         rankings, q = self._rankings(model, train, docs)
@@ -49,7 +49,7 @@ class MiningStages:
         return stats
 
     def stage_retrain(self) -> dict:
-        start = str(self.out / self.stages.done("finetune")["model"])
+        start = str(self.model_path("finetune"))
         pairs = self.out / "stages" / "mine" / "mined_pairs.jsonl"
         path = self.train("retrain", start, pairs, self.recipe.mined_epochs, self.recipe.num_negatives)
         dense = self.dense_dev("retrain", self.load_model(path))
