@@ -65,7 +65,7 @@ def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np
     docs = [store.document(r) for r in rows]
     vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
     best = best_passages(store, rows, [doc["text"] for doc in docs], n=passages, queries=vectors,
-                         query_texts=[query or ""] * len(rows))
+                         query_texts=[query or ""] * len(rows), metadatas=[doc.get("metadata") for doc in docs])
     return [Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}, p)
             for (d, s), doc, p in zip(ranked, docs, best)]
 

@@ -10,6 +10,7 @@ from twotower.api._errors import user_errors
 from twotower.api.dataset import corpus_documents
 from twotower.api.hit import Hit, hits_of
 from twotower.api.index_manage import Managing, locked as _locked
+from twotower.api.index_files import Syncing
 from twotower.errors import TwoTowerError
 
 __all__ = ["Hit", "Index", "corpus_documents"]
@@ -17,7 +18,7 @@ __all__ = ["Hit", "Index", "corpus_documents"]
 log = logging.getLogger(__name__)
 
 
-class Index(Managing):
+class Index(Managing, Syncing):
     """A versioned index directory: vectors (FAISS: flat, HNSW, IVF, IVF-PQ), ids, documents, optionally BM25, and
     a manifest naming the encoder. Searches load the encoder on first use; every search reads one whole version,
     even while another process adds documents. Documents carry metadata (every field but id, title and text),
@@ -53,6 +54,7 @@ class Index(Managing):
         self._lock = threading.RLock()
         self._rerankers: dict[str, object] = {}  # cross-encoders loaded from a directory, by path
         self.added_ids: list[str] = []  # the ids the last build / add through this object wrote, in order
+        self.skipped: list[dict] = []  # files the last build from files left out: [{"path", "reason"}]
         self._searcher = Searcher(open_store(self.path, verify=verify), model=model, query_runtime=query_runtime,
                                   precision=precision, device=device, embedding=embedding)
 
@@ -86,7 +88,7 @@ class Index(Managing):
         workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
         collection: str | None = None, runtime: str | None = None, embedding=None, passages: bool | None = None,
         passage_window: int | None = None, passage_overlap: int | None = None, max_passages: int | None = None,
-        passage_score: str | None = None, **options,
+        passage_score: str | None = None, mode: str = "create", max_file_bytes: int | None = None, **options,
     ) -> "Index":
         """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
 
@@ -114,6 +116,14 @@ class Index(Managing):
         ``max_passages`` (1000) per document. ``passages=False`` keeps each document's first window only. Everything
         is checked before any encoding.
 
+        Files: ``corpus`` a folder (read recursively), one file or a glob (``"docs/**/*.md"``) of ``.txt``, ``.md``,
+        ``.html``, ``.pdf`` and ``.docx`` files — one document per file, its id the path relative to the folder,
+        ``source``, ``format``, ``size``, ``mtime`` and ``sha256`` in its metadata, a PDF passage's :attr:`page`
+        (:mod:`twotower.data.files`). A file that cannot be read is skipped with its reason (listed in
+        :attr:`skipped`), never stopping the rest; ``max_file_bytes`` (64 MiB) skips larger files. Keep the index
+        up to date with :meth:`sync`. ``mode``: ``create`` (default) refuses a ``path`` that holds an index already;
+        ``overwrite`` replaces its documents (a new version); ``append`` adds these documents to it.
+
         Your own vectors instead of a twotower encoder (:mod:`twotower.encoders.external`): ``embedding=`` a
         function from a list of texts to vectors, a LangChain ``Embeddings`` or a LlamaIndex embedding model
         (documents and queries encoded by it; give it again to :meth:`open`), or ``vectors=`` an array of
@@ -135,9 +145,19 @@ class Index(Managing):
 
         from twotower.api._checks import index_folder
         from twotower.api.encoder import Encoder, model_argument
+        from twotower.api.index_files import check_mode, read_corpus
+
         path = index_folder(path)  # an open Index: a new version of its folder
         encoder = encoder if isinstance(encoder, (Encoder, type(None))) else model_argument(encoder, "encoder")
         check_output_dir(path, "path")  # before any loading or encoding
+        there = check_mode(Path(path), mode)
+        corpus, skipped = read_corpus(corpus, Path(path), max_file_bytes=max_file_bytes, show_progress=show_progress)
+        if there and mode == "append":
+            index = cls(path, device=device, precision=precision, embedding=embedding)
+            index.add(corpus, ids=ids, metadatas=metadatas, batch_size=batch_size, compile=compile,
+                      show_progress=show_progress, runtime=runtime or "auto")
+            index.skipped = skipped
+            return index
         from twotower.api._checks import check_build_options
 
         check_build_options(multivector=multivector, project=project, batch_size=batch_size, ray=ray,
@@ -169,6 +189,7 @@ class Index(Managing):
         if model is not None and embedding is None:
             index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
         index.added_ids = added if added is not None else list(index.store.doc_ids)
+        index.skipped = skipped
         return index
 
     @classmethod

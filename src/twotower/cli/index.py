@@ -10,7 +10,7 @@ import typer
 
 import twotower as tt
 from twotower.cli.console import (BATCH_HELP, COMPILE_HELP, DEVICE_HELP, LANGUAGE_HELP, RUNTIME_HELP, console,
-                                  fail)
+                                  err_console, fail)
 from twotower.cli.helpers import check_output_dir
 from twotower.cli.options import Progress
 from twotower.errors import TwoTowerError
@@ -29,9 +29,16 @@ def register(app: typer.Typer) -> None:
 
 @index_app.command("build")
 def index_build(
-    data: Path = typer.Option(..., "--data", help="BEIR directory (its corpus.jsonl) or a corpus .jsonl file; "
-                              "fields other than _id/id, title and text are kept as metadata."),
-    out: Path = typer.Option(..., "--out", help="Index directory (created; an existing index gets a new version)."),
+    data: str = typer.Option(..., "--data", help="A folder of files (.txt .md .html .pdf .docx, read "
+                             "recursively: one document per file, its id the relative path), one such file, a glob "
+                             "('docs/**/*.md'), a BEIR directory (its corpus.jsonl) or a corpus .jsonl file (fields "
+                             "other than _id/id, title and text are kept as metadata)."),
+    out: Path = typer.Option(..., "--out", help="Index directory (created; an index already there is refused "
+                             "unless --replace or --append)."),
+    replace_: bool = typer.Option(False, "--replace", help="Replace the documents of the index already at --out."),
+    append: bool = typer.Option(False, "--append", help="Add the documents to the index already at --out."),
+    max_file_mb: Optional[float] = typer.Option(None, "--max-file-mb", help="Files: skip any larger than this "
+                                                "(default 64)."),
     model: Optional[str] = typer.Option(None, help="Encoder directory (default: all-MiniLM-L6-v2)."),
     kind: str = typer.Option("flat", help="flat | hnsw | ivf | ivfpq | any FAISS factory string"),
     hnsw_m: int = typer.Option(32, "--hnsw-m", min=2, help="HNSW graph degree M."),
@@ -86,11 +93,15 @@ def index_build(
                                                 "scores: max (its best passage, the default) or first (its first "
                                                 "passage, close to truncation's ranking; hits still carry the best)."),
 ) -> None:
-    """Encode a corpus and write an index directory (vectors, ids, FAISS, optional BM25, manifest)."""
+    """Encode a corpus (a folder of files, a BEIR folder, a .jsonl) and write an index directory (vectors, ids, FAISS,
+    optional BM25, manifest)."""
     try:
         check_output_dir(out, "--out")  # before any loading or encoding
+        if replace_ and append:
+            raise TwoTowerError("--replace replaces the index at --out and --append adds to it: give one of them")
         index = tt.Index.build(
-            out, data, encoder=model, kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
+            out, data, encoder=model, mode="overwrite" if replace_ else "append" if append else "create",
+            max_file_bytes=_file_bytes(max_file_mb), kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
             pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
             batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
             ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
@@ -113,6 +124,55 @@ def index_build(
             if split and m["num_vectors"] > m["num_docs"] else "")
     console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
                   f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}{long}")
+    _print_skipped(index.skipped)
+
+
+def _file_bytes(mb: float | None) -> int | None:
+    if mb is None:
+        return None
+    if not mb > 0 or mb != mb or mb == float("inf"):
+        raise TwoTowerError(f"--max-file-mb {mb}: a size in MiB above 0, e.g. --max-file-mb 100")
+    return int(mb * 2**20)
+
+
+def _print_skipped(skipped: list[dict]) -> None:
+    """The files a build or sync left out, one line each (at most 20), on stderr."""
+    if not skipped:
+        return
+    from twotower.cli.console import warn
+
+    warn(f"{len(skipped)} file(s) skipped:")
+    for s in skipped[:20]:
+        err_console.print(f"  {s['path']}: {s['reason']}", highlight=False, markup=False, soft_wrap=True)
+    if len(skipped) > 20:
+        err_console.print(f"  … and {len(skipped) - 20} more", highlight=False, markup=False)
+
+
+@index_app.command("sync")
+def index_sync(
+    data: str = typer.Option(..., "--data", help="The folder of files (or one file, or a glob) the index mirrors."),
+    index: Path = typer.Option(..., "--index", help="Index directory (built from files with index build --data)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Write nothing; report what would change."),
+    as_json: bool = typer.Option(False, "--json", help="The report as one JSON line on stdout."),
+    max_file_mb: Optional[float] = typer.Option(None, "--max-file-mb", help="Skip files larger than this "
+                                                "(default 64)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
+    progress: Progress = True,
+    lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
+) -> None:
+    """Bring an index up to date with a folder in one write: new files added, changed ones re-encoded (only they),
+    removed ones deleted."""
+    try:
+        report = tt.Index.open(index).sync(data, dry_run=dry_run, max_file_bytes=_file_bytes(max_file_mb),
+                                           batch_size=batch_size, show_progress=progress, lock_timeout=lock_timeout)
+    except (TwoTowerError, ValueError) as exc:
+        fail(exc)
+    if as_json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    console.print(f"{index}: {report['added']} added, {report['updated']} updated, {report['removed']} removed, "
+                  f"{report['unchanged']} unchanged" + (" (dry run: nothing written)" if dry_run else ""))
+    _print_skipped(report["skipped"])
 
 
 @index_app.command("add")

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,10 +311,11 @@ def add_documents(
 
 def add_documents_from(
     index: str | Path | Store, docs: list[Document], *, replace: bool = False, model: str | None = None,
-    cfg: EncodeConfig | None = None, source: str = "documents", encoder=None,
+    cfg: EncodeConfig | None = None, source: str = "documents", encoder=None, remove: Sequence[str] = (),
 ) -> Store:
     """Encode ``docs`` (with ``encoder``, a loaded DualEncoder, or the index's own model) and add them to ``index``
-    as a new version; ``source`` names them in errors."""
+    as a new version; ``source`` names them in errors. ``remove``: ids of other documents the same version leaves
+    out (one write: :mod:`twotower.retrieval.sync`)."""
     cfg = cfg or EncodeConfig()
     store = open_store(index) if isinstance(index, (str, Path)) else index
     index = store.root
@@ -346,4 +348,6 @@ def add_documents_from(
                             index_dim=int(vectors.get("source_dim") or store.manifest.get("dim") or encoder.dim))
     new = encode_new_docs(encoder, docs, cfg, multivector=store.multivector, projection=store.projection,
                           passages=getattr(store, "passages", None))
+    if remove:
+        return store.add(new, replace=replace, show_progress=cfg.show_progress, remove=list(remove))
     return store.add(new, replace=replace, show_progress=cfg.show_progress)

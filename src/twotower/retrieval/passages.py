@@ -30,15 +30,17 @@ _WORD = re.compile(r"\w+")
 class Passage:
     """A part of a hit's document: ``text`` is ``document_text[start:end]`` (character offsets); ``score``: the
     query's score for it (inner product; the count of query words in ``bm25`` mode; None for a whole short
-    document)."""
+    document); ``page``: the 1-based page it starts on, for a document read from a PDF (its ``page_starts``
+    metadata: :mod:`twotower.data.files`), else None."""
 
     text: str
     start: int
     end: int
     score: float | None = None
+    page: int | None = None
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "start": self.start, "end": self.end, "score": self.score}
+        return {"text": self.text, "start": self.start, "end": self.end, "score": self.score, "page": self.page}
 
 
 def spans_of(store, row: int, text: str) -> np.ndarray:
@@ -57,10 +59,13 @@ def _word_counts(query: str, texts: list[str]) -> np.ndarray:
 
 
 def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: np.ndarray | None = None,
-                  query_texts: Sequence[str] | None = None, n: int = 1) -> list[list[Passage]]:
+                  query_texts: Sequence[str] | None = None, n: int = 1,
+                  metadatas: Sequence[dict] | None = None) -> list[list[Passage]]:
     """For each hit (document ``rows[i]`` with text ``texts[i]``, found for query ``i``), its ``n`` best passages,
     best first (ties: the earlier passage). ``queries``: one query vector per hit (as encoded for the search),
-    else ``query_texts`` rank by query words."""
+    else ``query_texts`` rank by query words. ``metadatas``: the documents' metadata, for a PDF's pages."""
+    from twotower.data.files import page_of
+
     out = []
     # a Milvus index: its passages' spans and vectors, read for all the hits at once (a row each: .milvus.passages)
     table = store.passage_table(rows) if getattr(store, "passages", None) and hasattr(store, "passage_table") \
@@ -68,9 +73,10 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
     for i, (row, text) in enumerate(zip(rows, texts)):
         whole = np.array([[0, len(text)]], dtype=np.int64)
         spans = spans_of(store, int(row), text) if table is None else table.get(int(row), (whole, None))[0]
+        starts = (metadatas[i] or {}).get("page_starts") if metadatas is not None else None
         if len(spans) == 1:
             a, b = int(spans[0, 0]), int(spans[0, 1])
-            out.append([Passage(text[a:b], a, b)])
+            out.append([Passage(text[a:b], a, b, page=page_of(starts, a))])
             continue
         parts = [text[int(a):int(b)] for a, b in spans]
         if queries is not None:
@@ -84,7 +90,8 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
         else:
             scores = _word_counts(query_texts[i] if query_texts is not None else "", parts)
         order = np.argsort(-scores, kind="stable")[: max(1, n)]
-        out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j])) for j in order])
+        out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j]),
+                            page_of(starts, int(spans[j, 0]))) for j in order])
     return out
 
 

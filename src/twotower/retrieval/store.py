@@ -344,8 +344,10 @@ class IndexStore:
         store.files.written_now()  # its sums were just computed from these very files
         return store
 
-    def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True) -> "IndexStore":
-        """A new version with ``docs`` added. Ids already in the index are an error unless ``replace``."""
+    def add(self, docs: NewDocs, *, replace: bool = False, keep: int = 2, show_progress: bool = True,
+            remove: Sequence[str] = ()) -> "IndexStore":
+        """A new version with ``docs`` added. Ids already in the index are an error unless ``replace``. ``remove``:
+        ids of other documents the same version leaves out (unknown ids are an error)."""
         with writer_lock(self.root):
             live = self.refresh()  # another writer may have moved on since this store was opened
             if docs.vectors.shape[1] not in (live.dim, live.codec.source_dim):
@@ -369,6 +371,8 @@ class IndexStore:
             keep_mask = np.ones(len(live), dtype=bool)
             if dup:
                 keep_mask[[r for r in held if r is not None]] = False
+            if remove:
+                keep_mask[live.rows(list(remove))] = False
             return live._write(keep_mask, docs, keep, show_progress)
 
     def remove(self, ids: Sequence[str], *, keep: int = 2, show_progress: bool = True) -> "IndexStore":

@@ -270,11 +270,15 @@ def create_app(
 
     def hits_of(store, rows, query: str | None = None) -> list[Hit]:
         """The hits; with ``query``, each with its ``highlight`` (left out otherwise: the routes skip unset fields)."""
-        def passages(found) -> list[PassageOut]:
-            return [PassageOut(text=p.text, start=p.start, end=p.end, score=p.score) for p in found]
+        def passages(found, text: str) -> list[PassageOut]:
+            def utf16(i: int) -> int:  # code points before i, counted as JavaScript does (astral ones twice)
+                return i + sum(1 for ch in text[:i] if ord(ch) > 0xFFFF)
+
+            return [PassageOut(text=p.text, start=p.start, end=p.end, score=p.score, page=p.page,
+                               start_utf16=utf16(p.start), end_utf16=utf16(p.end)) for p in found]
 
         if query is None:
-            return [Hit(id=d, score=s, title=t, metadata=m, passages=passages(p)) for d, s, t, m, _, p in rows]
+            return [Hit(id=d, score=s, title=t, metadata=m, passages=passages(p, x)) for d, s, t, m, x, p in rows]
         from twotower.serve.highlight import highlighter_for
 
         marker = highlighter_for(store.manifest.get("bm25"))
@@ -292,7 +296,7 @@ def create_app(
             if not t.strip():  # untitled (a plain string): the text's start stands for the title
                 lead = marker.lead(text, terms)
                 extra["lead"] = Lead(text=pieces(lead.segments), cut_after=lead.cut_after)
-            hits.append(Hit(id=d, score=s, title=t, metadata=m, passages=passages(found), highlight=Highlight(
+            hits.append(Hit(id=d, score=s, title=t, metadata=m, passages=passages(found, text), highlight=Highlight(
                 title=pieces(marker.title(t, terms).segments), text=pieces(window.segments),
                 cut_before=window.cut_before or (best is not None and best.start > 0),
                 cut_after=window.cut_after or (best is not None and best.end < len(text)), **extra)))

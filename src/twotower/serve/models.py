@@ -131,6 +131,11 @@ def build_models(limits) -> SimpleNamespace:
         end: int = Field(description="where it ends (exclusive)")
         score: float | None = Field(default=None, description="the query's score for it (null: a whole short "
                                     "document)")
+        page: int | None = Field(default=None, description="the 1-based page it starts on (a document read from a "
+                                 "PDF; null otherwise)")
+        start_utf16: int = Field(description="start in UTF-16 code units (JavaScript's String indexes): start and "
+                                 "end count Unicode code points, as Python does")
+        end_utf16: int = Field(description="end in UTF-16 code units")
 
     class Hit(BaseModel):
         id: str

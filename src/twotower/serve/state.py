@@ -113,7 +113,8 @@ class ServiceState:
             rows = [store.row_of[d] for d, _ in ranked]
             docs = [store.document(r) for r in rows]
             best = best_passages(store, rows, [doc["text"] for doc in docs], query_texts=[queries[i]] * len(rows),
-                                 queries=None if q_vecs is None else q_vecs[[i] * len(rows)])
+                                 queries=None if q_vecs is None else q_vecs[[i] * len(rows)],
+                                 metadatas=[doc.get("metadata") for doc in docs])
             results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"], p)
                             for (d, s), doc, p in zip(ranked, docs, best)])
         return store, results
