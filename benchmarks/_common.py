@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
+import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(os.environ.get("TWOTOWER_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA = Path(os.environ.get("TWOTOWER_DATA", ROOT.parent / "shared" / "data"))
 
 
 def machine() -> dict:
@@ -26,8 +29,24 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def portable(text: str, *, repo: Path = ROOT, home: Path | None = None, tmp: Path | None = None) -> str:
+    """``text`` with this machine's absolute paths written so that they read the same in any clone: the
+    repository's relative to it (``/work/main/.cache/a`` -> ``.cache/a``, the repository itself ``.``), its parent
+    folder's as ``../`` (``/work/shared/data`` -> ``../shared/data``, where ``DATA`` looks), the home folder's as
+    ``~/`` and the temporary folder's as ``<tmp>/``. For a result's markdown; its JSON keeps the command as typed."""
+    home = Path.home() if home is None else home
+    tmp = Path(tempfile.gettempdir()) if tmp is None else tmp
+    swaps = {str(tmp): "<tmp>", str(home): "~", str(repo.parent): "..", str(repo): "."}
+    for prefix in sorted((p for p in swaps if len(p) > 1), key=len, reverse=True):  # the repository before its parent
+        short = swaps[prefix]
+        text = re.sub(rf"(?<![\w.~$:/-]){re.escape(prefix)}(?![\w.-])(/)?",
+                      lambda m, s=short: ("" if s == "." else s + "/") if m.group(1) else s, text)
+    return text
+
+
 def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict | None = None) -> Path:
-    """Write ``results/<name>.json`` and ``results/<name>.md`` (same rows, as a table)."""
+    """Write ``results/<name>.json`` and ``results/<name>.md`` (same rows, as a table; the markdown's paths
+    ``portable``)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"command": " ".join(["python", *sys.argv]), "machine": machine(), "rows": rows, **(extra or {})}
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
@@ -42,7 +61,7 @@ def write_results(name: str, rows: list[dict], *, notes: str = "", extra: dict |
         lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |")
     if notes:
         lines += ["", notes.strip()]
-    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{name}.md").write_text(portable("\n".join(lines) + "\n"))
     return RESULTS / f"{name}.json"
 
 

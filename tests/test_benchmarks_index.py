@@ -78,3 +78,18 @@ def test_each_row_names_exactly_the_pages_that_show_its_results():
         if shown != named:
             wrong[", ".join(sorted(results))] = {"unnamed": sorted(shown - named), "not showing": sorted(named - shown)}
     assert wrong == {}
+
+
+def test_the_quality_tools_have_their_own_index():
+    """tools/quality/ holds the checks of the code itself (not benchmarks): its README lists each script and each
+    results file there, and names none that is gone."""
+    quality = ROOT / "tools" / "quality"
+    text = (quality / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in quality.glob("*.py"))
+    results = sorted(p.name for p in (quality / "results").glob("*.*"))
+    assert scripts and results
+    unlisted = [name for name in scripts + results if f"`{name}`" not in text]
+    assert unlisted == [], f"files of tools/quality/ without an entry in its README.md: {unlisted}"
+    gone = sorted(s for s in re.findall(r"`(\w+\.(?:py|json|md))`", text)
+                  if not (quality / s).is_file() and not (quality / "results" / s).is_file())
+    assert gone == [], f"tools/quality/README.md names files that do not exist: {gone}"

@@ -1,4 +1,4 @@
-"""Tests written for the bugs that survived the mutation check (``benchmarks/mutation_check.py``): each one
+"""Tests written for the bugs that survived the mutation check (``tools/quality/mutation_check.py``): each one
 states the behaviour a planted mutant broke without any test noticing, checked against a value worked out by
 hand or an independent computation. The mutant each test kills is named in its docstring."""
 
@@ -393,17 +393,17 @@ def test_run_lines_need_exactly_six_columns(tmp_path):
 
 # ------------------------------------------------------------------------------------------- the planted bugs
 def test_every_planted_bug_still_matches_its_source_line_once():
-    """benchmarks/mutants.py cannot go stale as code moves: each mutant's snippet stands exactly once in the file
+    """tools/quality/mutants.py cannot go stale as code moves: each mutant's snippet stands exactly once in the file
     it names (a split module or a reworded line fails here, not silently in the next mutation run), and each
     file has its tests mapped."""
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "benchmarks"))
+    sys.path.insert(0, str(root / "tools" / "quality"))
     try:
         import mutants
     finally:
-        sys.path.remove(str(root / "benchmarks"))
+        sys.path.remove(str(root / "tools" / "quality"))
     src = root / "src" / "twotower"
     def count(m: dict) -> int:
         path = src / m["file"]
@@ -412,4 +412,4 @@ def test_every_planted_bug_still_matches_its_source_line_once():
     stale = {m["id"]: (m["file"], count(m)) for m in mutants.MUTANTS if count(m) != 1}
     assert not stale, f"mutants whose snippet is not found exactly once (file, count): {stale}"
     unmapped = {m["file"] for m in mutants.MUTANTS if "tests" not in m and m["file"] not in mutants.TESTS}
-    assert not unmapped, f"files with mutants but no tests mapped in benchmarks/mutants.py TESTS: {unmapped}"
+    assert not unmapped, f"files with mutants but no tests mapped in tools/quality/mutants.py TESTS: {unmapped}"

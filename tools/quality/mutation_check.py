@@ -1,14 +1,14 @@
 """Mutation check of training/, retrieval/ and evaluation/: plant one bug at a time, see whether the tests notice.
 
-Each mutant of ``benchmarks/mutants.py`` (an exact snippet of ``src/twotower/<file>``, found exactly once, and its
+Each mutant of ``tools/quality/mutants.py`` (an exact snippet of ``src/twotower/<file>``, found exactly once, and its
 replacement) is applied to a scratch copy of ``src`` (the working tree is never changed); the test files mapped to
 its module run with that copy first on PYTHONPATH (``pytest -x``, one timeout per mutant), the file is restored,
 and the outcome recorded: ``killed`` (a test failed), ``survived`` (all passed), ``timeout`` (counted as killed,
 reported apart) or ``error`` (pytest could not run: not counted). Mutants marked ``equivalent`` run too but stay
-out of the score. Writes ``benchmarks/results/mutation_check.{json,md}``.
+out of the score. Writes ``tools/quality/results/mutation_check.{json,md}``.
 
-    PYTHONPATH=$PWD/src python benchmarks/mutation_check.py                 # every mutant
-    PYTHONPATH=$PWD/src python benchmarks/mutation_check.py --ids a,b --merge  # re-run some, keep the rest
+    PYTHONPATH=$PWD/src python tools/quality/mutation_check.py                 # every mutant
+    PYTHONPATH=$PWD/src python tools/quality/mutation_check.py --ids a,b --merge  # re-run some, keep the rest
 
 ``--merge`` keeps the previous results file's outcomes for the mutants not re-run and records, for the ones
 re-run, their previous outcome as ``before``.
@@ -30,8 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, TESTS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "results"
 PACKAGES = ("training", "retrieval", "evaluation")
 
 
@@ -193,7 +193,7 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     ordered = _with_notes(results.values())
-    command = "PYTHONPATH=$PWD/src python benchmarks/mutation_check.py" + (
+    command = "PYTHONPATH=$PWD/src python tools/quality/mutation_check.py" + (
         " " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "")
     write(ordered, command, history)
     print(json.dumps(score(ordered), indent=1))

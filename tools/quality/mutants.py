@@ -1,4 +1,4 @@
-"""The planted bugs of ``benchmarks/mutation_check.py``: realistic one-line mistakes in training/, retrieval/ and
+"""The planted bugs of ``tools/quality/mutation_check.py``: realistic one-line mistakes in training/, retrieval/ and
 evaluation/, each an exact snippet of ``src/twotower/<file>`` (found exactly once) and its replacement.
 
 ``equivalent`` marks a mutant that changes no observable behaviour (the reason is recorded); it is run and

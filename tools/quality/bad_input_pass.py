@@ -3,14 +3,15 @@ issue #35 asks, extended by issue #45 (the "r4" and "py" cases: Python API calls
 tmpfs where mounting is permitted): each case is an argv, an HTTP request or a Python call, and whether it must
 fail; a Python call raising anything but a TwoTowerError is a finding. A finding: a traceback (an
 exception other than SystemExit, or one printed), a hang (> 120 s), exit 0 where a failure was due (or an HTTP
-status other than 4xx), a 5xx, or an input file changed. Writes benchmarks/results/bad_input_pass.{json,md}.
+status other than 4xx), a 5xx, or an input file changed. Writes tools/quality/results/bad_input_pass.{json,md} (the
+.md writes WORK_DIR as <work>: the table reads the same wherever it ran).
 
-    python benchmarks/bad_input_pass.py [WORK_DIR]     # default: a fresh temporary folder
+    python tools/quality/bad_input_pass.py [WORK_DIR]     # default: a fresh temporary folder
 """
 import hashlib, json, os, signal, stat, sys, time, traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 from typer.testing import CliRunner
@@ -27,8 +28,9 @@ runner = CliRunner()
 results = []
 
 def markdown(payload: dict) -> str:
-    """The results table; printed lines go in code spans, so that '[bold]' or '|' in them stays text."""
-    rows = payload["rows"]
+    """The results table; printed lines go in code spans, so that '[bold]' or '|' in them stays text, and the
+    work folder (``payload["work"]``) as ``<work>``."""
+    rows, work = payload["rows"], payload.get("work")
     cli = sum(1 for r in rows if not r["system"].startswith(("http ", "py ")))
     py = sum(1 for r in rows if r["system"].startswith("py "))
     lines = ["# bad_input_pass", "", f"Command: `{payload['command']}`", "",
@@ -37,7 +39,8 @@ def markdown(payload: dict) -> str:
              f"{payload['findings']} with findings.", "", "| case | exit / status | findings | last line printed |",
              "|---|---|---|---|"]
     for r in rows:
-        msg = r["message"].replace("\n", " ").replace("`", "'").replace("|", "¦")[:140]
+        msg = r["message"].replace(work, "<work>") if work else r["message"]
+        msg = msg.replace("\n", " ").replace("`", "'").replace("|", "¦")[:140]
         lines.append(f"| {r['system']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | `{msg}` |" if msg else
                      f"| {r['system']} | {r['exit']} | {'; '.join(r['problems']) or '-'} | |")
     return "\n".join(lines) + "\n"
@@ -790,8 +793,10 @@ bad = [r for r in results if r["problems"]]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _common import machine  # noqa: E402
 
-out = REPO / "benchmarks" / "results" / "bad_input_pass"
-payload = {"command": "python benchmarks/bad_input_pass.py", "machine": machine(), "cases": len(results),
+out = Path(__file__).resolve().parent / "results" / "bad_input_pass"
+out.parent.mkdir(exist_ok=True)
+payload = {"command": "python tools/quality/bad_input_pass.py", "machine": machine(), "work": str(W),
+           "cases": len(results),
            "findings": len(bad), "rows": [{"system": r["case"], **{k: v for k, v in r.items() if k != "case"}}
                                           for r in results]}
 out.with_suffix(".json").write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
