@@ -55,17 +55,18 @@ class Hit:
 
 
 def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np.ndarray | None,
-            passages: int = 1) -> list[Hit]:
+            passages: int = 1, lexical: float = 0.0) -> list[Hit]:
     """:class:`Hit` objects for one query's ``ranked`` ``(id, score)`` pairs over ``store`` (one version), each with
     its ``passages`` best passages, ranked by ``query_vector`` (as the search encoded it) or, without one, by the
-    words of ``query`` (:func:`twotower.retrieval.passages.best_passages`)."""
+    words of ``query``; ``lexical`` > 0 (a hybrid search's BM25 weight): by both
+    (:func:`twotower.retrieval.passages.best_passages`)."""
     from twotower.retrieval.passages import best_passages
 
     rows = [store.row_of[d] for d, _ in ranked]
     docs = [store.document(r) for r in rows]
     vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
     best = best_passages(store, rows, [doc["text"] for doc in docs], n=passages, queries=vectors,
-                         query_texts=[query or ""] * len(rows), metadatas=[doc.get("metadata") for doc in docs])
+                         query_texts=[query or ""] * len(rows), metadatas=[doc.get("metadata") for doc in docs], lexical=lexical)
     return [Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}, p)
             for (d, s), doc, p in zip(ranked, docs, best)]
 

@@ -3,7 +3,9 @@
 An index that splits long documents (:mod:`twotower.encoders.passages`) keeps each passage's ``(start, end)``
 character offsets into its document's text beside its vector. A hit's best passages are the document's passages
 ranked by the query vector's inner product with theirs (the same scores that ranked the document: MaxP), or, when
-the search had no query vector (``bm25`` mode), by how many of the query's words each passage holds. A document of
+the search had no query vector (``bm25`` mode), by how many of the query's words each passage holds (words as the
+BM25 analyzers read them before stemming: Unicode NFKC and case folding, so ``Tea``, ``TEA`` and ``tea`` are one
+word, and so are ``Straße`` and ``STRASSE``, or an accented letter written as one character or as two). A document of
 one passage (short, or an index without passages) has its whole text as its passage. ``text[start:end] ==
 passage.text`` always.
 
@@ -17,13 +19,12 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-_WORD = re.compile(r"\w+")
+from twotower.data.language import WORD, normalize
 
 
 @dataclass(frozen=True)
@@ -54,16 +55,21 @@ def spans_of(store, row: int, text: str) -> np.ndarray:
 
 
 def _word_counts(query: str, texts: list[str]) -> np.ndarray:
-    words = {w.lower() for w in _WORD.findall(query)}
-    return np.array([sum(1 for w in _WORD.findall(t) if w.lower() in words) for t in texts], dtype=np.float32)
+    """How many of ``query``'s words each text holds (every occurrence counts), matched after NFKC and case
+    folding."""
+    words = set(WORD.findall(normalize(query)))
+    return np.array([sum(1 for w in WORD.findall(normalize(t)) if w in words) for t in texts], dtype=np.float32)
 
 
 def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: np.ndarray | None = None,
                   query_texts: Sequence[str] | None = None, n: int = 1,
-                  metadatas: Sequence[dict] | None = None) -> list[list[Passage]]:
+                  metadatas: Sequence[dict] | None = None, lexical: float = 0.0) -> list[list[Passage]]:
     """For each hit (document ``rows[i]`` with text ``texts[i]``, found for query ``i``), its ``n`` best passages,
     best first (ties: the earlier passage). ``queries``: one query vector per hit (as encoded for the search),
-    else ``query_texts`` rank by query words. ``metadatas``: the documents' metadata, for a PDF's pages."""
+    else ``query_texts`` rank by query words. ``lexical`` (a hybrid search's BM25 weight, 1 − λ) chooses by both
+    sides: each passage's inner product and its count of query words, each min-max scaled over the document's
+    passages, weighed ``1 − lexical`` and ``lexical`` (the passage's score is that blend, in [0, 1]).
+    ``metadatas``: the documents' metadata, for a PDF's pages."""
     from twotower.data.files import page_of
 
     out = []
@@ -87,12 +93,22 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
                 first = int(store.offsets[row])
                 vecs = store.codec.decode(np.asarray(store.vectors[first : first + len(spans)]))
             scores = vecs @ q
+            if lexical > 0 and query_texts is not None:
+                words = _word_counts(query_texts[i], parts)
+                scores = (1 - lexical) * _scaled(scores) + lexical * _scaled(words)
         else:
             scores = _word_counts(query_texts[i] if query_texts is not None else "", parts)
         order = np.argsort(-scores, kind="stable")[: max(1, n)]
         out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j]),
                             page_of(starts, int(spans[j, 0]))) for j in order])
     return out
+
+
+def _scaled(scores: np.ndarray) -> np.ndarray:
+    """``scores`` min-max scaled to [0, 1] (all equal: all 0)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    span = float(scores.max() - scores.min())
+    return np.zeros_like(scores) if span <= 0 else (scores - scores.min()) / span
 
 
 def best_vector_rows(store, queries: np.ndarray, doc_rows: np.ndarray) -> np.ndarray:

@@ -87,7 +87,8 @@ class ServiceState:
         check_feedback(store, mode, prf_depth, prf_weight)
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
-        resolved, _ = view.resolve(mode, None)
+        resolved, weight = view.resolve(mode, lam)
+        lexical = 1.0 - weight if resolved == "hybrid" else 0.5 if resolved == "rrf" else 0.0  # passages: both sides
         if lam is not None and resolved != "hybrid":  # as the CLI and the API refuse it: a weight nothing uses
             raise TwoTowerError(f'"lambda" weighs dense against BM25 in mode hybrid; mode {resolved} does not use it: '
                                 'drop "lambda" or send "mode": "hybrid"')
@@ -114,7 +115,7 @@ class ServiceState:
             docs = [store.document(r) for r in rows]
             best = best_passages(store, rows, [doc["text"] for doc in docs], query_texts=[queries[i]] * len(rows),
                                  queries=None if q_vecs is None else q_vecs[[i] * len(rows)],
-                                 metadatas=[doc.get("metadata") for doc in docs])
+                                 metadatas=[doc.get("metadata") for doc in docs], lexical=lexical)
             results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"], p)
                             for (d, s), doc, p in zip(ranked, docs, best)])
         return store, results
