@@ -225,3 +225,21 @@ def test_a_pdf_passage_carries_its_page_on_python_cli_and_http(tmp_path, tiny_be
     assert out.exit_code == 0, out.output
     first = json.loads(out.stdout.strip().splitlines()[0])
     assert first["passages"][0]["page"] == book.passage.page
+
+
+def test_sync_on_milvus_gives_the_same_documents_as_locally(tmp_path, tiny_bert_dir):
+    pytest.importorskip("pymilvus", reason="sync on Milvus needs pymilvus (the dev extra)")
+    pytest.importorskip("milvus_lite", reason="sync on Milvus needs milvus-lite (the dev extra)")
+    root = _many(tmp_path / "docs", 6)
+    local = tt.Index.build(tmp_path / "local", root, encoder=str(tiny_bert_dir), bm25=True, show_progress=False)
+    remote = tt.Index.build(tmp_path / "remote", root, encoder=str(tiny_bert_dir), bm25=True, show_progress=False,
+                            backend="milvus", uri=str(tmp_path / "m.db"), collection="files_sync")
+    (root / "f0.txt").write_text("Changed text about glaciers.")
+    (root / "part" / "f1.txt").unlink()
+    (root / "new.md").write_text("# New\nLighthouses guide ships.")
+    reports = [index.sync(root) for index in (local, remote)]
+    assert reports[0] == reports[1] == {"added": 1, "updated": 1, "removed": 1, "unchanged": 4, "skipped": []}
+    for index in (local, remote):
+        docs = {d.id: (d.text, d.metadata["sha256"]) for d in index.get(limit=None)}
+        assert docs == {d.id: (d.text, d.metadata["sha256"]) for d in local.get(limit=None)}
+        assert index.search("lighthouses ships", k=1, mode="bm25")[0].id == "new.md"

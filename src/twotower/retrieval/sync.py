@@ -3,9 +3,10 @@
 
 The documents a sync manages are those that carry a ``sha256`` in their metadata (every document read from a file:
 :mod:`twotower.data.files`); documents added otherwise (no ``sha256``) are left alone. The plan is made from the
-live version; the write is one atomic write on either backend — locally one new version holding the new and changed
-documents' vectors and without the changed and removed ones', on Milvus one committed write — so a reader sees the
-index before the sync or after it, never half of it.
+live version. Locally the write is one atomic write — one new version holding the new and changed documents' vectors
+and without the changed and removed ones' — so a reader sees the index before the sync or after it, never half of
+it. On Milvus it is two committed writes, each whole: the new and changed documents, then the removals (a reader
+between them sees the new files and the removed ones both).
 
 Example::
 
@@ -100,7 +101,11 @@ def apply_sync(store, plan: SyncPlan, *, encoder, cfg, source: str = "sync"):
     if not plan.documents:
         return store.remove(plan.removed, show_progress=False)
     from twotower.retrieval.indexing import add_documents_from
+    from twotower.retrieval.manage import is_milvus
 
+    if is_milvus(store) and plan.removed:  # Milvus: the new and changed documents, then the removals (two writes)
+        store = add_documents_from(store, plan.documents, replace=True, cfg=cfg, encoder=encoder, source=source)
+        return store.remove(plan.removed, show_progress=False)
     return add_documents_from(store, plan.documents, replace=True, cfg=cfg, encoder=encoder,
                               source=source, remove=plan.removed)
 
