@@ -1,0 +1,132 @@
+"""A folder of real files written by others, indexed with one call and the defaults, asked known-item questions
+(issue #70's done-when): a sentence from the later half of a file with some words dropped. How often the file is
+in the top 5, how often the best passage (and the top 3) holds the sentence, and how often a PDF hit's passage has
+the sentence's page — for dense, BM25 and hybrid.
+
+The files are copied from this machine's Debian documentation (/usr/share/doc: HTML manuals, text specs, PDFs) and
+npm's bundled Markdown READMEs into a folder with subfolders; the sentence's page in a PDF is found from pypdf's
+page texts, independently of the index's ``page_starts``.
+
+    python benchmarks/experiments/folder_rag.py --work <work-dir> [--files 70] [--questions 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import write_results  # noqa: E402
+
+SOURCES = [("html", "/usr/share/doc", "*.html", 40), ("txt", "/usr/share/doc", "*.txt", 12),
+           ("md", "/usr/lib/node_modules", "README.md", 16), ("pdf", "/usr/share/doc", "*.pdf", 4)]
+
+
+def collect(folder: Path, total: int, seed: int) -> list[Path]:
+    rng = random.Random(seed)
+    picked = []
+    for kind, base, pattern, n in SOURCES:
+        found = sorted(p for p in Path(base).rglob(pattern) if p.is_file() and 3_000 < p.stat().st_size < 400_000
+                       and "RelNotes" not in str(p) and "LICENSE" not in p.name.upper())
+        rng.shuffle(found)
+        for i, src in enumerate(found[: max(1, n * total // 72)]):
+            dest = folder / kind / (f"sub{i % 3}" if i % 2 else "") / f"{src.parent.name}-{src.name}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dest)
+            picked.append(dest)
+    return picked
+
+
+_SENT = re.compile(r"[^.!?\n]{40,220}[.!?]")
+
+
+def questions(docs, per_file: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for doc in docs:
+        half = len(doc.text) // 2
+        cands = [m for m in _SENT.finditer(doc.text, half) if len(m.group().split()) >= 8]
+        for m in rng.sample(cands, min(per_file, len(cands))):
+            words = m.group().split()
+            kept = [w for w in words if rng.random() > 0.2] or words
+            out.append({"doc": doc.id, "query": " ".join(kept), "start": m.start(), "end": m.end(),
+                        "sentence": m.group().strip()})
+    return out
+
+
+def pdf_page(path: Path, sentence: str) -> int | None:
+    import pypdf
+
+    probe = " ".join(sentence.split()[:6])
+    for n, page in enumerate(pypdf.PdfReader(str(path)).pages, start=1):
+        if probe in " ".join((page.extract_text() or "").split()):
+            return n
+    return None
+
+
+def holds(p, q) -> bool:
+    """The passage covers at least 80% of the sentence's characters."""
+    return min(p.end, q["end"]) - max(p.start, q["start"]) >= 0.8 * (q["end"] - q["start"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--files", type=int, default=72)
+    ap.add_argument("--questions", type=int, default=2, help="questions per file")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="folder_rag")
+    ap.add_argument("--reuse", action="store_true", help="search the index --work holds instead of building again")
+    args = ap.parse_args()
+    import twotower as tt
+
+    folder = args.work / "files"
+    if args.reuse and (args.work / "index" / "CURRENT").exists():  # the same files, index and questions: measure again
+        index, build_s = tt.Index.open(args.work / "index"), None
+        from twotower.data.files import load_files
+
+        index.skipped = [s.to_dict() for s in load_files(folder, exclude=[args.work / "index"]).skipped]
+    else:
+        shutil.rmtree(args.work, ignore_errors=True)
+        collect(folder, args.files, args.seed)
+        t0 = time.perf_counter()
+        index = tt.Index.build(args.work / "index", folder, bm25=True)
+        build_s = round(time.perf_counter() - t0, 1)
+    docs = index.get(limit=None)
+    qs = questions(docs, args.questions, args.seed)
+    kinds = {d.id: d.metadata["format"] for d in docs}
+    rows = []
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = index.search([q["query"] for q in qs], k=5, mode=mode, passages=3)
+        found = best = top3 = pdf_n = pdf_ok = 0
+        for q, hs in zip(qs, hits):
+            hit = next((h for h in hs if h.id == q["doc"]), None)
+            if hit is None:
+                continue
+            found += 1
+            best += holds(hit.passages[0], q)
+            top3 += any(holds(p, q) for p in hit.passages[:3])
+            if kinds[q["doc"]] == "pdf":
+                pdf_n += 1
+                want = pdf_page(folder / q["doc"], q["sentence"])
+                pdf_ok += want is not None and hit.passages[0].page == want
+        rows.append({"system": f"twotower {mode}", "questions": len(qs), "file_in_top5": round(found / len(qs), 4),
+                     "best_passage_holds": round(best / max(found, 1), 4),
+                     "top3_passages_hold": round(top3 / max(found, 1), 4),
+                     "pdf_questions_found": pdf_n, "pdf_page_right": round(pdf_ok / max(pdf_n, 1), 4)})
+    counts = {k: sum(1 for v in kinds.values() if v == k) for k in sorted(set(kinds.values()))}
+    write_results(args.name, rows, extra={"files": counts, "skipped": index.skipped, "build_s": build_s,
+                                          "passages": index.info()["num_vectors"]},
+                  notes=f"Files: {counts}; skipped {len(index.skipped)}; {index.info()['num_vectors']} passages; "
+                        f"build {build_s} s (default model, 2 cores).")
+    for r in rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
