@@ -131,7 +131,8 @@ def test_index(world):
                              show_progress=False)
     assert ranked(by_fit.search("tea", k=2)) == ranked(by_path.search("tea", k=2))
     assert by_fit.info()["model"]["path"] == by_path.info()["model"]["path"]
-    grown = tt.Index.build(by_fit, ["Oolong."], encoder=fr, precision="fp32", show_progress=False)  # a new version
+    grown = tt.Index.build(by_fit, ["Oolong."], encoder=fr, precision="fp32", show_progress=False,
+                           mode="overwrite")  # a new version
     assert grown.path == by_fit.path and len(grown) == 1 and grown.info()["live_version"] == "v000002"
     refused(lambda: tt.Index.build(root / "x", ["a"], encoder=world["ds"], show_progress=False), "encoder",
             "not Dataset")
