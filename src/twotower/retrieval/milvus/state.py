@@ -22,6 +22,9 @@ placeholder vector because a Milvus collection needs one):
   ``marked:<N>`` is written. A reader of N whose ``marked:N`` is missing hides those keys by name instead.
 - ``blob:<N>:<T>:<file>:<n>`` and ``delta:<N>:<T>:<n>``: the BM25 lexicon, whole (base64) or as what attempt T
   changed in it (:meth:`.lexical.SparseBM25.delta`), in chunks; term ids are assigned by the attempt that wins.
+- ``wrote:<digest>:<N>:<T>``: attempt T at N makes the write of this digest (its head's ``write``). Written with
+  its head and never deleted (like ``dec:``): the same write run again after a crash finds it committed whatever
+  writes came after (:func:`.writes.done_before`). A losing attempt's row stays and counts for nothing.
 - ``lock``: the writers' lease (:mod:`.lease`), which keeps writers taking turns but is not what makes writes safe.
 
 Document rows carry ``added`` (N), ``attempt`` (T) and ``removed`` (0, or the number of the write that removed them);
@@ -261,7 +264,21 @@ class State:
         """Attempt ``head["token"]``'s head, before it proposes itself (invisible until decided)."""
         seq, token = int(head["seq"]), int(head["token"])
         n = self._put_chunks(f"value:{seq}:{token}", json.dumps(head, sort_keys=True))
-        self._put({f"value:{seq}:{token}:n": str(n)})
+        done = {f"wrote:{head['write']}:{seq}:{token}": ""} if head.get("write") else {}
+        self._put({f"value:{seq}:{token}:n": str(n), **done})
+
+    def committed(self, write: str, upto: int) -> tuple[int, int] | None:
+        """``(N, token)`` of the latest attempt that recorded the digest ``write`` (:meth:`save_value`) and was
+        decided as write N <= ``upto``; None when none was (never run, or every attempt at it lost)."""
+        tried = sorted({(int(n), int(t)) for n, t in (k.rsplit(":", 2)[1:] for k in
+                                                      self._prefixed(f"wrote:{write}:", value=False))
+                        if int(n) <= upto}, reverse=True)
+        decisions = self._get([f"dec:{n}" for n in sorted({n for n, _ in tried})]) if tried else {}
+        for n, token in tried:
+            decision = decisions.get(f"dec:{n}")
+            if decision is not None and int(json.loads(decision)["token"]) == token:
+                return n, token
+        return None
 
     def save_removals(self, seq: int, token: int, keys: list[str]) -> int:
         return self._put_chunks(f"rm:{seq}:{token}", json.dumps(keys)) if keys else 0

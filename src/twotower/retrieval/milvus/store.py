@@ -45,7 +45,7 @@ from twotower.retrieval.milvus.passages import passage_table, search_documents, 
 from twotower.retrieval.milvus.rows import RowTable, read_visible
 from twotower.retrieval.milvus.state import State, documents_visible, visible
 from twotower.retrieval.milvus.vectors import MilvusVectors
-from twotower.retrieval.milvus.writes import check_sizes, digest, write, write_version
+from twotower.retrieval.milvus.writes import check_sizes, digest, done_before, write, write_version
 
 if TYPE_CHECKING:
     from twotower.retrieval.milvus.lexical_search import MilvusBM25
@@ -395,10 +395,12 @@ class MilvusStore:
         return self._write(keep, remove=list(ids), show_progress=show_progress)
 
     def wrote(self, docs: Sequence[tuple[str, str, str, dict]], replace: bool = False) -> bool:
-        """Whether the last committed write added exactly ``docs`` (``(id, title, text, metadata)``): running it again
-        (after a kill that came after its commit point) is then a no-op, not an "already in the index" error."""
+        """Whether a committed write added exactly ``docs`` (``(id, title, text, metadata)``) and they are still there
+        as it wrote them (:func:`.writes.done_before`): running it again (after a kill that came after its commit
+        point, whatever other writers committed since) is then a no-op, not an "already in the index" error."""
         ids, titles, texts, metadata = (list(x) for x in zip(*docs)) if docs else ([], [], [], [])
-        return self.state.head().get("write") == digest("add", ids, titles, texts, replace, metadata)
+        key = digest("add", ids, titles, texts, replace, metadata)
+        return done_before(self, self.state, self.state.head(), key, ids, adds=True)
 
     def _write(self, keep: int, **kwargs) -> "MilvusStore":
         with writer_lock(self.root):

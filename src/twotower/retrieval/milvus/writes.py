@@ -7,7 +7,8 @@ N = the committed C + 1 (:mod:`.state` describes the rows):
 1. *Settle* what C and the writes before it left: C's removals marked (if C's writer stopped before), rows removed
    by committed writes deleted for good, rows of losing attempts deleted, stale state rows dropped. Idempotent, and
    it only ever touches what a committed decision determines, so a settler that pauses cannot undo anything.
-2. If C has this write's digest, it is done: nothing more (a rerun after a kill that came after the decision).
+2. If this write's digest was committed (by C, or by an earlier write whose rows later writes left as they were), it
+   is done: nothing more (a rerun after a kill that came after the decision: :func:`done_before`).
 3. Register as an attempt at N, then check that N is still undecided (else start over from 1: another writer was
    faster; nothing was written).
 4. New rows go in under keys ``T:<id>`` (and ``T.<p>:<id>`` for a long document's further passages: :func:`doc_rows`)
@@ -20,9 +21,10 @@ N = the committed C + 1 (:mod:`.state` describes the rows):
    before the marks hides those rows by key.)
 
 A kill anywhere before 5 leaves C's answers; the rerun settles and does the write; a kill after 5 leaves N's
-answers, and the rerun finds its digest in the head. A writer paused anywhere, for any time, cannot make a write
-half-visible. A write becomes visible only as a whole, and only if its writer returns success or has not returned
-yet (a writer that paused after proposing may be carried to the decision by another, and then learns it succeeded).
+answers, and the rerun finds its digest committed, whatever other writers committed since. A writer paused anywhere,
+for any time, cannot make a write half-visible. A write becomes visible only as a whole, and only if its writer
+returns success or has not returned yet (a writer that paused after proposing may be carried to the decision by
+another, and then learns it succeeded).
 """
 
 from __future__ import annotations
@@ -181,6 +183,25 @@ def digest(op: str, ids, titles=(), texts=(), replace: bool = False, metadata=No
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+def done_before(store, state: State, head: dict, key: str, ids: list[str], adds: bool,
+                old: dict | None = None) -> bool:
+    """Whether the write of digest ``key`` on ``ids`` (an add or replace with ``adds``, else a remove) is committed
+    at ``head`` already: ``head``'s own write, or an earlier one whose effect still stands: every id's visible row
+    is the one it wrote (an add), or none of the ids is there (a remove). A write that later writes undid is not
+    done (the same add after its documents were removed adds them again). ``old``: the visible rows of ``ids`` at
+    ``head`` by id (:func:`read_rows`; read from ``store`` when an earlier attempt with this digest was decided)."""
+    if head.get("write") == key:
+        return True
+    found = state.committed(key, int(head["seq"]))
+    if found is None:
+        return False
+    if old is None:
+        old = read_rows(store.client, store.uri, store.collection, ids, head, ["pk", "id", "attempt"])
+    if adds:
+        return all(d in old and int(old[d]["attempt"]) == found[1] for d in ids)
+    return not any(d in old for d in ids)
+
+
 def _shown(ids: list[str]) -> str:
     return ", ".join(repr(d) for d in ids[:5]) + (" …" if len(ids) > 5 else "")
 
@@ -199,7 +220,7 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
             head = state.head()
             lexical = bool(head["manifest"].get("bm25"))
             settle(client, uri, coll, state, head, lexical)
-            if head.get("write") == key:  # this very write committed before a crash: done
+            if head.get("write") == key:  # this very write committed before a crash: done (the cheap case)
                 return head
             seq, token = int(head["seq"]) + 1, new_token()
             state.register(seq, token)
@@ -209,6 +230,9 @@ def write(store, *, docs: NewDocs | None = None, remove: list[str] | None = None
             lock.renew()  # another attempt became write N meanwhile (nothing of this one written): again
         kind = MilvusVectors.from_manifest(head["manifest"])
         old = read_rows(client, uri, coll, ids, head, _fields(lexical, kind))
+        if (old if docs is not None else len(old) < len(ids)) and done_before(
+                store, state, head, key, ids, docs is not None, old):  # committed before, other writes since
+            return head
         if docs is not None and old and not replace:
             dup = [d for d in ids if d in old]
             raise IndexStoreError(f"{store.root}: {len(dup)} document id(s) are already in the index: {_shown(dup)} "
