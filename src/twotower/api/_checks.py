@@ -26,11 +26,11 @@ def check_build_options(*, multivector, project, batch_size, ray, ray_address, w
 def check_search_options(queries: list, *, k, rerank_depth, ef_search, nprobe, prf_depth, lam, prf_weight) -> None:
     """:meth:`Index.search`'s numbers and query texts (a lone surrogate named here, not by the tokenizer)."""
     check_texts(queries, "query")
-    check_number(k, "k", integer=True, minimum=1, hint="the number of hits")
+    check_number(k, "k", integer=True, minimum=1, hint="the number of hits", option="--top-k")
     for name, value in (("rerank_depth", rerank_depth), ("ef_search", ef_search), ("nprobe", nprobe),
                         ("prf_depth", prf_depth)):
         check_number(value, name, integer=True, minimum=1, optional=True)
-    check_number(lam, "lam", minimum=0, maximum=1, optional=True)
+    check_number(lam, "lam", minimum=0, maximum=1, optional=True, option="--lambda")
     check_number(prf_weight, "prf_weight", above=0, optional=True)
 
 
@@ -46,7 +46,7 @@ def resolve_search(searcher, mode, lam, norm, *, has_text: bool, rerank, passage
     """``(mode, λ)`` an :meth:`Index.search <twotower.Index.search>` runs with (a fitted model's own unless given),
     after refusing the options that mode would not use."""
     asked_lam = lam
-    mode, lam = searcher.resolve(mode, lam)
+    mode, lam = searcher.resolve(mode if mode is not None or has_text else "dense", lam)  # a vector alone: dense
     if asked_lam is not None and mode != "hybrid":
         raise TwoTowerError(f"lambda weighs dense against BM25 in mode hybrid; mode {mode} does not use it: drop "
                             "it or search with mode='hybrid'")

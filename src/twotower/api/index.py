@@ -37,7 +37,7 @@ class Index(Managing, Syncing):
     """
 
     def __init__(self, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-                 query_runtime: str = "torch", verify: bool = False, embedding=None) -> None:
+                 query_runtime: str = "auto", verify: bool = False, embedding=None) -> None:
         """Open the index at ``path`` (see :meth:`open`)."""
         from twotower.retrieval.backends import open_store
         from twotower.retrieval.searcher import Searcher
@@ -61,10 +61,12 @@ class Index(Managing, Syncing):
     @classmethod
     @user_errors
     def open(cls, path: str | Path, *, device: str = "auto", precision: str = "auto", model: str | None = None,
-             query_runtime: str = "torch", verify: bool = False, embedding=None) -> "Index":
+             query_runtime: str = "auto", verify: bool = False, embedding=None) -> "Index":
         """Open an index written by :meth:`build` or ``twotower index build``. ``model`` overrides the encoder the
-        manifest names (it must make vectors of the same size); ``query_runtime`` ``onnx`` | ``auto`` encodes
-        queries with ONNX Runtime (faster at batch 1 on a CPU); ``verify`` checks every file's SHA-256 now.
+        manifest names (it must make vectors of the same size); ``query_runtime`` ``auto`` (default) encodes
+        queries with ONNX Runtime on a CPU (faster at batch 1; its export kept on disk, so that a new process's
+        first search loads neither torch nor the weights: :mod:`twotower.encoders.onnx_cache`), ``onnx`` insists on
+        it, ``torch`` encodes them with PyTorch; ``verify`` checks every file's SHA-256 now.
         ``embedding``: an index built with an embedding of your own needs it again (an index does not store it;
         the manifest records its class, and another one is refused); one of precomputed vectors may take any of
         their size, or search with ``query_vector=``.
@@ -80,7 +82,7 @@ class Index(Managing, Syncing):
     @classmethod
     @user_errors
     def build(
-        cls, path: str | Path, corpus, *, ids=None, metadatas=None, encoder=None, kind: str = "flat", bm25: bool = False,
+        cls, path: str | Path, corpus, *, ids=None, metadatas=None, encoder=None, kind: str = "flat", bm25: bool | None = None,
         language: str | None = None, bigrams: bool = False, multivector: int | None = None,
         project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
         pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
@@ -99,8 +101,8 @@ class Index(Managing, Syncing):
         written, in order, are in :attr:`added_ids` afterwards. ``encoder``: an
         :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
         gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
-        string. ``bm25`` (implied by ``language`` or ``bigrams``) adds the lexical side for ``bm25`` / ``hybrid`` /
-        ``rrf`` searches; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
+        string. ``bm25`` (default: on; implied by ``language`` or ``bigrams``; ``bm25=False`` leaves it out) adds the
+        lexical side for ``bm25`` / ``hybrid`` / ``rrf`` searches, and makes ``hybrid`` the default search; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
         puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
         ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
         name; ``kind`` flat | hnsw | ivf; ``vectors`` fp32 | int8, and binary on a Milvus server); the folder keeps
@@ -167,7 +169,7 @@ class Index(Managing, Syncing):
 
         given_vectors = options.pop("vectors") if precomputed(options.get("vectors")) else None
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
-                         bm25=bm25 or bigrams or language is not None,
+                         bm25=(bm25 is None or bm25) or bigrams or language is not None,
                          bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
         unknown = sorted(set(options) - set(vars(spec)))
         if unknown:
@@ -267,7 +269,7 @@ class Index(Managing, Syncing):
 
         ``mode``: ``dense`` | ``bm25`` | ``hybrid`` (λ·dense + (1−λ)·BM25 after per-query ``norm``: ``minmax`` or
         ``zscore``) | ``rrf``; left out, the mode, λ, normalisation and re-ranker ``twotower fit`` chose for the
-        model, else dense. ``prf_depth``/``prf_weight``: dense pseudo-relevance feedback (Rocchio on vectors).
+        model, else ``hybrid`` (λ 0.5) on an index with BM25 and ``dense`` on one without. ``prf_depth``/``prf_weight``: dense pseudo-relevance feedback (Rocchio on vectors).
         ``rerank``: a cross-encoder directory or :class:`Reranker` re-scoring the top ``rerank_depth`` (default
         100), ``"none"`` to leave a fitted one out. ``ef_search``/``nprobe``: HNSW / IVF search breadth
         (left out: the one the index calibrated when it was built, for recall@10 ≥ 0.95:

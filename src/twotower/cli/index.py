@@ -45,8 +45,9 @@ def index_build(
     ef_construction: int = typer.Option(200, "--ef-construction", min=1),
     nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF lists (default ≈ 4·√n)."),
     pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="IVF-PQ sub-quantizers (default dim/8)."),
-    bm25: bool = typer.Option(False, "--bm25", help="Also store a BM25 index (for --mode bm25|hybrid; "
-                              "on by itself for a model fitted to hybrid or RRF retrieval by 'twotower fit')."),
+    bm25: Optional[bool] = typer.Option(None, "--bm25/--no-bm25", help="Also store a BM25 index (default: on; "
+                                        "--mode bm25|hybrid|rrf, and searches default to hybrid); --no-bm25: dense "
+                                        "only."),
     bigrams: bool = typer.Option(False, "--bigrams", help="BM25 over unigrams + bigrams."),
     language: Optional[str] = typer.Option(None, "--language", help=LANGUAGE_HELP + " Implies --bm25."),
     multivector: Optional[int] = typer.Option(None, "--multivector", min=1,

@@ -23,18 +23,13 @@ import torch
 
 from twotower.checks import given
 from twotower.encoders.encoder import TextEncoder
+from twotower.encoders.onnx_cache import PROBE_TEXTS, TOLERANCE
 from twotower.encoders.inference import encode_texts, length_sorted_batches
 from twotower.errors import TwoTowerError
 
 log = logging.getLogger(__name__)
 
 RUNTIMES = ("auto", "torch", "onnx")
-TOLERANCE = 1e-4  # max |Δ| between ORT and torch embeddings (unit vectors) on the probe texts
-PROBE_TEXTS = (
-    "what is the effect of vitamin d on bone density?",
-    "a",
-    "Mean pooling averages the token vectors of a text; padding must not count. " * 3,
-)
 
 
 def export_tower(tower: TextEncoder) -> bytes:
@@ -80,12 +75,14 @@ class OnnxTower:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3  # errors only: ORT warns about every constant it folds
         try:
-            self.session = ort.InferenceSession(export_tower(tower), opts, providers=["CPUExecutionProvider"])
+            self.model_bytes = export_tower(tower)  # kept for the on-disk cache (encoders.onnx_cache)
+            self.session = ort.InferenceSession(self.model_bytes, opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # the exporter and ORT raise many types; say which step failed
             raise TwoTowerError(f"could not export this tower to ONNX Runtime ({type(exc).__name__}: {exc}); "
                                 f"use {given('query_runtime', 'torch')}") from exc
         self.inputs = {i.name for i in self.session.get_inputs()}
         ref = encode_texts(tower, PROBE_TEXTS, max_length=self.max_length, precision="fp32", show_progress=False)
+        self.probes = ref  # torch's embeddings of the probe texts, kept with a cached export
         self.max_abs_diff = float(np.abs(self.encode(PROBE_TEXTS) - ref).max())
         if not self.max_abs_diff <= TOLERANCE:
             raise TwoTowerError(f"the ONNX Runtime export differs from the torch tower by {self.max_abs_diff:.2e} "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twotower.checks import flag
+from twotower.checks import flag, given
 from twotower.errors import TwoTowerError
 from twotower.retrieval.hybrid import NORMS, fusion_depth, interpolate, rrf
 from twotower.retrieval.prf import DEFAULT_WEIGHT, check_prf
@@ -78,6 +78,16 @@ def _external(store, embedding, model):
                            record=info)
 
 
+class _TowerQueries:
+    """``encode_queries``: a loaded model's query prefix, then its ONNX Runtime tower."""
+
+    def __init__(self, tower, encoder) -> None:
+        self.tower, self.encoder = tower, encoder
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        return self.tower.encode(self.encoder.query_texts(queries))
+
+
 @dataclass
 class Hit:
     doc_id: str
@@ -124,9 +134,11 @@ class Searcher:
         return self._defaults
 
     def resolve(self, mode: str | None, lam: float | None) -> tuple[str, float]:
-        """(mode, λ) to search with: the given ones, else the model's fitted ones, else dense and DEFAULT_LAMBDA."""
+        """(mode, λ) to search with: the given ones, else the model's fitted ones, else hybrid where the index has
+        BM25 (it won on every English collection measured: docs/guides/hybrid-prf-rerank.md) or dense, and
+        DEFAULT_LAMBDA."""
         d = self.defaults
-        mode = mode or (d.mode if d else "dense")
+        mode = mode or (d.mode if d else "hybrid" if self.store.manifest.get("bm25") else "dense")
         if lam is None:
             lam = d.lam if d is not None and d.lam is not None and mode == "hybrid" else DEFAULT_LAMBDA
         return mode, lam
@@ -146,19 +158,59 @@ class Searcher:
 
     @property
     def onnx_queries(self):
-        """The ONNX Runtime query tower when ``query_runtime`` resolves to onnx, else None."""
-        if self._onnx_queries is False and hasattr(self.encoder, "manifest_info") and self.query_runtime == "torch":
-            self._onnx_queries = None  # an embedding of your own encodes its queries (ExternalEncoder)
+        """The ONNX Runtime query encoder (``encode_queries(texts)``) when ``query_runtime`` resolves to onnx, else
+        None: from the on-disk cache when it holds this model (no torch, no weights loaded:
+        :mod:`twotower.encoders.onnx_cache`), else exported from the loaded query tower (and cached)."""
+        if self._onnx_queries is False and (self.query_runtime == "torch" or (
+                self._encoder is not None and hasattr(self._encoder, "manifest_info"))):
+            self._onnx_queries = None  # torch asked for, or an embedding of your own encodes its queries
         if self._onnx_queries is False:
+            self._onnx_queries = self._cached_queries()
+        if self._onnx_queries is False:
+            if hasattr(self.encoder, "manifest_info"):  # precomputed vectors: no query tower
+                self._onnx_queries = None
+                return None
             from twotower.encoders.onnx_runtime import query_runtime
 
-            self._onnx_queries = query_runtime(self.encoder.query_tower, self.query_runtime,
-                                               max_length=self.encoder.query_max_length)
+            tower = query_runtime(self.encoder.query_tower, self.query_runtime,
+                                  max_length=self.encoder.query_max_length)
+            self._onnx_queries = None if tower is None else _TowerQueries(tower, self.encoder)
+            if tower is not None and self._model_dir() is not None:
+                from twotower.encoders.onnx_cache import save_cached
+
+                save_cached(self._model_dir(), query_max_length=self.encoder.query_max_length,
+                            model_bytes=tower.model_bytes, prefix=self.encoder.prompts.get("query", ""),
+                            dim=tower.dim, probes=tower.probes)
         return self._onnx_queries
 
-    def encode_queries(self, queries: list[str]) -> np.ndarray:
-        from twotower.encoders.towers import EncodeOptions
+    def _model_dir(self) -> str | None:
+        """The local directory of the index's twotower model (None: an embedding of your own, a hub name)."""
+        from twotower.encoders.external import is_external
 
+        info = self.store.manifest.get("model") or {}
+        if is_external(info):
+            return None
+        path = self._model_override or info.get("path")
+        if path is None and info.get("name") in (None, "all-MiniLM-L6-v2"):
+            from twotower.encoders.layout import default_model_path
+
+            path = str(default_model_path())
+        return path if path and Path(path).is_dir() else None
+
+    def _cached_queries(self):
+        """The cached ONNX query encoder (False: none usable here, so the tower is loaded)."""
+        model_dir = self._model_dir()
+        length = (self.store.manifest.get("model") or {}).get("query_max_length")
+        # device auto on a machine with an NVIDIA driver may mean a GPU: torch decides there (imported only then)
+        gpu = self.device not in ("auto", "cpu") or (self.device == "auto" and
+                                                     Path("/proc/driver/nvidia/version").exists())
+        if self._encoder is not None or model_dir is None or not length or self._model_override or gpu:
+            return False
+        from twotower.encoders.onnx_cache import load_cached
+
+        return load_cached(model_dir, query_max_length=int(length)) or False
+
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
         if self.query_vectors is not None:
             from twotower.encoders.external import check_vectors, is_external
 
@@ -167,7 +219,9 @@ class Searcher:
             return check_vectors(self.query_vectors, len(queries), "query_vector", index_dim(self.store),
                                  normalize=normalize)
         if self.onnx_queries is not None:
-            return self.onnx_queries.encode(self.encoder.query_texts(queries))
+            return self.onnx_queries.encode_queries(queries)
+        from twotower.encoders.towers import EncodeOptions
+
         return self.encoder.encode_queries(queries, EncodeOptions(precision=self.precision, show_progress=False))
 
     def run(
@@ -195,6 +249,8 @@ class Searcher:
             raise TwoTowerError(f"unknown fusion normalisation '{norm}': choose one of {', '.join(NORMS)}")
         check_prf(prf_depth, prf_weight, mode=mode)
         store = store or self.store  # one version for the whole call
+        # no query has more hits than the index has documents: a k of 2**31 - 1 asks for no array that size
+        k = min(int(k), max(1, len(store)))
         only = restriction(store, filter)
         qids, texts = list(queries), list(queries.values())
         if "mask" in only and not only["mask"].any():  # nothing matches: no hits (and no encoding)
@@ -231,6 +287,9 @@ class Searcher:
                                 f"index is multi-vector: drop {flag('prf_depth')}")
         q_vecs = store.project_queries(q_vecs)  # at the stored dimension (index build --dim)
         only = only or {}
+        if not only and depth > len(store):  # refused before a search sized by it (the service says the same)
+            raise TwoTowerError(f"{given('prf_depth', depth)}: the index holds only {len(store)} documents to feed "
+                                f"back; lower {flag('prf_depth')}")
         if only:  # feedback from the matching documents, as many as there are up to depth
             matches = int(only["mask"].sum()) if "mask" in only else store.count(only["expr"])
             if matches == 0:  # nothing to learn from (and nothing the search after finds)
