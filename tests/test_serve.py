@@ -288,8 +288,8 @@ def test_other_bad_input(client, index, tmp_path):
     bad(client.put("/search", json={"query": "tea"}), 405)
     bad(client.get("/nowhere"), 404)
     # body size: declared, and chunked without a Content-Length
-    bad(client.post("/search", content=b"x" * (4 * 1024 * 1024 + 1), headers={"content-type": "application/json"}), 413)
-    bad(client.post("/search", content=(b"x" * 65536 for _ in range(80)), headers={"content-type": "application/json"}), 413)
+    bad(client.post("/search", content=b"x" * (32 * 1024 * 1024 + 1), headers={"content-type": "application/json"}), 413)
+    bad(client.post("/search", content=(b"x" * 65536 for _ in range(520)), headers={"content-type": "application/json"}), 413)
     # writes
     bad(client.post("/documents", json={"documents": []}, headers=HEADERS), 422)
     bad(client.post("/documents", json={"documents": [{"_id": "a", "text": "1"}, {"_id": "a", "text": "2"}]},

@@ -38,7 +38,8 @@ def serve_cmd(
              "back to torch, saying why) or PyTorch."),
     max_k: int = typer.Option(1000, "--max-k", min=1, help="Largest k a search may ask for."),
     max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most queries in one /search/batch."),
-    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body."),
+    max_body_bytes: int = typer.Option(32 * 1024 * 1024, "--max-body-bytes", min=1024, help="Largest request body (default "
+                                        "32 MiB: one document of 4,000,000 characters, the limit of any text)."),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve search, document reads and (with an API key) document writes over HTTP."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from twotower.errors import TwoTowerError
 
+from twotower.data.ids import MAX_TEXT_CHARS
+
 log = logging.getLogger(__name__)
 
 
@@ -25,8 +27,8 @@ class ServeLimits:
     max_docs_per_request: int = 256
     max_id_chars: int = 1024  # characters; the id rule (data.ids.MAX_ID_BYTES) also bounds its UTF-8 bytes
     max_title_chars: int = 2048
-    max_text_chars: int = 100_000
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_text_chars: int = MAX_TEXT_CHARS  # as Python's (data.ids): a document of any length up to it
+    max_body_bytes: int = 32 * 1024 * 1024  # room for one document at that limit (its JSON can be longer)
 
     def __post_init__(self) -> None:
         from twotower.checks import check_number
