@@ -225,6 +225,11 @@ def test_a_pdf_passage_carries_its_page_on_python_cli_and_http(tmp_path, tiny_be
     assert out.exit_code == 0, out.output
     first = json.loads(out.stdout.strip().splitlines()[0])
     assert first["passages"][0]["page"] == book.passage.page
+    table = runner.invoke(tt_cli(), ["search", "topic3 words", "--index", str(tmp_path / "idx"), "--mode", "bm25",
+                                     "-k", "1"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    snippet = " ".join(book.passage.text.split())[:40]  # the table shows the best passage's start, offset and page
+    assert snippet in table.output and f"[@{book.passage.start} p.{book.passage.page}]" in table.output
 
 
 def test_sync_on_milvus_gives_the_same_documents_as_locally(tmp_path, tiny_bert_dir):

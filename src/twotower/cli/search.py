@@ -109,8 +109,20 @@ def search_cmd(
                               "metadata": h.metadata, "passages": [p.to_dict() for p in h.passages]}))
         return
     table = Table(title=f"{mode}: {query}")
-    for name in ("rank", "id", "score", "title"):
-        table.add_column(name, justify="right" if name in ("rank", "score") else "left")
+    for name in ("rank", "id", "score", "title", "passage"):
+        table.add_column(name, justify="right" if name in ("rank", "score") else "left",
+                         ratio=3 if name == "passage" else None, overflow="fold" if name == "id" else "ellipsis")
     for rank, h in enumerate(hits, start=1):
-        table.add_row(str(rank), h.id, f"{h.score:.4f}", h.title)
+        table.add_row(str(rank), h.id, f"{h.score:.4f}", h.title, _snippet(h))
     console.print(table)
+
+
+def _snippet(hit, width: int = 160) -> str:
+    """The start of the hit's best passage on one line (``…`` where it is cut), with its offset (and page)."""
+    p = hit.passage
+    if p is None:
+        return ""
+    text = " ".join(p.text.split())
+    text = text if len(text) <= width else text[: width - 1].rstrip() + "…"
+    where = f"@{p.start}" + (f" p.{p.page}" if p.page is not None else "")
+    return f"{text} [{where}]"

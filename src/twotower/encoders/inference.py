@@ -294,6 +294,7 @@ def encode_texts(
     desc: str = "encoding",
     compile: bool = False,
     prefetch: bool | None = None,
+    unit: str = "text",
 ) -> np.ndarray:
     """Encode ``texts`` into a float32 array (len(texts), dim), in input order, on the encoder's device.
 
@@ -316,7 +317,7 @@ def encode_texts(
     out = np.empty((len(texts), encoder.dim), dtype=np.float32)
     was_training = encoder.training
     encoder.eval()
-    bar = progress_bar(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
+    bar = progress_bar(total=len(texts), desc=desc, unit=unit, disable=not show_progress or len(texts) == 0)
     pending: list[tuple[np.ndarray, torch.Tensor]] = []  # batches whose embeddings are still on the device
 
     def to_host() -> None:

@@ -255,9 +255,10 @@ def _auto_int8(tower: TextEncoder, texts: Sequence[str], max_length: int | None)
 def encode_with_runtime(
     tower: TextEncoder, texts: Sequence[str], *, runtime: str | None = None, precision: str = "auto",
     max_length: int | None = None, batch_size: int | None = None, show_progress: bool = True,
-    desc: str = "encoding", compile: bool = False,
+    desc: str = "encoding", compile: bool = False, unit: str = "text",
 ) -> np.ndarray:
-    """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`)."""
+    """:func:`~twotower.encoders.inference.encode_texts` through ``runtime`` (None: :func:`current_runtime`);
+    ``unit``: what its progress bar counts."""
     runtime = runtime or current_runtime()
     graph = graph_for(tower, runtime, precision, compile=compile, texts=texts, max_length=max_length)
     used = _used.get()
@@ -267,5 +268,6 @@ def encode_with_runtime(
         if runtime == "auto":  # torch at the precision auto chose
             precision = last_choice(tower)["precision"]
         return encode_texts(tower, texts, max_length=max_length, batch_size=batch_size, precision=precision,
-                            show_progress=show_progress, desc=desc, compile=compile)
-    return graph.encode(texts, max_length=max_length, batch_size=batch_size, show_progress=show_progress, desc=desc)
+                            show_progress=show_progress, desc=desc, compile=compile, unit=unit)
+    return graph.encode(texts, max_length=max_length, batch_size=batch_size, show_progress=show_progress, desc=desc,
+                        unit=unit)

@@ -121,14 +121,14 @@ class GraphTower:
         log.info("int8 check on the texts: smallest cosine to torch fp32 %.4f (needs ≥ %s)", worst, self.need)
 
     def encode(self, texts: Sequence[str], *, max_length: int | None = None, batch_size: int | None = None,
-               show_progress: bool = False, desc: str = "encoding") -> np.ndarray:
+               show_progress: bool = False, desc: str = "encoding", unit: str = "text") -> np.ndarray:
         """Embeddings (len(texts), dim), float32, in input order: length-sorted batches as torch encodes them."""
         self.check_sample(texts)
         max_length = max_length or self.tower.max_length
         batch_size = batch_size or (AMX_BATCH if self.runtime.startswith("openvino") and has_amx()
                                     else default_batch_size(torch.device("cpu")))
         out = np.empty((len(texts), self.tower.dim), dtype=np.float32)
-        bar = progress_bar(total=len(texts), desc=desc, unit="text", disable=not show_progress or len(texts) == 0)
+        bar = progress_bar(total=len(texts), desc=desc, unit=unit, disable=not show_progress or len(texts) == 0)
         batches = ((rows, ids.numpy(), mask.numpy())
                    for rows, ids, mask in length_sorted_batches(self.tower.tokenizer, texts, max_length, batch_size))
         try:

@@ -35,6 +35,7 @@ class EncodeOptions:
     show_progress: bool = True
     compile: bool = False  # torch.compile the forward pass (pays off on thousands of texts; see inference.py)
     runtime: str | None = None  # auto | torch | onnx | openvino | (onnx|openvino)-int8; None: runtimes.current_runtime()
+    unit: str = "text"  # what the progress bar counts ("passage" for a split corpus)
 
 
 def new_projection(in_features: int, out_features: int, *, layer_norm: bool = False) -> Projection:
@@ -231,5 +232,5 @@ class DualEncoder(nn.Module):
             self.doc_tower, self.document_texts(docs), max_length=self.doc_max_length,
             batch_size=opts.batch_size, precision=opts.precision, show_progress=opts.show_progress,
             compile=opts.compile, runtime=opts.runtime,
-            desc="encoding documents",
+            desc="encoding documents", unit=opts.unit,
         )

@@ -110,7 +110,7 @@ def encode_new_docs(
         split = split_documents(encoder.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs], spec,
                                 prompt=encoder.prompts.get("document", ""), ids=[d.id for d in docs])
         opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
-                             compile=cfg.compile)
+                             compile=cfg.compile, unit="passage")
         return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
                        encoder.encode_documents(split.texts, opts), split.offsets,
                        metadata=[getattr(d, "metadata", None) or {} for d in docs], spans=split.spans)
