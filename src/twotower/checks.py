@@ -156,6 +156,23 @@ def _show(value) -> str:
     return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
 
 
+def check_bool(value, name: str, *, optional: bool = False, option: str | None = None, where: str = "") -> bool | None:
+    """``value`` as a Python bool when it is one (numpy's ``bool_`` too), else a :class:`TwoTowerError` naming the
+    parameter: a string such as ``"no"``, a number such as ``0`` or a list would otherwise be taken for its truth
+    value (``"no"`` for True). ``optional``: None passes.
+
+    Example::
+
+        check_bool(False, "merge")  # False; "no" or 0 would raise, naming merge
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    kind = "nothing" if value is None else f"a {type(value).__name__}"
+    raise TwoTowerError(f"{where}{flag(name, option)}: True or False is needed, not {kind} ({_show(value)})")
+
+
 def check_numbers(values, name: str, **rules) -> tuple:
     """:func:`check_number` on each of ``values`` (a list or tuple parameter), naming ``name`` and the position."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):

@@ -62,7 +62,7 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
     if passages is None and not tuned:
         return None
     return PassageSpec(window=window, overlap=overlap,
-                       max_passages=MAX_PASSAGES if limit is None else limit, score=score or "max")
+                       max_passages=MAX_PASSAGES if limit is None else limit, score="max" if score is None else score)
 
 
 def external_parts(docs: list, embedding, given_vectors):

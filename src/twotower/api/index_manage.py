@@ -117,8 +117,9 @@ class Managing:
             while page.next:
                 page = index.list({"kind": "tea"}, limit=10, after=page.next)
         """
-        check_number(limit, "limit", integer=True, minimum=1, optional=True)
-        check_number(offset, "offset", integer=True, minimum=0)
+        # a whole float (2.0) counts as the number it is: the checked values are Python ints
+        limit = check_number(limit, "limit", integer=True, minimum=1, optional=True)
+        offset = check_number(offset, "offset", integer=True, minimum=0)
         if after is not None and not isinstance(after, str):
             raise TwoTowerError(f"{flag('after')}: the id the previous page ended with (its next), not "
                                 f"{type(after).__name__}")
@@ -141,7 +142,7 @@ class Managing:
                 print(doc.id, doc.metadata)
         """
         ids = _ids(ids, "get")
-        check_number(limit, "limit", integer=True, minimum=1, optional=True)
+        limit = check_number(limit, "limit", integer=True, minimum=1, optional=True)
         from twotower.retrieval.manage import records, selected_ids
 
         store = self._live()
@@ -153,8 +154,8 @@ class Managing:
     def delete(self, ids: Sequence[str] | None = None, *, filter=None, lock_timeout: float | None = 60.0) -> list:
         """Delete the documents ``filter`` lets through (of ``ids`` when given; a non-empty filter or ids are
         required) in one atomic write — a new version locally, one committed write on Milvus — and return their
-        ids (``[]``: nothing matched, nothing written). Deleting every document is refused.
-        ``lock_timeout``: as in :meth:`add`.
+        ids (``[]``: nothing matched, nothing written), each once. Deleting every document is refused, and so is an
+        id given twice. ``lock_timeout``: as in :meth:`add`.
 
         Example::
 
@@ -176,8 +177,9 @@ class Managing:
         """Change the metadata of the documents ``filter`` lets through (of ``ids`` when given; neither: every
         document) and nothing else — no re-encoding; vectors, BM25 and texts stay as they are — in one atomic write;
         returns the ids updated. ``metadata``: one dict for all, or a list of dicts, one per id; ``merge`` (default)
-        sets its keys over the old metadata, ``merge=False`` replaces the metadata whole; ``unset``: keys removed.
-        The result follows the metadata rules of :meth:`add`.
+        sets its keys over the old metadata, ``merge=False`` replaces the metadata whole (``merge`` a bool: ``"no"``
+        is refused, not taken as true); ``unset``: top-level keys removed (a list of strings, whether or not a
+        document holds them). An id given twice is refused. The result follows the metadata rules of :meth:`add`.
 
         Example::
 

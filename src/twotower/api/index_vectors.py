@@ -33,10 +33,10 @@ def query_inputs(query, query_vector) -> tuple[list, bool, np.ndarray | None, bo
             raise TwoTowerError("search: give query (a text or a list of texts), or query_vector")
         single = isinstance(query, str)
         return ([query] if single else list(query)), single, None, True
-    try:
-        vectors = np.asarray(query_vector, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise TwoTowerError(f"query_vector: a vector (a list of numbers) or a list of vectors ({exc})") from None
+    from twotower.encoders.external import real_array
+
+    # complex numbers, bools and text refused, not cast (an imaginary part would be dropped without a word)
+    vectors = real_array(query_vector, "query_vector", "a vector (a list of numbers) or a list of vectors")
     if vectors.ndim not in (1, 2) or vectors.size == 0:
         raise TwoTowerError(f"query_vector: a vector or a list of vectors, got shape {vectors.shape}")
     single = vectors.ndim == 1

@@ -19,6 +19,24 @@ LOCK_HELP = "Seconds to wait while another writer holds the index's lock (0: at 
 INDEX = typer.Option(..., "--index", help="Index directory.")
 
 
+def read_json_option(text: str, option: str):
+    """``text`` (a JSON option's value) decoded; a :class:`TwoTowerError` naming ``option`` for text that is not
+    JSON, nests deeper than Python's JSON reader goes (no traceback), or holds a whole number of more than 4,300
+    digits (not Python's advice on ``sys.set_int_max_str_digits``)."""
+    from twotower.data.metadata import MAX_DEPTH, MAX_INT
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TwoTowerError(f"{option}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TwoTowerError(f"{option}: nested too deep to read (metadata nests at most {MAX_DEPTH} levels of "
+                            "objects and lists): flatten it") from None
+    except ValueError:  # Python's limit on the digits of a whole number
+        raise TwoTowerError(f"{option}: holds a number of more than 4,300 digits (a metadata number is at most "
+                            f"±{MAX_INT:,}, 2**53): give a smaller one, or the number as a string") from None
+
+
 def _record(doc) -> str:
     return json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text, "metadata": doc.metadata},
                       ensure_ascii=False)
@@ -104,10 +122,7 @@ def index_update(
     """Change documents' metadata only (no re-encoding: vectors, BM25 and texts untouched), in one atomic write."""
     try:
         flt = read_filter(filter_)
-        try:
-            meta = json.loads(metadata) if metadata is not None else None
-        except json.JSONDecodeError as exc:
-            raise TwoTowerError(f"--metadata: not JSON ({exc.msg} at column {exc.colno})") from None
+        meta = read_json_option(metadata, "--metadata") if metadata is not None else None
         opened = tt.Index.open(index)
         updated = opened.update(ids or None, filter=flt, metadata=meta, merge=not replace_metadata,
                                 unset=unset or (), lock_timeout=lock_timeout)

@@ -35,7 +35,7 @@ import numpy as np
 
 from twotower.errors import TwoTowerError
 
-__all__ = ["ExternalEncoder", "describe", "is_external", "check_vectors"]
+__all__ = ["ExternalEncoder", "describe", "is_external", "check_vectors", "real_array"]
 
 KINDS = ("callable", "langchain", "llama_index", "vectors")
 
@@ -57,14 +57,51 @@ def describe(embedding) -> tuple[str, str]:
     return kind, f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', type(named).__name__)}"
 
 
+def real_array(values, where: str, what: str = "vectors of numbers, all of one size") -> np.ndarray:
+    """``values`` (an array, a list of lists, anything numpy reads) as float32, refusing what a float32 cast would
+    change without a word: complex numbers (their imaginary part dropped), bools, text (``"1.5"`` parsed), dates;
+    a :class:`TwoTowerError` naming ``where``."""
+    import numbers
+
+    try:
+        raw = values if isinstance(values, np.ndarray) else np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise TwoTowerError(f"{where}: expected {what} ({exc})") from None
+    kind = raw.dtype.kind
+    bad = None
+    if kind == "O":  # mixed Python objects: each must be a real number (not a bool, not a complex, not a str)
+        bad = next((v for v in raw.ravel() if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real)),
+                   None)
+        if bad is None:
+            kind = "f"
+    elif kind not in "iuf":
+        bad = raw.ravel()[0] if raw.size else raw.dtype
+    if kind == "c" or isinstance(bad, numbers.Complex) and not isinstance(bad, numbers.Real):
+        shown = raw.dtype.name if kind == "c" else _short(bad)
+        raise TwoTowerError(f"{where}: complex numbers ({shown}); vectors are real, and a cast would drop the "
+                            "imaginary part: give real vectors (e.g. the real part, or the real and imaginary parts "
+                            "side by side)")
+    if kind != "f" and kind not in "iu":
+        name = "a bool" if isinstance(bad, (bool, np.bool_)) else f"a {type(bad).__name__}"
+        raise TwoTowerError(f"{where}: expected {what}, found {name} ({_short(bad)}): give the vectors as numbers "
+                            "(e.g. a float32 array)")
+    try:
+        return raw.astype(np.float32, copy=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TwoTowerError(f"{where}: expected {what} ({exc})") from None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_vectors(vectors, count: int, where: str, dim: int | None = None, *, normalize: bool = True) -> np.ndarray:
     """``vectors`` as a C-contiguous float32 ``(count, dim)`` array, L2-normalised when ``normalize``; a
     :class:`TwoTowerError` naming ``where`` when there are not ``count`` of them, they are not all of ``dim``
-    numbers (when given), or one is not finite or all zeros."""
-    try:
-        array = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise TwoTowerError(f"{where}: expected {count} vectors of numbers, all of one size ({exc})") from None
+    numbers (when given), or one is not finite or all zeros; complex numbers, bools and text are refused
+    (:func:`real_array`)."""
+    array = real_array(vectors, where, f"{count} vectors of numbers, all of one size")
     if array.ndim != 2 or array.shape[0] != count:
         raise TwoTowerError(f"{where}: expected {count} vectors (an array of shape ({count}, dim)), got shape "
                             f"{array.shape}")

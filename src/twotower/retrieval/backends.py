@@ -38,6 +38,9 @@ def store_class(backend: str) -> type:
 def open_store(root: str | Path, *, verify: bool = False) -> Store:
     """The live version of the index folder ``root``, opened by its backend. ``verify``: a local index checks every
     file's sha256 now (a Milvus index checks that the collection is still this index's, always)."""
+    from twotower.checks import check_bool
+
+    check_bool(verify, "verify")  # "no" would check every file, 0 would not: a bool, as every flag
     root = Path(root)
 
     def opened(version_dir: Path, manifest: dict) -> Store:

@@ -117,6 +117,38 @@ def records(store, ids: Sequence[str]) -> Records:
     return [store.document(r) for r in store.rows(list(ids))]
 
 
+def unique_ids(ids: Sequence[str] | None, what: str) -> None:
+    """Refuse an id given twice to one write (``what``: ``"delete"`` / ``"update"``): a repeat would be counted
+    twice, and with a list of metadata one per id, one of its two dicts would be dropped without a word."""
+    if ids is None:
+        return
+    seen: set[str] = set()
+    for doc_id in ids:
+        if doc_id in seen:
+            raise TwoTowerError(f"ids: {doc_id!r} is given more than once; {what} takes each id once: drop the "
+                                "repeat" + (" (and its metadata)" if what == "update" else ""))
+        seen.add(doc_id)
+
+
+def unset_keys(unset) -> tuple[str, ...]:
+    """``unset`` (the top-level metadata keys :func:`update` removes) as a tuple of strings; None: none. A single
+    string, or a key that is not a string (a list, a number), is refused naming it, whether or not any document
+    holds metadata."""
+    if unset is None:
+        return ()
+    if isinstance(unset, str):
+        raise TwoTowerError(f"unset takes a list of keys, not a single string: unset=[{unset!r}]")
+    if isinstance(unset, (dict, bytes)) or not hasattr(unset, "__iter__"):
+        raise TwoTowerError(f"unset: a list of top-level metadata keys (strings), not a {type(unset).__name__}")
+    keys = tuple(unset)
+    bad = [k for k in keys if not isinstance(k, str)][:1]
+    if bad:
+        bad = bad[0]
+        raise TwoTowerError(f"unset: a list of top-level metadata keys (strings); {bad!r} is a "
+                            f"{type(bad).__name__}, not a key")
+    return keys
+
+
 def _nothing_left(store, n: int) -> None:
     if n and n >= len(store):
         raise WouldEmptyError(f"{store.root}: the selection holds all {len(store)} documents, and an index keeps at "
@@ -125,9 +157,10 @@ def _nothing_left(store, n: int) -> None:
 
 def delete(store, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
     """Delete the documents selected (module docstring) in one write: ``(the new store, the ids deleted)``; nothing
-    selected: ``(store, [])`` and no write."""
+    selected: ``(store, [])`` and no write. An id given twice is refused (it would be reported deleted twice)."""
     if ids is None and parse_filter(flt).empty:
         raise TwoTowerError("delete needs ids or a non-empty filter (an empty filter would select every document)")
+    unique_ids(ids, "delete")
     if is_milvus(store):
         from twotower.retrieval.milvus.manage import delete_where
 
@@ -147,11 +180,15 @@ def delete(store, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
 def metadata_change(metadata, ids: list[str] | None, merge: bool, unset: Sequence[str]):
     """The change :func:`update` applies: ``(id, old metadata) -> new metadata`` — ``metadata`` (one dict, or a list
     of dicts aligned with ``ids``) set over the old metadata (``merge``) or instead of it, then the keys ``unset``
-    removed; the result checked by the metadata rules (:mod:`twotower.data.metadata`)."""
+    removed; the result checked by the metadata rules (:mod:`twotower.data.metadata`). ``merge`` must be a bool,
+    ``unset`` strings (:func:`unset_keys`), ``ids`` each once (:func:`unique_ids`): all checked here, before any
+    document is read."""
+    from twotower.checks import check_bool, flag
     from twotower.data.metadata import check_metadata
 
-    if isinstance(unset, str):
-        raise TwoTowerError(f"unset takes a list of keys, not a single string: unset=[{unset!r}]")
+    unset = unset_keys(unset)
+    merge = check_bool(merge, "merge")
+    unique_ids(ids, "update")
     if metadata is None and not unset:
         raise TwoTowerError("update needs metadata (a dict for every document, or one per id) or keys to unset")
     per_id: dict | None = None
@@ -161,7 +198,7 @@ def metadata_change(metadata, ids: list[str] | None, merge: bool, unset: Sequenc
                                 f"{'no' if ids is None else len(ids)} ids)")
         per_id = {d: check_metadata(m, f"metadata[{i}]") for i, (d, m) in enumerate(zip(ids, metadata))}
     elif metadata is not None:
-        metadata = check_metadata(metadata, "metadata")
+        metadata = check_metadata(metadata, flag("metadata"))  # --metadata on the command line
 
     def change(doc_id: str, old: dict) -> dict:
         given = (per_id[doc_id] if per_id is not None else metadata) or {}
@@ -178,7 +215,8 @@ Change = Callable[[str, dict], dict]  # (id, old metadata) -> new metadata (chec
 
 def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
     """Give the documents selected the metadata ``change(id, old)`` returns, in one write that touches nothing else:
-    ``(the new store, the ids updated)``; nothing selected: ``(store, [])``."""
+    ``(the new store, the ids updated)``; nothing selected: ``(store, [])``. An id given twice is refused."""
+    unique_ids(ids, "update")
     if is_milvus(store):
         from twotower.retrieval.milvus.manage import update_where
 
@@ -199,4 +237,4 @@ def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *,
 
 
 __all__ = ["count", "delete", "is_milvus", "metadata_change", "page", "records", "rows_by_id", "selected_ids",
-           "update"]
+           "unique_ids", "unset_keys", "update"]

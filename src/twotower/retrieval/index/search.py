@@ -46,7 +46,12 @@ def search_version(store, q: np.ndarray, k: int, *, ef_search: int | None, nprob
                    candidates: int | None, rescore_factor: int | None,
                    mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`IndexStore.search <twotower.retrieval.store.IndexStore.search>` for the projected queries ``q``:
-    ``(scores, rows)``, each (n_queries, k), best first; row -1 and score -inf where fewer."""
+    ``(scores, rows)``, each (n_queries, min(k, documents)), best first; row -1 and score -inf where fewer. ``k``
+    is cut to the number of documents and ``ef_search`` to the number of vectors: more finds nothing more, and FAISS
+    would allocate for it (a k or an efSearch of 2**31 - 1 asked for GiB and took tens of seconds)."""
+    k = min(int(k), max(1, len(store)))
+    if ef_search is not None:
+        ef_search = min(int(ef_search), max(1, int(store.manifest.get("num_vectors") or len(store))))
     if mask is None and store.offsets is not None:
         from twotower.retrieval.index.grouped import first_only
 
