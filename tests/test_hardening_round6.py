@@ -295,3 +295,25 @@ def test_llama_index_query_with_a_huge_top_k_answers_at_once():
     store.add([TextNode(text=f"note {i}", id_=f"n{i}", embedding=[1.0, float(i)]) for i in range(3)])
     found = _quick(lambda: store.query(VectorStoreQuery(query_embedding=[1.0, 1.0], similarity_top_k=BIG)))
     assert sorted(found.ids) == ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize("value, words", [("[" * 5000 + "]" * 5000, "JSON nested too deeply"),
+                                          ("7" * 5000, "a number too long to read")])
+def test_a_corpus_line_too_deep_or_with_too_long_a_number_names_its_line(tmp_path, value, words):
+    from twotower.data.beir import load_corpus
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "ok", "text": "fine"}\n{"_id": "a", "text": "x", "m": ' + value + "}\n")
+    with pytest.raises(tt.DataError, match=f"line 2: {words}") as err:
+        load_corpus(path)
+    assert "set_int_max_str_digits" not in str(err.value)
+
+
+def test_a_text_over_the_shared_limit_is_refused_but_metadata_keeps_its_own_limit(tmp_path):
+    from twotower.api.dataset import corpus_documents
+    from twotower.data.ids import MAX_TEXT_CHARS
+
+    with pytest.raises(tt.DataError, match=f"over the limit of {MAX_TEXT_CHARS:,} for one text"):
+        corpus_documents(["x" * (MAX_TEXT_CHARS + 1)])
+    with pytest.raises(tt.DataError, match="64 KiB"):  # metadata strings: the metadata rule names itself
+        corpus_documents(["ok"], metadatas=[{"blob": "x" * (MAX_TEXT_CHARS + 1)}])

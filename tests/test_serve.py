@@ -266,12 +266,18 @@ def test_search_validation(client, body, status):
 
 
 @pytest.mark.parametrize("body", [{"query": "tea", "mode": "dense", "lambda": 0.3},
-                                  {"query": "tea", "mode": "bm25", "lambda": 0.3},
-                                  {"query": "tea", "lambda": 0.3}])  # no mode: the index's own (dense here)
+                                  {"query": "tea", "mode": "bm25", "lambda": 0.3}])
 def test_lambda_outside_hybrid_is_refused_as_the_cli_refuses_it(client, body):
     r = client.post("/search", json=body)
     assert r.status_code == 400 and '"lambda"' in r.json()["detail"], r.text
     assert client.post("/search", json={**body, "mode": "hybrid"}).status_code == 200
+
+
+def test_no_mode_on_an_index_with_bm25_is_hybrid_and_takes_lambda(client):
+    weighed = client.post("/search", json={"query": "tea", "lambda": 0.3})  # the default mode: hybrid (issue #70)
+    assert weighed.status_code == 200, weighed.text
+    hybrid = client.post("/search", json={"query": "tea", "mode": "hybrid", "lambda": 0.3}).json()
+    assert weighed.json()["hits"] == hybrid["hits"]
 
 
 def test_other_bad_input(client, index, tmp_path):

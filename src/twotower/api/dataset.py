@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twotower.data.beir import BeirDataset, Document, _require_id, _require_text, load_qrels, record_metadata
-from twotower.data.ids import text_problem
+from twotower.data.ids import document_text_problem
 from twotower.data.metadata import check_metadata, document_id, flat_document
 from twotower.api._errors import user_errors
 from twotower.errors import DataError, TwoTowerError
@@ -76,7 +76,7 @@ def _string_records(texts: list, what: str, ids, metadatas) -> list[tuple[str, d
         if not isinstance(text, str):
             raise DataError(where, f"expected a string (the list's first item is one), got {type(text).__name__}",
                             hint="give all documents as strings, or all as dicts with '_id' and 'text'")
-        problem = text_problem(text)
+        problem = document_text_problem(text)
         if problem:
             raise DataError(where, f"text {problem}", field="text")
         doc_id = ids[i] if ids is not None else document_id(text)

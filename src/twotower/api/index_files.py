@@ -34,9 +34,16 @@ def check_mode(path: Path, mode: str) -> bool:
     if there and mode == "create":
         raise TwoTowerError(
             f"{path} already holds an index: building over it would replace its documents. Bring it up to date "
-            f"with Index.sync / twotower index sync, add to it with mode='append' (--append), or replace it with "
-            f"mode='overwrite' (--replace)")
+            f"with Index.sync / twotower index sync, add to it with {_mode('append')}, or replace it with "
+            f"{_mode('overwrite')}")
     return there
+
+
+def _mode(value: str) -> str:
+    """A build mode as the caller gives it: ``mode='append'`` in Python, the flag on the command line."""
+    from twotower.checks import naming, switch
+
+    return switch(value if value != "overwrite" else "replace") if naming() == "cli" else f"mode={value!r}"
 
 
 def read_corpus(corpus, path: Path, *, max_file_bytes: int | None, show_progress: bool):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twotower.checks import switch
-from twotower.data.ids import id_problem, text_problem
+from twotower.data.ids import document_text_problem, id_problem
 from twotower.data.grades import check_grade
 from twotower.data.metadata import check_metadata, type_name
 from twotower.errors import DataError
@@ -118,6 +118,12 @@ def iter_json_records(path: Path) -> Iterator[tuple[int, dict]]:
             record = json.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as exc:
             raise DataError(path, f"malformed JSON: {exc.msg} at column {exc.colno}", line=number) from None
+        except RecursionError:
+            raise DataError(path, "JSON nested too deeply to read", line=number,
+                            hint="metadata may nest 32 levels at most: flatten the record") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+            raise DataError(path, f"a number too long to read ({str(exc).split(';')[0]})", line=number,
+                            hint="store such a number as a string") from None
         if not isinstance(record, dict):
             raise DataError(path, f"expected a JSON object, got {type(record).__name__}", line=number)
         yield number, record
@@ -144,7 +150,7 @@ def _require_text(path: Path, number: int, record: dict, name: str, *, required:
     value = record[name]
     if not isinstance(value, str):
         raise DataError(path, f"{name} must be a string, got {type(value).__name__}", line=number, field=name)
-    problem = text_problem(value)
+    problem = document_text_problem(value)
     if problem:  # here, not as a codec error from the tokenizer or the index writer after minutes of encoding
         where = f" (record '{record['_id']}')" if isinstance(record.get("_id"), (str, int)) else ""
         raise DataError(path, f"{name}{where} {problem}", line=number, field=name)

@@ -35,6 +35,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twotower.checks import flag
 from twotower.data.beir import Document
 from twotower.errors import DataError
 
@@ -161,7 +162,7 @@ def _pdf(path: Path) -> tuple[str, str, dict]:
     try:
         reader = pypdf.PdfReader(str(path))
         if reader.is_encrypted and not reader.decrypt(""):
-            raise FileSkip("encrypted PDF: it needs a password; decrypt it first (e.g. qpdf --decrypt)")
+            raise FileSkip("encrypted PDF: it needs a password; decrypt it first (for example with qpdf)")
         pages = [page.extract_text() or "" for page in reader.pages]
         info = reader.metadata
         title = str(info.title).strip() if info is not None and info.title else ""
@@ -194,6 +195,11 @@ def _docx(path: Path) -> tuple[str, str]:
     return title, "\n".join(p.text for p in paragraphs)
 
 
+def _size_option() -> str:
+    """The size limit as the caller names it: ``max_file_bytes`` in Python, ``--max-file-mb`` on the command line."""
+    return flag("max_file_bytes", "--max-file-mb")
+
+
 def _size(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
@@ -214,8 +220,8 @@ def read_file(path: str | Path, doc_id: str | None = None, *, max_bytes: int = M
     if not stat.S_ISREG(st.st_mode):
         raise FileSkip("not a regular file")
     if st.st_size > max_bytes:
-        raise FileSkip(f"over the size limit ({_size(st.st_size)} > {_size(max_bytes)}): raise max_file_bytes "
-                       "(--max-file-mb) to read it")
+        raise FileSkip(f"over the size limit ({_size(st.st_size)} > {_size(max_bytes)}): raise {_size_option()} to "
+                       "read it")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(max_bytes + 1)

@@ -34,12 +34,17 @@ def _describe(ch: str) -> str:
 MAX_TEXT_CHARS = 4_000_000  # one text (a document's, a title, a query): the limit Python, the CLI and HTTP share
 
 
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot be stored (longer than :data:`MAX_TEXT_CHARS`; a lone surrogate, with its position), or
-    None when it can."""
+def document_text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a document's text, title or a query (longer than :data:`MAX_TEXT_CHARS`, or
+    :func:`text_problem`), or None when it can."""
     if len(text) > MAX_TEXT_CHARS:
         return (f"is {len(text):,} characters long, over the limit of {MAX_TEXT_CHARS:,} for one text: split it into "
                 "several documents")
+    return text_problem(text)
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored (a lone surrogate, with its position), or None when it can."""
     bad = _SURROGATE.search(text)
     if bad is None:
         return None

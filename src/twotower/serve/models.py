@@ -12,7 +12,7 @@ TREC run can carry.
 from types import SimpleNamespace
 from typing import Annotated, Literal
 
-from twotower.data.ids import id_problem, text_problem
+from twotower.data.ids import document_text_problem, id_problem
 
 
 def _valid_id(value):
@@ -25,7 +25,7 @@ def _valid_id(value):
 def _valid_text(value):
     """Before pydantic's own str check, whose message for a lone surrogate ("unable to parse raw data as a unicode
     string") does not say what is wrong; anything but a str is left to it."""
-    problem = text_problem(value) if isinstance(value, str) else None
+    problem = document_text_problem(value) if isinstance(value, str) else None
     if problem:
         raise ValueError(f"the text {problem}")
     return value
