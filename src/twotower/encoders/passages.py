@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import regex
 
 from twotower.checks import check_number, flag
 from twotower.errors import DataError, TwoTowerError
@@ -40,7 +41,19 @@ OVERLAP_SHARE = 8  # by default two neighbouring passages share 1/8 of the windo
 MAX_PASSAGES = 1_000  # per document (≈ 200k tokens at MiniLM's 256): more is refused unless max_passages is raised
 MIN_WINDOW = 16  # tokens: a smaller window leaves no room for text behind the title
 SCORES = ("max", "first")  # a document scores as its best passage (MaxP) or as its first (FirstP)
+MARGIN = 2  # tokens kept free in every passage: the join of title and text may tokenize a little differently
+TITLE_SHARE = 2  # a title (with the prompt) takes at most 1/TITLE_SHARE of the room in the window
+RESERVED = 2 + MARGIN  # what resolved() counts off the window before any tokenizer is known: two special tokens
 _SENTENCE_END = re.compile(r"[.!?;。！？…]['\")\]]*$")
+_GRAPHEME = regex.compile(r"\X")
+_SPACE = regex.compile(r"\s")
+# a place between two characters that no grapheme rule joins (both Latin letters, CJK, digits or punctuation, none a
+# mark): where a text without whitespace may be cut into pieces for the tokenizer
+_PLAIN_PAIR = regex.compile(r"(?<=[\p{Latin}\p{Han}\p{Hiragana}\p{Katakana}\p{N}\p{P}])"
+                            r"(?=[\p{Latin}\p{Han}\p{Hiragana}\p{Katakana}\p{N}\p{P}])(?!\p{M})")
+_PIECE_CHARS = 1 << 16  # a text longer than this is tokenized in pieces when it may be refused (max_passages)
+_LOOK = 4096  # characters searched for a place to cut a piece
+_CHARS_PER_TOKEN = 4  # the first piece of a huge text: this many characters for each token it may hold, about
 
 
 @dataclass(frozen=True)
@@ -49,16 +62,22 @@ class PassageSpec:
     ``overlap`` tokens shared by neighbours (None: an eighth of the window), at most ``max_passages`` passages per
     document; ``score``: how a document scores, ``"max"`` (its best passage, MaxP) or ``"first"`` (its first passage,
     FirstP: close to the ranking of truncation, which ``passages=False`` gives exactly; hits still carry their best
-    passages)."""
+    passages). ``stored`` (set by :meth:`from_manifest`, never written): the spec of an existing index, whose overlap
+    was checked when it was built."""
 
     window: int | None = None
     overlap: int | None = None
     max_passages: int = MAX_PASSAGES
     score: str = "max"
+    stored: bool = field(default=False, repr=False, compare=False)
 
     def resolved(self, doc_max_length: int) -> "PassageSpec":
         """This spec checked against an encoder whose document tower reads ``doc_max_length`` tokens, with the
-        window filled in. Out-of-range numbers are refused here, before any encoding."""
+        window filled in. Out-of-range numbers are refused here, before any encoding: an overlap given explicitly
+        must be less than half of the room the window leaves for text without a title (the window less
+        :data:`RESERVED` tokens: two special tokens and the margin), so that a passage moves on by more than it
+        repeats; the default (an eighth of the window) is cut where a document's title leaves less room
+        (:func:`split_documents`)."""
         window = doc_max_length if self.window is None else check_number(
             self.window, "passage_window", integer=True, minimum=MIN_WINDOW, maximum=doc_max_length,
             hint=f"the encoder reads at most {doc_max_length} tokens of a document")
@@ -67,18 +86,28 @@ class PassageSpec:
         if overlap >= window // 2:
             raise TwoTowerError(f"{flag('passage_overlap')} {overlap} must be less than half of the passage window "
                                 f"({window} tokens), so that each passage moves on by more than it repeats")
+        room = window - RESERVED
+        if self.overlap is not None and not self.stored and overlap >= room / 2:
+            raise TwoTowerError(f"{flag('passage_overlap')} {overlap} must be less than half of the {room} tokens a "
+                                f"passage of the {window}-token window has for text (less two special tokens and a "
+                                f"margin of {MARGIN}; a title takes more), so that each passage moves on by more "
+                                f"than it repeats: give at most {max(0, (room - 1) // 2)}, or a larger "
+                                f"{flag('passage_window')}")
         limit = check_number(self.max_passages, "max_passages", integer=True, minimum=1)
         if self.score not in SCORES:
             raise TwoTowerError(f"{flag('passage_score')} is one of {', '.join(SCORES)}, not {self.score!r}")
-        return PassageSpec(window=int(window), overlap=int(overlap), max_passages=int(limit), score=self.score)
+        return PassageSpec(window=int(window), overlap=int(overlap), max_passages=int(limit), score=self.score,
+                           stored=self.stored)
 
     def manifest(self) -> dict:
-        return asdict(self)
+        entry = asdict(self)
+        entry.pop("stored")
+        return entry
 
     @classmethod
     def from_manifest(cls, entry: dict | None) -> "PassageSpec | None":
         return None if not entry else cls(**{k: entry[k] for k in ("window", "overlap", "max_passages", "score")
-                                                    if k in entry})
+                                                    if k in entry}, stored=True)
 
 
 @dataclass
@@ -116,14 +145,47 @@ class _Tokens:
             return [len(e.ids) for e in self.fast.encode_batch(texts, add_special_tokens=False)]
         return [len(self.tokenizer.tokenize(t)) for t in texts]
 
-    def offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
-        """Each text's tokens as ``(start, end)`` character offsets (empty tokens dropped)."""
+    def count(self, text: str, more_than: int) -> int:
+        """The tokens of ``text``, or, for a long text, of a first piece of it when that already holds more than
+        ``more_than`` (then a number above ``more_than``, not the text's count)."""
+        if len(text) > _PIECE_CHARS:
+            cut = _cut(text, _PIECE_CHARS)
+            head = self.counts([text[:cut]])[0]
+            if head > more_than + MARGIN:  # MARGIN: a piece cut inside a word may hold a token more
+                return head
+        return self.counts([text])[0]
+
+    def raw_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Each text's tokens as ``(start, end)`` character offsets, as the tokenizer gives them (empty ones
+        dropped)."""
         if self.fast is not None:
-            out = []
-            for enc in self.fast.encode_batch(texts, add_special_tokens=False):
-                out.append(_merge_pieces([(int(a), int(b)) for a, b in enc.offsets if b > a]))
-            return out
+            return [[(int(a), int(b)) for a, b in enc.offsets if b > a]
+                    for enc in self.fast.encode_batch(texts, add_special_tokens=False)]
         return [self._slow_offsets(t) for t in texts]
+
+    def offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Each text's tokens as ``(start, end)`` character offsets, widened to whole grapheme clusters and merged
+        where they share one (:func:`_whole_graphemes`)."""
+        return [_whole_graphemes(t, o) for t, o in zip(texts, self.raw_offsets(texts))]
+
+    def offsets_until(self, text: str, most: int) -> tuple[list[tuple[int, int]], bool]:
+        """``(offsets, whole)``: the tokens of ``text`` (as :meth:`offsets`), read in growing pieces cut before a
+        whitespace (where the tokenizer splits anyway), and only as far as needed to see more than ``most``
+        tokens; ``whole`` is False when the reading stopped there (then ``offsets`` holds the tokens read)."""
+        if len(text) <= max(most, _PIECE_CHARS):  # short, or it cannot hold more than ``most`` tokens: at once
+            return self.offsets([text])[0], True
+        out: list[tuple[int, int]] = []
+        start, size, cuts = 0, max(_CHARS_PER_TOKEN * most, _PIECE_CHARS), 0
+        while start < len(text):
+            stop = len(text) if len(text) - start <= size + size // 2 else _cut(text, start + size)
+            piece = text[start:stop]
+            out.extend((a + start, b + start) for a, b in self.offsets([piece])[0])
+            start, size = stop, size * 2
+            if start < len(text):
+                cuts += 1
+                if len(out) > most + MARGIN * cuts:  # MARGIN a cut: a cut inside a word may add a token
+                    return out, False
+        return _whole_graphemes(text, out), True  # again over the whole: a cut is a boundary, but be exact
 
     def _slow_offsets(self, text: str) -> list[tuple[int, int]]:
         """A tokenizer without offsets: each word (a run of non-space characters) gives as many token slots as it
@@ -134,15 +196,57 @@ class _Tokens:
         return out
 
 
-def _merge_pieces(offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Token offsets where a token starting inside the one before (byte-level pieces of one character) is merged, so
-    that no span ever cuts a character in two."""
+def _cut(text: str, at: int) -> int:
+    """A place at or after ``at`` (and before ``len(text)``, or at it) to cut ``text`` into pieces for the
+    tokenizer: before a whitespace character; else between two characters no grapheme rule joins; else after the
+    second grapheme cluster from ``at``."""
+    if at >= len(text):
+        return len(text)
+    m = _SPACE.search(text, at, at + _LOOK) or _PLAIN_PAIR.search(text, max(at, 1), at + _LOOK)
+    if m:
+        return max(m.start(), 1)
+    pos = at
+    for _ in range(2):
+        if pos < len(text):
+            pos = _GRAPHEME.match(text, pos).end()
+    return pos
+
+
+def _plain_boundary(text: str, pos: int) -> bool:
+    """Whether ``pos`` is plainly between two grapheme clusters: at an end of ``text``, or between two characters
+    below U+0300 (no combining mark, joiner, prepended, Hangul or regional-indicator character lies there) other
+    than CR LF."""
+    if pos <= 0 or pos >= len(text):
+        return True
+    before, after = text[pos - 1], text[pos]
+    return before < "\u0300" and after < "\u0300" and not (before == "\r" and after == "\n")
+
+
+def _whole_graphemes(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Token offsets widened so that each starts and ends between grapheme clusters (``regex``'s ``\\X``: a letter
+    with its combining marks, an emoji ZWJ sequence, a Hangul syllable of jamo, an Indic conjunct), and merged where
+    they then overlap (byte-level pieces of one character, a letter and a mark the tokenizer read apart): no span
+    ever cuts a character or a cluster in two."""
     out: list[tuple[int, int]] = []
+    boundary = 0  # a grapheme boundary at or before the next token's start
     for a, b in offsets:
-        if out and a < out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
+        if out and a < out[-1][1]:  # starts inside the token before: one token
+            a, b = out[-1][0], max(b, out.pop()[1])
+        elif a > boundary and not _plain_boundary(text, a):  # the cluster that holds a, walked from the boundary
+            pos = boundary
+            while True:
+                nxt = _GRAPHEME.match(text, pos).end()
+                if nxt > a:
+                    break
+                pos = nxt
+            a = pos
+        if not _plain_boundary(text, b):
+            pos = a
+            while pos < b:
+                pos = _GRAPHEME.match(text, pos).end()
+            b = pos
+        out.append((a, b))
+        boundary = b
     return out
 
 
@@ -184,43 +288,117 @@ def split_documents(tokenizer, titles: Sequence[str], texts: Sequence[str], spec
     """``texts`` (with their ``titles``) as passages for an encoder with ``tokenizer`` (see the module's docstring).
     ``spec`` must be resolved (:meth:`PassageSpec.resolved`); ``prompt``: the document prefix the encoder puts in
     front of every text (it takes room in the window); ``ids`` name documents in errors."""
-    if spec.window is None:
-        raise ValueError("resolve the PassageSpec against the encoder first")
-    tok = _Tokens(tokenizer)
-    full = [f"{t} {x}".strip() if t else x for t, x in zip(titles, texts)]
-    room = spec.window - tok.specials
-    fits = [c <= room for c in tok.counts([prompt + f for f in full])]
-    long_rows = [i for i, ok in enumerate(fits) if not ok]
-    head_tokens = dict(zip(long_rows, tok.counts([prompt + (titles[i] + " " if titles[i] else "") for i in long_rows])))
-    token_offsets = dict(zip(long_rows, tok.offsets([texts[i] for i in long_rows])))
-    out_texts: list[str] = []
-    spans: list[tuple[int, int]] = []
-    counts = np.zeros(len(full), dtype=np.int64)
-    for i, text in enumerate(texts):
-        if fits[i] or not token_offsets.get(i):
-            out_texts.append(full[i])
-            spans.append((0, len(text)))
-            counts[i] = 1
-            continue
-        budget = max(room - head_tokens[i] - 2, room // 2)  # 2: the join may tokenize a little differently  # a title longer than half the window is cut by the encoder
-        ranges = _passage_ends(token_offsets[i], text, budget, spec.overlap)
-        if len(ranges) > spec.max_passages:
-            name = f"document {ids[i]!r}" if ids is not None else f"document {i}"
-            raise DataError(name, f"makes {len(ranges)} passages of {spec.window} tokens, more than "
-                            f"{flag('max_passages')} {spec.max_passages}: raise {flag('max_passages')} to index it "
-                            f"whole, or split the document before indexing", field="text")
-        offs = token_offsets[i]
-        for first, stop in ranges:
-            a, b = offs[first][0], offs[stop - 1][1]
-            spans.append((a, b))
-            out_texts.append(f"{titles[i]} {text[a:b]}" if titles[i] else text[a:b])
-        counts[i] = len(ranges)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    split = Split(out_texts, offsets, np.asarray(spans, dtype=np.int64).reshape(-1, 2))
-    if len(long_rows):
-        log.info("%d of %d documents are longer than the %d-token window: %d passages in all", len(long_rows),
-                 len(full), spec.window, split.num_passages)
-    return split
+    return _Splitter(_Tokens(tokenizer), spec, prompt, ids).split(titles, texts)
+
+
+class _Splitter:
+    """:func:`split_documents`'s work for one call: the tokenizer (``tok``), the resolved ``spec``, the ``prompt``,
+    the documents' ``ids``, and what was cut (titles, overlaps), logged once at the end."""
+
+    def __init__(self, tok: _Tokens, spec: PassageSpec, prompt: str, ids: Sequence[str] | None) -> None:
+        if spec.window is None:
+            raise ValueError("resolve the PassageSpec against the encoder first")
+        self.tok, self.spec, self.prompt, self.ids = tok, spec, prompt, ids
+        self.room = spec.window - tok.specials
+        self.head_most = self.room // TITLE_SHARE  # the prompt and the title together, in a passage
+        self.prompt_tokens = tok.counts([prompt])[0] if prompt else 0
+        self.cut_titles = self.cut_overlaps = 0
+        self.least_overlap = spec.overlap
+
+    def split(self, titles: Sequence[str], texts: Sequence[str]) -> Split:
+        tok, spec, prompt, room = self.tok, self.spec, self.prompt, self.room
+        full = [f"{t} {x}".strip() if t else x for t, x in zip(titles, texts)]
+        # whether a document fits the window whole: the short ones counted together, a long one by a first piece
+        short = [i for i, f in enumerate(full) if len(prompt) + len(f) <= _PIECE_CHARS]
+        fits = dict(zip(short, (c <= room for c in tok.counts([prompt + full[i] for i in short]))))
+        fits.update({i: tok.count(prompt + full[i], room) <= room for i in range(len(full)) if i not in fits})
+        long_rows = [i for i in range(len(full)) if not fits[i]]
+        heads = {i: self._head(titles[i]) for i in long_rows}
+        budgets = {i: max(1, room - heads[i][1] - MARGIN) for i in long_rows}
+        # the texts too short to make more than max_passages passages are tokenized together, the others alone
+        at_once = [i for i in long_rows if len(texts[i]) <= spec.max_passages * budgets[i]]
+        token_offsets = dict(zip(at_once, tok.offsets([texts[i] for i in at_once])))
+        out_texts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        counts = np.zeros(len(full), dtype=np.int64)
+        for i, text in enumerate(texts):
+            offs: list[tuple[int, int]] = []
+            if not fits[i]:
+                offs = token_offsets.pop(i, None)
+                if offs is None:  # a huge text: read only as far as max_passages passages can hold
+                    offs, whole = tok.offsets_until(text, spec.max_passages * budgets[i])
+                    if not whole:
+                        raise self._too_many(i, f"more than {spec.max_passages:,}", f" (its first "
+                                             f"{offs[-1][1]:,} characters hold {len(offs):,} tokens)")
+            if not offs:
+                out_texts.append(full[i])
+                spans.append((0, len(text)))
+                counts[i] = 1
+                continue
+            budget = budgets[i]
+            ranges = _passage_ends(offs, text, budget, self._overlap(budget))
+            if len(ranges) > spec.max_passages:
+                raise self._too_many(i, f"{len(ranges):,}")
+            title = heads[i][0]
+            for first, stop in ranges:
+                a, b = offs[first][0], offs[stop - 1][1]
+                spans.append((a, b))
+                out_texts.append(f"{title} {text[a:b]}" if title else text[a:b])
+            counts[i] = len(ranges)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        split = Split(out_texts, offsets, np.asarray(spans, dtype=np.int64).reshape(-1, 2))
+        self._log(len(long_rows), len(full), split.num_passages)
+        return split
+
+    def _head(self, title: str) -> tuple[str, int]:
+        """``(title as the passages carry it, tokens of prompt and title)``: a title whose tokens (with the prompt's
+        and the join's) are more than half the room is cut to the tokens that fit there, so that text always has
+        room and no passage is longer than the window."""
+        head = self.prompt + (title + " " if title else "")
+        n = self.tok.count(head, self.head_most)
+        if n <= self.head_most:
+            return title, n
+        offs, _ = self.tok.offsets_until(title, max(self.head_most, 0))
+        keep = min(self.head_most - self.prompt_tokens - 1, len(offs))  # 1: the join
+        while keep > 0:
+            cut = title[:offs[keep - 1][1]]
+            n = self.tok.counts([f"{self.prompt}{cut} "])[0]
+            if n <= self.head_most:
+                break
+            keep -= 1
+        else:
+            cut, n = "", self.prompt_tokens
+        self.cut_titles += 1
+        return cut, n
+
+    def _overlap(self, budget: int) -> int:
+        """The overlap for a document whose passages have ``budget`` tokens for text: the spec's, cut to less than
+        half of the budget (each passage moves on by more than it repeats)."""
+        most = max(0, (budget - 1) // 2)
+        if self.spec.overlap <= most:
+            return self.spec.overlap
+        self.cut_overlaps += 1
+        self.least_overlap = min(self.least_overlap, most)
+        return most
+
+    def _too_many(self, i: int, how_many: str, why: str = "") -> DataError:
+        name = f"document {self.ids[i]!r}" if self.ids is not None else f"document {i}"
+        return DataError(name, f"makes {how_many} passages of {self.spec.window} tokens{why}, more than "
+                         f"{flag('max_passages')} {self.spec.max_passages}: raise {flag('max_passages')} to index it "
+                         f"whole, or split the document before indexing", field="text")
+
+    def _log(self, long_docs: int, docs: int, passages: int) -> None:
+        if long_docs:
+            log.info("%d of %d documents are longer than the %d-token window: %d passages in all", long_docs, docs,
+                     self.spec.window, passages)
+        if self.cut_titles:
+            log.warning("%d document title(s) take more than half of the %d-token passage window: their passages "
+                        "carry only the title's first tokens, so that the text has room", self.cut_titles,
+                        self.spec.window)
+        if self.cut_overlaps:
+            log.warning("%d document(s) have less room for text behind their title than twice %s %d: their "
+                        "passages overlap by less (down to %d tokens), so that each moves on by more than it "
+                        "repeats", self.cut_overlaps, flag("passage_overlap"), self.spec.overlap, self.least_overlap)
 
 
 def default_split(model, docs: Sequence, ids: Sequence[str] | None = None) -> Split:
