@@ -213,7 +213,7 @@ def test_search_uses_a_fitted_rerank_weight(tiny_beir, tiny_bert_dir, tiny_ce_di
     assert res.exit_code == 0, res.output
     got = [json.loads(m)["id"] for m in re.findall(r'\{"rank".*\}$', res.output, re.M)]  # stderr shares the output
     assert len(got) == 5, res.output
-    searcher = Searcher(tmp_path / "idx")
+    searcher = Searcher(tmp_path / "idx", query_runtime="auto")  # the query runtime tt.Index.open uses by default
     hits = searcher.search(query, 5, mode="dense")
     store = searcher.store
     texts = [f"{store.document(store.row_of[h.doc_id])['title']} {store.document(store.row_of[h.doc_id])['text']}".strip()
