@@ -1,7 +1,8 @@
 """The LangChain and LlamaIndex retrievers (twotower.integrations) with the real langchain-core and
-llama-index-core: exactly Index.search's top k (ids, order, scores) in every mode, sync and async, the dense
-ranking against numpy on the encoder's own vectors, options checked when a retriever is made, and a clear error
-naming the pip extra when a framework is missing."""
+llama-index-core: exactly Index.search's top k (ids, order, scores) in every mode, sync and async, each hit as its
+best passage (the default) or its whole document (``whole_documents=True``), the dense ranking against numpy on the
+encoder's own vectors, options checked when a retriever is made, and a clear error naming the pip extra when a
+framework is missing. (Documents of several passages: tests/test_rag_passages.py.)"""
 
 from __future__ import annotations
 
@@ -55,51 +56,74 @@ def index(tiny_bert_dir, tmp_path_factory) -> tt.Index:
 @pytest.fixture(scope="module")
 def dense_only(tiny_bert_dir, tmp_path_factory) -> tt.Index:
     return tt.Index.build(tmp_path_factory.mktemp("integrations") / "dense", CORPUS, encoder=str(tiny_bert_dir),
-                          precision="fp32", show_progress=False)
+                          bm25=False, precision="fp32", show_progress=False)
 
 
 def _joined(hit: tt.Hit) -> str:
     return f"{hit.title} {hit.text}" if hit.title else hit.text
 
 
-def assert_documents_are_hits(docs: list, hits: list[tt.Hit]) -> None:
+def _place(hit: tt.Hit) -> dict:
+    """What metadata["passage"] holds for a hit's best passage."""
+    p = hit.passages[0]
+    place = {"document_id": hit.id, "title": hit.title, "start": p.start, "end": p.end, "score": hit.score,
+             "passage_score": p.score}
+    return {**place, "page": p.page} if getattr(p, "page", None) is not None else place
+
+
+def assert_documents_are_hits(docs: list, hits: list[tt.Hit], whole: bool = False) -> None:
     assert [type(d) for d in docs] == [ScoredDocument] * len(hits) and all(isinstance(d, Document) for d in docs)
     assert [d.id for d in docs] == [h.id for h in hits]
     assert [d.score for d in docs] == [h.score for h in hits]  # exactly: the same search
-    assert [d.page_content for d in docs] == [_joined(h) for h in hits]
-    assert [d.metadata for d in docs] == [h.metadata for h in hits]  # exactly as given: nothing added
+    if whole:
+        assert [d.page_content for d in docs] == [_joined(h) for h in hits]
+        assert [d.metadata for d in docs] == [h.metadata for h in hits]  # exactly as given: nothing added
+    else:  # the best passage (these documents are short: their whole text), its place beside the metadata
+        assert [d.page_content for d in docs] == [h.passages[0].text for h in hits] == [h.text for h in hits]
+        assert [d.metadata for d in docs] == [{**h.metadata, "passage": _place(h)} for h in hits]
 
 
-def assert_nodes_are_hits(nodes: list, hits: list[tt.Hit]) -> None:
+def assert_nodes_are_hits(nodes: list, hits: list[tt.Hit], whole: bool = False) -> None:
     assert all(isinstance(n, NodeWithScore) and isinstance(n.node, TextNode) for n in nodes)
-    assert [n.node.id_ for n in nodes] == [h.id for h in hits]
     assert [n.score for n in nodes] == [h.score for h in hits]
-    assert [n.node.metadata for n in nodes] == [h.metadata for h in hits]  # exactly as given: nothing added
-    assert [n.node.text for n in nodes] == [_joined(h) for h in hits]
+    if whole:
+        assert [n.node.id_ for n in nodes] == [h.id for h in hits]
+        assert [n.node.metadata for n in nodes] == [h.metadata for h in hits]  # exactly as given: nothing added
+        assert [n.node.text for n in nodes] == [_joined(h) for h in hits]
+    else:
+        assert [n.node.ref_doc_id for n in nodes] == [n.node.id_ for n in nodes] == [h.id for h in hits]
+        assert [n.node.text for n in nodes] == [h.text for h in hits]
+        assert [(n.node.start_char_idx, n.node.end_char_idx) for n in nodes] == [(0, len(h.text)) for h in hits]
+        assert [n.node.metadata for n in nodes] == [{**h.metadata, "passage": _place(h)} for h in hits]
 
 
 # ------------------------------------------------------------------------------- the same top k as Index.search
 
 
+WHOLE = [pytest.param(False, id="passages"), pytest.param(True, id="whole")]
+
+
+@pytest.mark.parametrize("whole", WHOLE)
 @pytest.mark.parametrize("k", [3, 7])
 @pytest.mark.parametrize("options", MODES)
-def test_langchain_returns_index_search_top_k(index, options, k):
-    retriever = LangChainRetriever(index, k=k, **options)
+def test_langchain_returns_index_search_top_k(index, options, k, whole):
+    retriever = LangChainRetriever(index, k=k, whole_documents=whole, **options)
     for q in QUERIES:
         hits = index.search(q, k=k, **options)
         assert hits and (len(hits) == k or options.get("mode") == "bm25")  # BM25 scores matching documents only
-        assert_documents_are_hits(retriever.invoke(q), hits)
+        assert_documents_are_hits(retriever.invoke(q), hits, whole)
 
 
+@pytest.mark.parametrize("whole", WHOLE)
 @pytest.mark.parametrize("k", [3, 7])
 @pytest.mark.parametrize("options", MODES)
-def test_llama_index_returns_index_search_top_k(index, options, k):
-    retriever = LlamaRetriever(index, k=k, **options)
+def test_llama_index_returns_index_search_top_k(index, options, k, whole):
+    retriever = LlamaRetriever(index, k=k, whole_documents=whole, **options)
     for q in QUERIES:
         hits = index.search(q, k=k, **options)
         assert hits and (len(hits) == k or options.get("mode") == "bm25")  # BM25 scores matching documents only
-        assert_nodes_are_hits(retriever.retrieve(q), hits)
-        assert_nodes_are_hits(retriever.retrieve(QueryBundle(q)), hits)
+        assert_nodes_are_hits(retriever.retrieve(q), hits, whole)
+        assert_nodes_are_hits(retriever.retrieve(QueryBundle(q)), hits, whole)
 
 
 def test_the_options_reach_the_search(index):
@@ -122,7 +146,7 @@ def test_dense_ranking_matches_numpy_on_the_encoders_vectors(index):
         scores = doc_vecs @ encoder.encode_queries([q])[0]
         expected = np.sort(scores)[::-1][:k]
         for got in (LangChainRetriever(index, k=k, mode="dense").invoke(q),
-                    [(n.node.id_, n.score) for n in LlamaRetriever(index, k=k, mode="dense").retrieve(q)]):
+                    [(n.node.ref_doc_id, n.score) for n in LlamaRetriever(index, k=k, mode="dense").retrieve(q)]):
             pairs = [(d.id, d.score) for d in got] if isinstance(got[0], Document) else got
             np.testing.assert_allclose([s for _, s in pairs], expected, atol=1e-4)
             np.testing.assert_allclose([s for _, s in pairs], [scores[ids.index(d)] for d, _ in pairs], atol=1e-4)
@@ -156,12 +180,17 @@ def test_a_reranker_directory_is_loaded_once_and_reranks_as_index_search(index, 
     assert changed, "the cross-encoder changed no ranking: this test would not see a retriever that skipped it"
 
 
-def test_llama_nodes_show_the_title_not_the_id_or_score_to_an_llm(index):
-    found = LlamaRetriever(index, k=1, mode="bm25").retrieve("green tea steamed")[0]
-    assert found.node.id_ == "tea1"
-    shown = found.node.get_content(metadata_mode=MetadataMode.LLM)
+def test_llama_nodes_show_the_text_not_the_id_or_score_to_an_llm(index):
+    whole = LlamaRetriever(index, k=1, mode="bm25", whole_documents=True).retrieve("green tea steamed")[0]
+    assert whole.node.id_ == "tea1"
+    shown = whole.node.get_content(metadata_mode=MetadataMode.LLM)
     assert "Green tea" in shown and CORPUS["tea1"]["text"] in shown
-    assert "score" not in shown and "tea1" not in shown and f"{found.score}" not in shown
+    assert "score" not in shown and "tea1" not in shown and f"{whole.score}" not in shown
+    found = LlamaRetriever(index, k=1, mode="bm25").retrieve("green tea steamed")[0]  # the passage: the text alone
+    assert found.node.ref_doc_id == "tea1" and found.node.metadata["passage"]["title"] == "Green tea"
+    for mode in (MetadataMode.LLM, MetadataMode.EMBED):
+        shown = found.node.get_content(metadata_mode=mode)
+        assert shown == CORPUS["tea1"]["text"]  # its place (id, offsets, scores) is the program's, not the LLM's
 
 
 # ----------------------------------------------------------------------------------------------------- async
@@ -255,7 +284,7 @@ def test_async_search_does_not_block_the_event_loop(index, framework, monkeypatc
 
 
 BAD = [({"k": 0}, "k=0"), ({"k": "5"}, "k='5'"), ({"k": True}, "k=True"), ({"mode": "semantic"}, "mode 'semantic'"),
-       ({"lam": 0.5}, "lam"), ({"mode": "hybrid", "lam": 1.5}, "lam=1.5"), ({"mode": "hybrid", "norm": "l2"}, "norm"),
+       ({"mode": "dense", "lam": 0.5}, "lam"), ({"mode": "hybrid", "lam": 1.5}, "lam=1.5"), ({"mode": "hybrid", "norm": "l2"}, "norm"),
        ({"mode": "dense", "norm": "zscore"}, "norm"), ({"rerank_depth": 5}, "rerank_depth"),
        ({"prf_depth": 0}, "prf_depth"), ({"mode": "bm25", "prf_depth": 3}, "prf_depth"),
        ({"prf_weight": 0.5}, "prf_weight"), ({"nprobe": -1}, "nprobe")]

@@ -9,7 +9,9 @@ nodes, and within them the top k; ``node_ids`` restrict a query; a contradictory
 matches nothing; ``delete(ref_doc_id)`` removes a source document's nodes. Operators twotower has no exact
 counterpart for (NOT, CONTAINS, TEXT_MATCH, ANY, ALL) are refused with their name rather than approximated. Then
 what the store adds: ``get_nodes`` / ``delete_nodes`` / ``clear``, nodes coming back whole, reopening, and
-``VectorStoreIndex`` end to end with :class:`TwoTowerEmbedding`, against numpy on the same embedding."""
+``VectorStoreIndex`` end to end with :class:`TwoTowerEmbedding`, against numpy on the same embedding; filters that
+must never select everything by mistake (``$not`` at any depth, empty filters refused for deletes, ``delete`` with
+a ref_doc_id that is not a string), ``similarity_top_k=0``, and one id twice in one ``add``."""
 
 from __future__ import annotations
 
@@ -134,10 +136,113 @@ def test_vector_store_index_end_to_end_with_twotower_embedding(tiny_bert_dir, tm
     want = np.argsort(-scores, kind="stable")[:3]
     assert [n.node.node_id for n in found] == [f"d{i}" for i in want]
     np.testing.assert_allclose([n.score for n in found], scores[want], atol=1e-4)
-    assert all(n.node.metadata == {"id": int(n.node.node_id[1:]), "text": "meta"} for n in found)
+    for n in found:  # each node as its best passage (a short node: its whole text), its place beside its metadata
+        i = int(n.node.node_id[1:])
+        assert n.node.text == texts[i]
+        assert n.node.metadata == {"id": i, "text": "meta", "passage": {
+            "document_id": f"d{i}", "title": "", "start": 0, "end": len(texts[i]), "score": n.score,
+            "passage_score": None}}
     # the query and document towers: TwoTowerEmbedding is twotower's encoder, prompts and all
     enc = tt.Encoder.load(str(tiny_bert_dir), precision="fp32")
     np.testing.assert_allclose(qv, enc.encode_queries([q])[0], atol=1e-5)
     # reopened with its embedding: text queries through it
     again = TwoTowerVectorStore(tmp_path / "e2e", embedding=emb)
     assert again.query(VectorStoreQuery(query_str=q, similarity_top_k=3)).ids == [f"d{i}" for i in want]
+
+
+# ------------------------------------------------------------------ filters that must not select every node
+
+
+KINDS = {"k1": {"kind": "a", "n": 1}, "k2": {"kind": "b", "n": 2}, "k3": {"kind": "a", "n": 3},
+         "k4": {"kind": "c", "n": 4, "deep": {"kind": "a"}}}
+
+
+@pytest.fixture
+def kinds(tmp_path):
+    s = TwoTowerVectorStore(tmp_path / "kinds")
+    s.add([TextNode(id_=i, text=f"text {i}", metadata=m, embedding=[float(n), 1.0])
+           for n, (i, m) in enumerate(KINDS.items())])
+    return s
+
+
+def _matching(pred) -> list[str]:
+    """The reference: the nodes whose metadata ``pred`` accepts, evaluated in Python on KINDS."""
+    return [i for i, m in KINDS.items() if pred(m)]
+
+
+NOT_FILTERS = [  # a dict filter with $not (and $not inside $and / $or / $not), and what it selects
+    ({"$not": {"kind": "a"}}, lambda m: m["kind"] != "a"),
+    ({"$not": {"$or": [{"kind": "a"}, {"n": {"$gte": 4}}]}}, lambda m: m["kind"] == "b"),
+    ({"$and": [{"$not": {"kind": "b"}}, {"n": {"$lt": 4}}]}, lambda m: m["kind"] == "a"),
+    ({"$or": [{"$not": {"n": {"$lte": 3}}}, {"kind": "b"}]}, lambda m: m["n"] in (2, 4)),
+    ({"$not": {"$not": {"kind": "c"}}}, lambda m: m["kind"] == "c"),
+    ({"$not": {"deep.kind": "a"}}, lambda m: m.get("deep", {}).get("kind") != "a"),
+]
+
+
+@pytest.mark.parametrize("flt,pred", NOT_FILTERS, ids=[str(f) for f, _ in NOT_FILTERS])
+def test_not_filters_apply_to_the_node_metadata_at_any_depth(kinds, flt, pred):
+    """Issue #71 item 2: the fields inside $not were not moved under the node's metadata, so $not matched every
+    node: get_nodes returned all of them and delete_nodes deleted all of them, index folder included."""
+    want = _matching(pred)
+    assert 0 < len(want) < len(KINDS)
+    assert [n.node_id for n in kinds.get_nodes(filters=flt)] == want
+    q = VectorStoreQuery(query_embedding=[1.0, 1.0], similarity_top_k=len(KINDS), filters=flt)
+    assert sorted(kinds.query(q).ids) == want
+    kinds.delete_nodes(filters=flt)
+    assert [n.node_id for n in kinds.get_nodes()] == [i for i in KINDS if i not in want]
+    assert kinds.client is not None and kinds.path.exists()
+
+
+def test_deletes_refuse_filters_that_select_everything(kinds):
+    """An empty filter is refused for a delete, as the HTTP service refuses one (and as LangChain's delete() without
+    ids is): clear() removes every node; a filter with ids still restricts them."""
+    empties = [MetadataFilters(filters=[]), {}, {"$and": [{}]}, {"$or": [{}, {"kind": "a"}]},
+               MetadataFilters(filters=[MetadataFilters(filters=[])])]
+    for flt in empties:
+        with pytest.raises(tt.TwoTowerError, match="empty filter would select every node"):
+            kinds.delete_nodes(filters=flt)
+        with pytest.raises(tt.TwoTowerError, match="empty filter would select every node"):
+            kinds.delete_nodes(["k1"], filters=flt)
+    with pytest.raises(tt.TwoTowerError, match="node_ids and/or a non-empty filter"):
+        kinds.delete_nodes()
+    for ref in ({"$exists": True}, None, 5, ["test-0"]):  # delete({"$exists": True}) deleted every node
+        with pytest.raises(tt.TwoTowerError, match="ref_doc_id is the id of a source document"):
+            kinds.delete(ref)
+    assert [n.node_id for n in kinds.get_nodes()] == list(KINDS)
+    # reads take an empty filter as no filter
+    assert [n.node_id for n in kinds.get_nodes(filters=MetadataFilters(filters=[]))] == list(KINDS)
+    assert len(kinds.query(VectorStoreQuery(query_embedding=[1.0, 1.0], similarity_top_k=9,
+                                            filters=MetadataFilters(filters=[]))).ids) == len(KINDS)
+    kinds.delete_nodes(["k1", "k2"], filters={"kind": "a"})  # ids and a filter: both must hold
+    assert [n.node_id for n in kinds.get_nodes()] == ["k2", "k3", "k4"]
+    kinds.clear()
+    assert kinds.get_nodes() == []
+
+
+def test_similarity_top_k_zero_finds_nothing(store):
+    """Issue #71: similarity_top_k=0 returned one node."""
+    for mode in (VectorStoreQueryMode.DEFAULT,):
+        result = store.query(VectorStoreQuery(query_embedding=[1.0, 1.0], similarity_top_k=0, mode=mode))
+        assert (result.ids, result.nodes, result.similarities) == ([], [], [])
+    assert len(ids(store, k=None)) == 1  # left out: LlamaIndex's default, 1
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(tt.TwoTowerError, match="similarity_top_k"):
+            ids(store, k=bad)
+
+
+@pytest.mark.parametrize("first_write", [True, False], ids=["building", "adding"])
+def test_one_node_id_twice_in_an_add_keeps_the_last(tmp_path, first_write):
+    s = TwoTowerVectorStore(tmp_path / "twice")
+    if not first_write:
+        s.add([TextNode(id_="other", text="other", embedding=[0.0, 1.0])])
+    got = s.add([TextNode(id_="n", text="first", metadata={"v": 1}, embedding=[1.0, 0.0]),
+                 TextNode(id_="m", text="middle", embedding=[0.5, 0.5]),
+                 TextNode(id_="n", text="last", metadata={"v": 3}, embedding=[0.6, 0.8])])
+    assert got == ["n", "m", "n"]
+    [node] = s.get_nodes(["n"])
+    assert (node.text, node.metadata) == ("last", {"v": 3})
+    assert len(s.client) == 2 + (not first_write)
+    result = s.query(VectorStoreQuery(query_embedding=[0.6, 0.8], similarity_top_k=5))
+    assert result.ids.count("n") == 1 and result.ids[0] == "n"
+    assert result.similarities[0] == pytest.approx(1.0, abs=1e-5)  # the last vector: [0.6, 0.8]

@@ -1,5 +1,14 @@
-"""What the framework retrievers share: the index they take (an Index or its path), their search options checked
-when the retriever is made, and a hit's text as twotower joins title and text."""
+"""What the framework retrievers and stores share: the index they take (an Index or its path), their search options
+checked when the retriever is made, a hit's text as twotower joins title and text, and what a hit becomes in a RAG
+framework: its best passage (the default) or its whole document (``whole_documents=True``).
+
+A passage travels as the framework's text (LangChain's ``page_content``, LlamaIndex's node text), exactly
+``document_text[start:end]``, with the document's metadata as it was given plus one key, :data:`PASSAGE`
+(``"passage"``): ``{"document_id", "title", "start", "end", "score", "passage_score"}`` and ``"page"`` when the
+passage knows its page (a PDF's). ``start`` and ``end`` count code points (Python string offsets) into the
+document's text; ``score`` is the document's search score (what ranked it), ``passage_score`` the passage's own
+(None for a document of one passage).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +19,11 @@ from twotower.checks import check_number
 from twotower.errors import TwoTowerError
 from twotower.retrieval.prf import check_prf
 
-__all__ = ["as_index", "call_options", "check_filter", "hit_metadata", "joined_text", "search", "search_options"]
+__all__ = ["PASSAGE", "as_index", "call_options", "check_filter", "check_passages", "check_whole_documents",
+           "hit_metadata", "hit_passages", "joined_text", "passage_metadata", "passage_place", "search",
+           "search_options"]
+
+PASSAGE = "passage"  # the metadata key a passage's place travels under
 
 # the values Index.search documents
 MODES = ("dense", "bm25", "hybrid", "rrf")
@@ -131,3 +144,50 @@ def search(index: Index, query: str, k: int, options: dict) -> list[Hit]:
 def joined_text(hit: Hit) -> str:
     """Title and text as twotower joins them for the document encoder: ``"title text"``, or the text alone."""
     return f"{hit.title} {hit.text}".strip() if hit.title else hit.text
+
+
+def check_whole_documents(value) -> bool:
+    """``whole_documents`` as given: True or False (a framework store's or retriever's choice between a hit's best
+    passage, the default, and its whole document)."""
+    if not isinstance(value, bool):
+        raise TwoTowerError(f"whole_documents: True (each hit's whole document) or False (its best passage, the "
+                            f"default), not {type(value).__name__} {value!r}")
+    return value
+
+
+def check_passages(value) -> int:
+    """``passages`` as given: how many of each hit's best passages (a whole number, 1 or more)."""
+    check_number(value, "passages", integer=True, minimum=1)
+    return int(value)
+
+
+def hit_passages(hit: Hit) -> list:
+    """The hit's passages, best first (its whole text as one passage when it carries none)."""
+    if hit.passages:
+        return list(hit.passages)
+    from twotower.retrieval.passages import Passage
+
+    return [Passage(hit.text, 0, len(hit.text))]
+
+
+def passage_place(doc_id: str, title: str, score: float, passage) -> dict:
+    """Where ``passage`` lies and how it scored: ``{"document_id", "title", "start", "end", "score",
+    "passage_score"}``, with ``"page"`` when the passage has one."""
+    place = {"document_id": doc_id, "title": title, "start": int(passage.start), "end": int(passage.end),
+             "score": float(score), "passage_score": None if passage.score is None else float(passage.score)}
+    page = getattr(passage, "page", None)
+    if page is not None:
+        place["page"] = page
+    return place
+
+
+def passage_metadata(doc_id: str, title: str, score: float, passage, metadata: dict) -> dict:
+    """A copy of a document's ``metadata`` with the passage's place under :data:`PASSAGE`; a
+    :class:`TwoTowerError` when the metadata already holds that key (it would be overwritten)."""
+    import copy
+
+    if PASSAGE in metadata:
+        raise TwoTowerError(f"document {doc_id!r}: its metadata holds a key {PASSAGE!r}, where a passage's place goes "
+                            "(document_id, start, end, score): rename that key, or ask for whole documents "
+                            "(whole_documents=True: metadata exactly as stored)")
+    return {**copy.deepcopy(metadata), PASSAGE: passage_place(doc_id, title, score, passage)}

@@ -2,9 +2,11 @@
 
 A :class:`twotower.Index` holds at least one document, while a LangChain or LlamaIndex vector store starts empty
 and may be emptied. :class:`IndexHolder` keeps the index folder (a temporary one when no path is given) and opens
-it, builds it on the first write (with the index options and the embedding given), upserts by id, deletes ids that
-exist (unknown ids are no error, as both frameworks expect), and removes the folder's index when its last document
-goes (so the store is empty again, and the next write builds afresh with the same options).
+it, builds it on the first write (with the index options and the embedding given), upserts by id (ids are strings;
+of one id given twice in one write the last stays), deletes ids that exist (unknown ids are no error, as both
+frameworks expect; every document only through :meth:`IndexHolder.clear`, never by leaving the ids out), and removes
+the folder's index when its last document goes (so the store is empty again, and the next write builds afresh with
+the same options).
 
 Example::
 
@@ -13,7 +15,7 @@ Example::
     holder = IndexHolder(None, None, {"encoder": "all-MiniLM-L6-v2"})
     holder.upsert(["Green tea is steamed."], ["d1"], [{"id": 7}])
     assert holder.documents(["d1", "nope"])[0]["metadata"] == {"id": 7}
-    holder.delete(["d1", "nope"])
+    assert holder.delete(["d1", "nope"]) == 1
     assert holder.index is None
 """
 
@@ -31,7 +33,7 @@ import numpy as np
 
 from twotower.errors import TwoTowerError
 
-__all__ = ["IndexHolder"]
+__all__ = ["IndexHolder", "check_ids", "selects_all"]
 
 _NOT_OPTIONS = {"cls", "path", "corpus", "ids", "metadatas", "embedding"}
 
@@ -41,6 +43,37 @@ def _build_options() -> set[str]:
     from twotower.retrieval.store import IndexSpec
 
     return (set(inspect.signature(Index.build).parameters) - _NOT_OPTIONS - {"options"}) | set(vars(IndexSpec()))
+
+
+def check_ids(ids, where: str, *, none: bool = False) -> list:
+    """``ids`` as a list of strings (``none``: None in it stands for an id to make); a :class:`TwoTowerError` naming
+    ``where`` and the first id that is not a string (a number stored as ``"5"`` would not be found again as ``5``),
+    or when ``ids`` is one string rather than a list of them."""
+    if isinstance(ids, (str, bytes)):
+        raise TwoTowerError(f"{where}: ids is a list of ids, not one string ({ids!r}): wrap it in a list")
+    ids = list(ids)
+    for i, doc_id in enumerate(ids):
+        if not isinstance(doc_id, str) and not (none and doc_id is None):
+            raise TwoTowerError(f"{where}: ids are strings; id {i} is {type(doc_id).__name__} {doc_id!r} (give "
+                                f"{str(doc_id)!r} to store it as a string)")
+    return ids
+
+
+def selects_all(flt) -> bool:
+    """Whether the filter dict ``flt`` lets every document through by its form, whatever the documents hold:
+    ``None``, ``{}``, an ``$and`` of such filters, an ``$or`` holding one (a delete refuses it)."""
+    if flt is None:
+        return True
+    from twotower.retrieval.filters import And, Or, parse_filter
+
+    def vacuous(f) -> bool:
+        if isinstance(f, And):
+            return all(vacuous(p) for p in f.parts)
+        if isinstance(f, Or):
+            return any(vacuous(p) for p in f.parts)
+        return False
+
+    return vacuous(parse_filter(flt))
 
 
 def _is_index(path: Path) -> bool:
@@ -79,7 +112,8 @@ class IndexHolder:
         """Add ``texts`` (ids: given, else new UUIDs; an id already there is replaced, and of one id given twice
         the last stays); returns the ids, in order."""
         texts = list(texts)
-        ids = [str(uuid.uuid4()) if i is None else i for i in (ids or [None] * len(texts))]
+        ids = check_ids([None] * len(texts) if ids is None else ids, "add", none=True)
+        ids = [str(uuid.uuid4()) if i is None else i for i in ids]
         metadatas = [copy.deepcopy(m) if m else {} for m in (metadatas or [None] * len(texts))]
         if len(ids) != len(texts) or len(metadatas) != len(texts):
             raise TwoTowerError(f"{len(texts)} texts, {len(ids)} ids and {len(metadatas)} metadatas: give one each")
@@ -101,19 +135,23 @@ class IndexHolder:
                 self.index.add(texts, ids=kept_ids, metadatas=metadatas, replace=True, vectors=vectors)
         return ids
 
-    def delete(self, ids=None) -> None:
-        """Remove the documents ``ids`` that are there (None: all); the last one removes the folder's index."""
+    def delete(self, ids) -> int:
+        """Remove the documents ``ids`` that are there (unknown ids are skipped); the last one removes the folder's
+        index. Returns how many were removed. Every document: :meth:`clear`."""
+        if ids is None:
+            raise TwoTowerError("delete: give the ids to remove (removing every document is clear())")
+        ids = list(dict.fromkeys(check_ids(ids, "delete")))
         with self.lock:
             if self.index is None:
-                return
-            store = self.index.store
-            present = _present(store, list(dict.fromkeys(store.doc_ids if ids is None else ids)))
+                return 0
+            present = _present(self.index.store, ids)
             if not present:
-                return
+                return 0
             if len(present) < len(self.index):
                 self.index.remove(present)
-                return
-            self.clear()
+            else:
+                self.clear()
+            return len(present)
 
     def clear(self) -> None:
         """Remove every document: the folder's index goes (a Milvus collection cannot be emptied this way)."""
@@ -135,7 +173,7 @@ class IndexHolder:
                 return []
             self.index._searcher.refresh()
             store = self.index.store
-            present = _present(store, list(ids))
+            present = _present(store, check_ids(ids, "get"))
             if hasattr(store, "prefetch"):  # a Milvus index: the documents in batched queries, not one each
                 store.prefetch(present)
             return [_document(store.document(store.row_of[i])) for i in present]
@@ -174,14 +212,25 @@ class IndexHolder:
         with self.lock:
             return self.index.store.project_queries(np.asarray(vector, dtype=np.float32)[None, :])[0]
 
-    def vectors(self, ids: list[str]) -> np.ndarray:
-        """The stored vectors of ``ids`` (single-vector indexes), as float32."""
+    def best_vectors(self, ids: list[str], query) -> np.ndarray:
+        """For each document of ``ids``, the stored vector of its passage that scores best for ``query`` (a vector
+        as :meth:`projected` gives it): a document of one vector, that vector. As float32, one row per id."""
         with self.lock:
             store = self.index.store
             if store.multivector:
-                raise TwoTowerError("maximal marginal relevance needs one vector per document; this index is "
-                                    "multi-vector")
-            return store.float_vectors(np.array([store.row_of[i] for i in ids], dtype=np.int64))
+                raise TwoTowerError("maximal marginal relevance needs one vector per document or passage; this index "
+                                    "is multi-vector")
+            rows = np.array([[store.row_of[i] for i in ids]], dtype=np.int64)
+            q = np.asarray(query, dtype=np.float32)[None, :]
+            if getattr(store, "passages", None) and hasattr(store, "passage_table"):  # Milvus: a row per passage
+                from twotower.retrieval.milvus.passages import best_passage_vectors
+
+                return best_passage_vectors(store, q, rows)[0]
+            if getattr(store, "passages", None):  # a local index: the passage rows of each document
+                from twotower.retrieval.passages import best_vector_rows
+
+                rows = best_vector_rows(store, q, rows)
+            return store.float_vectors(rows[0])
 
 
 def _present(store, ids: list[str]) -> list[str]:

@@ -12,8 +12,8 @@ from pydantic import model_validator
 
 from twotower.errors import TwoTowerError
 
-from twotower.integrations.search import as_index, call_options, check_filter, hit_metadata, joined_text, search, \
-    search_options
+from twotower.integrations.search import as_index, call_options, check_filter, check_passages, \
+    check_whole_documents, hit_metadata, hit_passages, joined_text, passage_metadata, search, search_options
 
 __all__ = ["ScoredDocument", "TwoTowerRetriever"]
 
@@ -33,7 +33,7 @@ class ScoredDocument(Document):
     """
 
     score: float
-    passages: list[dict] = []  # the best passage(s) of the document: {"text", "start", "end", "score"}
+    passages: list[dict] = []  # the passage(s) shown: {"text", "start", "end", "score"} (score: the passage's own)
 
 
 class TwoTowerRetriever(BaseRetriever):
@@ -54,14 +54,20 @@ class TwoTowerRetriever(BaseRetriever):
     for that call (a filter given there replaces the retriever's, as in LangChain's vector-store retrievers); they
     are checked as the constructor checks them.
 
-    Each hit is a :class:`ScoredDocument` (a LangChain ``Document``) with ``id`` = the document's id, ``score`` =
-    its score, ``page_content`` = title and text joined as twotower joins them for its encoder (``"title text"``;
-    the text alone when there is no title) and ``metadata`` = the document's metadata exactly as it was given
-    (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed; any key, ``id`` included); its ``passages``
-    hold the document's best passage (``{"text", "start", "end", "score"}``, ``text[start:end]`` of the document's
-    text). ``passages=N``: one :class:`ScoredDocument` per passage instead, each hit's N best, for a RAG context
-    window: ``page_content`` is the passage, ``score`` the passage's. ``ainvoke`` runs the search in a worker thread, so the event
-    loop keeps running; searches of one index run one at a time (its tokenizer is not thread-safe).
+    Each hit is a :class:`ScoredDocument` (a LangChain ``Document``) with ``id`` = the document's id and ``score``
+    = its score (exactly :meth:`~twotower.Index.search`'s). By default its ``page_content`` is the document's best
+    passage for the query (``text[start:end]`` of the document's text: what a RAG prompt needs, not the whole
+    document), and its ``metadata`` the document's metadata as it was given plus one key, ``"passage"``:
+    ``{"document_id", "title", "start", "end", "score", "passage_score"}`` (``start`` / ``end``: code-point offsets
+    into the document's text; ``"page"`` too when the passage has one; a document whose metadata already holds
+    ``"passage"`` is refused, by name). ``passages=N``: each hit's N best passages, one :class:`ScoredDocument`
+    each, hit by hit, best first (each with the document's score; the passage's own is ``passage_score``).
+    ``whole_documents=True``: one :class:`ScoredDocument` per hit with ``page_content`` = title and text joined as
+    twotower joins them for its encoder (``"title text"``; the text alone when there is no title) and ``metadata``
+    = the document's metadata exactly as it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or
+    renamed); its ``passages`` hold the hit's N best passages (``{"text", "start", "end", "score"}``).
+    ``ainvoke`` runs the search in a worker thread, so the event loop keeps running; searches of one index run one
+    at a time (its tokenizer is not thread-safe).
 
     Example::
 
@@ -73,6 +79,8 @@ class TwoTowerRetriever(BaseRetriever):
         retriever = TwoTowerRetriever(index, k=1, mode="hybrid", lam=0.6)  # or TwoTowerRetriever("tea-index")
         docs = retriever.invoke("green tea")           # await retriever.ainvoke("green tea") in async code
         print(docs[0].id, docs[0].score, docs[0].metadata["type"], docs[0].page_content)
+        print(docs[0].metadata["passage"]["start"], docs[0].metadata["passage"]["end"])  # its place in the text
+        whole = TwoTowerRetriever(index, k=1, whole_documents=True).invoke("green tea")  # whole documents
         coffee = retriever.invoke("a hot drink", k=2, filter={"type": "coffee"})  # per call: k, filter, mode ...
         teas = TwoTowerRetriever(index, search_kwargs={"k": 2, "filter": {"type": {"$in": ["tea"]}}})
     """
@@ -90,19 +98,21 @@ class TwoTowerRetriever(BaseRetriever):
     nprobe: int | None = None
     filter: Any = None
     search_kwargs: dict = {}
-    passages: int | None = None
+    passages: int = 1
+    whole_documents: bool = False
 
     def __init__(self, index: Any = None, /, k: int = 10, *, mode: str | None = None, lam: float | None = None,
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
                  nprobe: int | None = None, filter: Any = None, search_kwargs: dict | None = None,
-                 passages: int | None = None, **fields: Any) -> None:
+                 passages: int = 1, whole_documents: bool = False, **fields: Any) -> None:
         """``fields``: LangChain's own (``name``, ``tags``, ``metadata``), or ``index=`` by keyword."""
         if index is not None:
             fields["index"] = index
         super().__init__(k=k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth, prf_weight=prf_weight,
                          rerank=rerank, rerank_depth=rerank_depth, ef_search=ef_search, nprobe=nprobe, filter=filter,
-                         search_kwargs={} if search_kwargs is None else search_kwargs, passages=passages, **fields)
+                         search_kwargs={} if search_kwargs is None else search_kwargs, passages=passages,
+                         whole_documents=whole_documents, **fields)
 
     @model_validator(mode="before")
     @classmethod
@@ -127,12 +137,11 @@ class TwoTowerRetriever(BaseRetriever):
                                     f"{value!r}: give it once")
             given[name] = value
         k, flt = given.pop("k"), check_filter(given.pop("filter"))
-        if data.get("passages") is not None:
-            from twotower.checks import check_number
-
-            check_number(data["passages"], "passages", integer=True, minimum=1)
+        passages = check_passages(data.get("passages", 1))
+        whole = check_whole_documents(data.get("whole_documents", False))
         options = search_options(index, k, **given)
-        return {**data, "index": index, "k": k, "filter": flt, **options}  # a re-ranker directory: loaded
+        return {**data, "index": index, "k": k, "filter": flt, "passages": passages, "whole_documents": whole,
+                **options}  # a re-ranker directory: loaded
 
     def _documents(self, query: str, kwargs: dict) -> list[ScoredDocument]:
         options = {name: getattr(self, name) for name in _OPTIONS}
@@ -141,13 +150,13 @@ class TwoTowerRetriever(BaseRetriever):
             call = call_options(kwargs, _PER_CALL, "invoke")
             k, flt = call.pop("k", k), check_filter(call.pop("filter")) if "filter" in call else flt
             options = search_options(self.index, k, **{**options, **call})
-        hits = search(self.index, query, k, {**options, "filter": flt, "passages": self.passages or 1})
-        if self.passages:  # one document per passage: the part a RAG prompt needs
-            return [ScoredDocument(page_content=p.text, id=hit.id, metadata=hit_metadata(hit),
-                                   score=hit.score if p.score is None else p.score, passages=[p.to_dict()])
-                    for hit in hits for p in hit.passages]
-        return [ScoredDocument(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit), score=hit.score,
-                               passages=[p.to_dict() for p in hit.passages]) for hit in hits]
+        hits = search(self.index, query, k, {**options, "filter": flt, "passages": self.passages})
+        if self.whole_documents:
+            return [ScoredDocument(page_content=joined_text(hit), id=hit.id, metadata=hit_metadata(hit),
+                                   score=hit.score, passages=[p.to_dict() for p in hit_passages(hit)]) for hit in hits]
+        return [ScoredDocument(page_content=p.text, id=hit.id, score=hit.score, passages=[p.to_dict()],
+                               metadata=passage_metadata(hit.id, hit.title, hit.score, p, hit.metadata))
+                for hit in hits for p in hit_passages(hit)]  # each hit's passages, best first, hit by hit
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **kwargs: Any) -> list[Document]:

@@ -12,7 +12,8 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 
 from twotower.api.index import Hit
 from twotower.errors import TwoTowerError
-from twotower.integrations.search import as_index, check_filter, hit_metadata, joined_text, search, search_options
+from twotower.integrations.search import PASSAGE, as_index, check_filter, check_passages, check_whole_documents, \
+    hit_metadata, hit_passages, joined_text, passage_metadata, search, search_options
 
 __all__ = ["TwoTowerRetriever", "to_twotower_filter"]
 
@@ -57,6 +58,19 @@ def to_twotower_filter(filters: MetadataFilters | MetadataFilter, prefix: str = 
     return {condition: [to_twotower_filter(f, prefix) for f in filters.filters]}
 
 
+def passage_node(hit: Hit, passage, node_id: str) -> TextNode:
+    """A hit's ``passage`` as a LlamaIndex node ``node_id`` of the hit's document (its source): the passage's text,
+    its place in the document's text, the document's metadata with the passage's place under ``"passage"`` (hidden
+    from the LLM's and the embedding's view of the node)."""
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo
+
+    return TextNode(id_=node_id, text=passage.text,
+                    metadata=passage_metadata(hit.id, hit.title, hit.score, passage, hit.metadata),
+                    start_char_idx=passage.start, end_char_idx=passage.end,
+                    excluded_llm_metadata_keys=[PASSAGE], excluded_embed_metadata_keys=[PASSAGE],
+                    relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.id)})
+
+
 class TwoTowerRetriever(BaseRetriever):
     """A LlamaIndex retriever returning :meth:`twotower.Index.search`'s top ``k`` as ``NodeWithScore`` objects
     holding ``TextNode`` objects, best first.
@@ -68,15 +82,21 @@ class TwoTowerRetriever(BaseRetriever):
     filter dict (:func:`twotower.parse_filter`): only the documents it lets through are searched. They are checked
     against the index here, and a re-ranker given as a directory is loaded here, once. ``callback_manager`` and ``verbose`` go to LlamaIndex's ``BaseRetriever``.
 
-    Each node has ``id_`` = the document's id, ``text`` = title and text joined as twotower joins them for its
-    encoder (``"title text"``; the text alone when there is no title) and ``metadata`` = the document's metadata
-    exactly as it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed); the score is the
-    ``NodeWithScore``'s. The query is the bundle's ``query_str`` (twotower encodes it; a bundle's own embedding is not
-    used). ``passages=N``: one node per passage instead, each hit's N best, for a RAG context window: ``text`` is the
-    passage, ``start_char_idx`` / ``end_char_idx`` its place in the document's text, ``id_`` the document's id with
-    the span (``"d1:120-480"``) and its source relationship the document's id; the score is the passage's.
-    ``aretrieve`` runs the search in a worker thread, so the event loop keeps running; searches of one index
-    run one at a time (its tokenizer is not thread-safe).
+    By default each node is the best passage of a hit's document for the query (what a RAG prompt needs, not the
+    whole document): ``text`` = the passage (``text[start:end]`` of the document's text), ``start_char_idx`` /
+    ``end_char_idx`` = its place there (code points), ``id_`` and its source relationship (``node.ref_doc_id``) =
+    the document's id, and ``metadata`` = the document's metadata as it was given plus one key, ``"passage"``:
+    ``{"document_id", "title", "start", "end", "score", "passage_score"}`` (``"page"`` too when the passage has
+    one; kept out of what the LLM and the embedding see; a document whose metadata already holds ``"passage"`` is
+    refused, by name); the ``NodeWithScore``'s score is the document's (exactly :meth:`~twotower.Index.search`'s).
+    ``passages=N``: each hit's N best passages, one node each, hit by hit, best first, each ``id_`` the document's
+    id with the span (``"d1:120-480"``) so that a hit's nodes are distinct. ``whole_documents=True``: one node per
+    hit with ``id_`` = the document's id, ``text`` = title and text joined as twotower joins them for its encoder
+    (``"title text"``; the text alone when there is no title) and ``metadata`` = the document's metadata exactly as
+    it was given (:attr:`twotower.Hit.metadata`: nothing added, removed or renamed). The query is the bundle's
+    ``query_str`` (twotower encodes it; a bundle's own embedding is not used). ``aretrieve`` runs the search in a
+    worker thread, so the event loop keeps running; searches of one index run one at a time (its tokenizer is not
+    thread-safe).
 
     Example::
 
@@ -87,7 +107,7 @@ class TwoTowerRetriever(BaseRetriever):
                                              {"_id": "d2", "text": "Coffee is roasted.", "type": "coffee"}], bm25=True)
         retriever = TwoTowerRetriever(index, k=1, mode="bm25")  # or TwoTowerRetriever("tea-index")
         nodes = retriever.retrieve("green tea")        # await retriever.aretrieve("green tea") in async code
-        print(nodes[0].node.id_, nodes[0].score, nodes[0].node.text)
+        print(nodes[0].node.id_, nodes[0].score, nodes[0].node.text, nodes[0].node.start_char_idx)
         from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
         teas = TwoTowerRetriever(index, k=2, filters=MetadataFilters(filters=[MetadataFilter(key="type", value="tea")]))
@@ -98,21 +118,18 @@ class TwoTowerRetriever(BaseRetriever):
                  norm: str | None = None, prf_depth: int | None = None, prf_weight: float | None = None,
                  rerank: Any = None, rerank_depth: int | None = None, ef_search: int | None = None,
                  nprobe: int | None = None, filters: MetadataFilters | dict | None = None,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False,
-                 passages: int | None = None, **unknown: Any) -> None:
+                  callback_manager: CallbackManager | None = None, verbose: bool = False,
+                 passages: int = 1, whole_documents: bool = False, **unknown: Any) -> None:
         if unknown:  # a misspelt option (ef_serach=) is named here, as LangChain's retriever names it
             from twotower.errors import TwoTowerError
 
             raise TwoTowerError(f"TwoTowerRetriever: unknown option(s) {', '.join(sorted(unknown))}; it takes k, "
                                 "mode, lam, norm, prf_depth, prf_weight, rerank, rerank_depth, ef_search, nprobe, "
-                                "filters, callback_manager, verbose, passages")
+                                "filters, callback_manager, verbose, passages, whole_documents")
         self.index = as_index(index)
         self.k = k
-        if passages is not None:
-            from twotower.checks import check_number
-
-            check_number(passages, "passages", integer=True, minimum=1)
-        self.passages = passages
+        self.passages = check_passages(passages)
+        self.whole_documents = check_whole_documents(whole_documents)
         self.filter = check_filter(filters if filters is None or isinstance(filters, dict)
                                    else to_twotower_filter(filters))
         self.options = search_options(self.index, k, mode=mode, lam=lam, norm=norm, prf_depth=prf_depth,
@@ -125,21 +142,17 @@ class TwoTowerRetriever(BaseRetriever):
         return NodeWithScore(node=TextNode(id_=hit.id, text=joined_text(hit), metadata=hit_metadata(hit)),
                              score=hit.score)
 
-    @staticmethod
-    def _passage_nodes(hit: Hit) -> list[NodeWithScore]:
-        from llama_index.core.schema import NodeRelationship, RelatedNodeInfo
-
-        return [NodeWithScore(node=TextNode(
-            id_=f"{hit.id}:{p.start}-{p.end}", text=p.text, metadata=hit_metadata(hit), start_char_idx=p.start,
-            end_char_idx=p.end, relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.id)}),
-            score=hit.score if p.score is None else p.score) for p in hit.passages]
+    def _passage_nodes(self, hit: Hit) -> list[NodeWithScore]:
+        return [NodeWithScore(node=passage_node(hit, p, hit.id if self.passages == 1 else
+                                                f"{hit.id}:{p.start}-{p.end}"), score=hit.score)
+                for p in hit_passages(hit)]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = search(self.index, query_bundle.query_str, self.k,
-                      {**self.options, "filter": self.filter, "passages": self.passages or 1})
-        if self.passages:
-            return [node for hit in hits for node in self._passage_nodes(hit)]
-        return [self._node(hit) for hit in hits]
+                      {**self.options, "filter": self.filter, "passages": self.passages})
+        if self.whole_documents:
+            return [self._node(hit) for hit in hits]
+        return [node for hit in hits for node in self._passage_nodes(hit)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)
