@@ -65,20 +65,50 @@ def passage_option(passages: bool | None, window: int | None, overlap: int | Non
                        max_passages=MAX_PASSAGES if limit is None else limit, score="max" if score is None else score)
 
 
-def external_parts(docs: list, embedding, given_vectors):
+def external_parts(docs: list, embedding, given_vectors, entry: dict | None = None):
     """``(query encoder, document writer)`` for an index of your own vectors: an
     :class:`~twotower.encoders.external.ExternalEncoder` over ``embedding`` (None: precomputed vectors) that
     encodes queries, and the documents' vectors (``given_vectors``, else ``embedding``'s, encoded here once)
-    checked, one per document, for the write."""
+    checked, one per document — or one per passage with ``entry``, character passages
+    (:mod:`twotower.encoders.text_passages`) — for the write."""
     from twotower.encoders.external import ExternalEncoder, GivenVectors
 
     if not docs:
         raise TwoTowerError("the corpus holds no documents to index")
     base = ExternalEncoder(embedding)
+    if entry is not None:
+        from twotower.encoders.text_passages import split_texts
+
+        texts = split_texts([d.id for d in docs], [d.title for d in docs], [d.text for d in docs], entry)[0]
+    else:
+        texts = [d.full_text for d in docs]
     if given_vectors is None:
-        given_vectors = base.encode_documents([d.full_text for d in docs])
-    writer = GivenVectors(given_vectors, base, len(docs))
+        given_vectors = base.encode_documents(texts)
+    writer = GivenVectors(given_vectors, base, len(texts))
     return ExternalEncoder(embedding, dim=writer.dim), writer
+
+
+def external_passages(passages, given_vectors) -> dict | None:
+    """The character-passage entry an index of your own vectors is split by (None: one vector per document):
+    on by default for an embedding (``passage_window`` / ``passage_overlap`` in characters); precomputed vectors
+    are one per document, so passages asked for with them are refused."""
+    from twotower.encoders.text_passages import manifest_entry
+
+    if passages is False:
+        return None
+    if given_vectors is not None:
+        if passages is not None:
+            raise TwoTowerError("precomputed vectors are one per document: drop the passage options, or give "
+                                "embedding= so that long documents are split into passages")
+        return None
+    if passages is None:
+        return manifest_entry()
+    if passages.score != "max":
+        from twotower.checks import given
+
+        raise TwoTowerError(f"{given('passage_score', passages.score)}: with an embedding of your own a document "
+                            "scores by its best passage only; drop it")
+    return manifest_entry(passages.window, passages.overlap, passages.max_passages)
 
 
 def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, ids, metadatas, language_given: bool,
@@ -100,9 +130,7 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         if ray or multivector or project:
             raise TwoTowerError("ray, multivector and project need a twotower encoder; drop them with "
                                 "embedding= or vectors=")
-        if passages:
-            raise TwoTowerError("passages are split on a twotower encoder's tokens; an embedding of your own or "
-                                "precomputed vectors give one vector per document: drop passages or pass encoder=")
+        entry = external_passages(passages, given_vectors)
     if backend not in ("faiss", "milvus"):
         raise TwoTowerError(f"backend {backend!r}: choose faiss (a local index folder) or milvus")
     if backend == "faiss" and (uri is not None or collection is not None):
@@ -127,8 +155,9 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         check_options(Path(path), spec, uri=uri, collection=collection, multivector=multivector, project=project)
         docs = corpus_documents(corpus, ids=ids, metadatas=metadatas)
         if external:
-            model, writer = external_parts(docs, embedding, given_vectors)
-            build_milvus_from(docs, path, writer, model=None, spec=spec, cfg=cfg, uri=uri, collection=collection)
+            model, writer = external_parts(docs, embedding, given_vectors, entry)
+            build_milvus_from(docs, path, writer, model=None, spec=spec, cfg=cfg, uri=uri, collection=collection,
+                              passages=entry or False)
             return model, [d.id for d in docs]
         model, source = _encoder_parts(encoder, device)
         spec = spec_for_model(spec, source, language_given=language_given)
@@ -156,8 +185,8 @@ def write_index(path: str | Path, corpus, spec, cfg, *, backend: str, encoder, i
         from twotower.retrieval.store import check_target
 
         check_target(Path(path))  # before any encoding (the kind's options need the vectors' size: checked after)
-        model, writer = external_parts(docs, embedding, given_vectors)
-        build_index_from(docs, path, writer, model=None, spec=spec, cfg=cfg, passages=False)
+        model, writer = external_parts(docs, embedding, given_vectors, entry)
+        build_index_from(docs, path, writer, model=None, spec=spec, cfg=cfg, passages=entry or False)
         return model, [d.id for d in docs]
     model, source = _encoder_parts(encoder, device)
     spec = spec_for_model(spec, source, language_given=language_given)

@@ -93,4 +93,41 @@ def text_spans(text: str, max_chars: int = DEFAULT_MAX_CHARS, overlap: int | Non
             raise TwoTowerError("text passages: no progress (a bug); report it with the text's length")
 
 
-__all__ = ["DEFAULT_MAX_CHARS", "check_sizes", "default_overlap", "text_spans"]
+def manifest_entry(window: int | None = None, overlap: int | None = None, max_passages: int | None = None) -> dict:
+    """The index manifest's ``passages`` entry of character passages (``unit: chars``), checked."""
+    from twotower.checks import check_number
+    from twotower.encoders.passages import MAX_PASSAGES
+
+    window = DEFAULT_MAX_CHARS if window is None else window
+    overlap = default_overlap(window) if overlap is None else overlap
+    check_sizes(window, overlap)
+    limit = MAX_PASSAGES if max_passages is None else check_number(max_passages, "max_passages", integer=True,
+                                                                  minimum=1)
+    return {"unit": "chars", "window": int(window), "overlap": int(overlap), "max_passages": int(limit),
+            "score": "max"}
+
+
+def split_texts(ids, titles, texts, entry: dict):
+    """``(passage texts, offsets, spans)`` of documents split by a ``unit: chars`` ``entry``: each passage's text
+    behind its document's title (as the whole document was encoded: ``title text``), ``offsets`` (n + 1) the
+    documents' first passage rows, ``spans`` (rows, 2) each passage's place in its document's text. A document of
+    more than ``max_passages`` passages is refused, naming it."""
+    import numpy as np
+
+    out, counts, spans = [], [], []
+    for doc_id, title, text in zip(ids, titles, texts):
+        mine = text_spans(text, entry["window"], entry["overlap"])
+        if len(mine) > entry["max_passages"]:
+            from twotower.checks import flag
+
+            raise TwoTowerError(f"document {doc_id!r}: {len(text):,} characters make {len(mine)} passages of "
+                                f"{entry['window']} characters, over {flag('max_passages')} {entry['max_passages']}: "
+                                "raise it, or split the document")
+        out += [f"{title} {text[a:b]}".strip() if title else text[a:b] for a, b in mine]
+        counts.append(len(mine))
+        spans += mine
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return out, offsets, np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+
+
+__all__ = ["DEFAULT_MAX_CHARS", "check_sizes", "default_overlap", "manifest_entry", "split_texts", "text_spans"]

@@ -103,6 +103,16 @@ def encode_new_docs(
     from twotower.encoders.towers import EncodeOptions
 
     texts = [d.full_text for d in docs]
+    if passages is not None and passages.get("unit") == "chars":  # an embedding of your own: no tokenizer to count
+        from twotower.encoders.text_passages import split_texts
+
+        parts, offsets, spans = split_texts([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
+                                            passages)
+        opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
+                             compile=cfg.compile, unit="passage")
+        return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
+                       encoder.encode_documents(parts, opts), offsets,
+                       metadata=[getattr(d, "metadata", None) or {} for d in docs], spans=spans)
     if passages is not None and not multivector:
         from twotower.encoders.passages import PassageSpec, split_documents
 
@@ -262,6 +272,8 @@ def passage_settings(passages, encoder, *, multivector: int | None = None) -> di
 
     if passages is None or passages is False:
         return None
+    if isinstance(passages, dict):  # a manifest entry already (character passages: encoders.text_passages)
+        return passages
     if passages is True:
         passages = PassageSpec()
     if not isinstance(passages, PassageSpec):
