@@ -29,7 +29,9 @@ renames it to the next ``vNNNNNN`` and only then replaces ``CURRENT`` (temp file
 A crash or SIGKILL at any point leaves ``CURRENT`` naming the previous, complete version. Versions
 are immutable once written, so a reader holding an :class:`IndexStore` keeps a consistent
 snapshot while a writer works: it sees the old version or, after :meth:`IndexStore.refresh`, the
-new one — never a mix. The previous ``keep`` versions stay on disk for readers that opened them.
+new one — never a mix. The previous ``keep`` versions stay on disk, and any older one an open store still holds
+(``INDEX/.readers``: :class:`~twotower.retrieval.index.versions.Lease`) until it is closed or dropped, so the parts a
+store reads on first use come from its own version too.
 
 ``add`` encodes only the new documents (the GTR/ADE freshness argument) and adds their vectors to
 a copy of the FAISS index; replacing or removing documents rebuilds the FAISS index from the
@@ -66,7 +68,7 @@ from twotower.retrieval.index.lock import writer_lock
 from twotower.retrieval.index.newdocs import NewDocs
 from twotower.retrieval.index.search import read_faiss, search_version
 from twotower.retrieval.index.versions import (
-    FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, open_live,
+    FORMAT, FORMAT_VERSION, check_target, current_version, discard_unfinished, hold, open_live,
 )
 
 __all__ = [
@@ -87,6 +89,17 @@ class IndexStore:
         self.root = root
         self.dir = version_dir
         self.manifest = manifest
+        # held until close: no writer collects this version meanwhile, so the parts read on first use (faiss.index,
+        # bm25/, docs.jsonl for filters) come from it too; FileNotFoundError if it is gone already (open_live retries)
+        self._lease = hold(version_dir.parent.parent, version_dir.name) if version_dir.parent.name == "versions" else None
+        try:
+            self._open_files(version_dir, manifest, verify)
+        except BaseException:
+            if self._lease is not None:
+                self._lease.close()
+            raise
+
+    def _open_files(self, version_dir: Path, manifest: dict, verify: bool) -> None:
         self.files = VersionFiles(version_dir, manifest)  # sizes checked here, sha256 on first read
         if verify:
             self.files.check_all()
@@ -155,6 +168,8 @@ class IndexStore:
         self._docs_file.close()
         self.doc_ids.close()
         self.files.close()
+        if self._lease is not None:
+            self._lease.close()  # a later write may collect this version now
 
     # ---- reading ------------------------------------------------------------------------
 

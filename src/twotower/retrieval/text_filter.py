@@ -11,6 +11,7 @@ metadata): one ``bytes.find`` per candidate document, one ``json.loads`` per can
 from __future__ import annotations
 
 import json
+import weakref
 
 import numpy as np
 
@@ -19,7 +20,16 @@ class TextScan:
     """``phrase -> bool mask`` over the rows of one (immutable) local index version."""
 
     def __init__(self, store) -> None:
-        self.store = store
+        # weakly: the store keeps this scan (its metadata columns' text_source), and a cycle would keep a dropped
+        # store, and with it the hold on its version (index.versions.Lease), until Python's cycle collector ran
+        self._store = weakref.ref(store)
+
+    @property
+    def store(self):
+        store = self._store()
+        if store is None:
+            raise RuntimeError("the index version these metadata columns were read from is no longer open: read them again")
+        return store
 
     def __call__(self, phrase: str) -> np.ndarray:
         store = self.store

@@ -2,11 +2,21 @@
 
 A version is written into ``versions/.tmp-*``, renamed to the next ``vNNNNNN`` and only then named
 by ``CURRENT`` (temp file + ``os.replace``), so ``CURRENT`` always names a complete version.
+
+Readers hold the version they opened (:class:`Lease`): a shared ``flock`` on ``INDEX/.readers/vNNNNNN``, taken before
+any file of the version is read and released when the store is closed or dropped (or its process ends). A writer
+collects an old version only after taking that lock exclusively (without waiting), so a version a reader holds stays
+whole on disk — the files a store reads on first use (``faiss.index``, ``bm25/``, ``docs.jsonl`` for filters) included
+— and is collected by a later write once released. Collecting renames the version out of the way (``versions/.tmp-*``)
+and drops its lock file under the exclusive lock; a reader re-checks the version folder after its shared lock is
+granted, so one that came too late finds it gone and opens the new ``CURRENT`` instead (:func:`open_live`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -22,6 +32,7 @@ from twotower.retrieval.index.errors import IndexStoreError
 from twotower.retrieval.index.files import fsync_dir
 from twotower.retrieval.index.lock import LOCK_NAME
 
+READERS = ".readers"  # INDEX/.readers/vNNNNNN: the lock file readers of that version hold shared
 FORMAT = "twotower-index"
 FORMAT_VERSION = 1
 TMP_PREFIX = ".tmp-"
@@ -57,16 +68,17 @@ def current_version(root: Path) -> str:
 
 def open_live(root: Path, open_version: Callable[[Path, dict], T]) -> T:
     """``open_version(version_dir, manifest)`` of the live version of ``root`` (every backend opens through here).
-    A version whose files vanish while it is opened (a writer switched versions and collected the old one between
-    our reads) is tried again at the new ``CURRENT``; missing files of the version ``CURRENT`` still names are an
-    error."""
-    for attempt in range(3):
+    A version that vanishes before it is held (writers switched versions and collected the old one between our read
+    of ``CURRENT`` and :func:`hold`) is tried again at the new ``CURRENT``; missing files of the version ``CURRENT``
+    still names are an error."""
+    attempts = 5
+    for attempt in range(attempts):
         version = current_version(root)
         version_dir = root / "versions" / version
         try:
             return open_version(version_dir, read_manifest(version_dir / "manifest.json"))
         except FileNotFoundError:
-            if attempt == 2 or current_version(root) == version:
+            if attempt == attempts - 1 or current_version(root) == version:
                 raise IndexStoreError(
                     f"{version_dir}: the version named by {root / 'CURRENT'} is missing files "
                     f"(restore the directory or rebuild with 'twotower index build')"
@@ -135,15 +147,99 @@ def publish(root: Path, tmp: Path, manifest: dict) -> Path:
     return final
 
 
+class Lease:
+    """A reader's hold on one version: a shared ``flock`` on its file in ``INDEX/.readers`` (module docstring), until
+    :meth:`close` (or until the object is dropped, or the process ends: the kernel releases the lock with the file)."""
+
+    def __init__(self, fd: int | None) -> None:
+        self._fd = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+_NO_LOCK_FILE = (errno.EACCES, errno.EPERM, errno.EROFS)  # a read-only index: no writer to collect it either
+
+
+def hold(root: Path, version: str) -> Lease:
+    """A :class:`Lease` on ``root``'s version ``version``, taken before any of its files is read;
+    ``FileNotFoundError`` when the version is gone (collected by a writer: open the new ``CURRENT``). Where the lock
+    file cannot be made (a read-only folder) the lease holds nothing."""
+    folder = root / READERS
+    try:
+        folder.mkdir(exist_ok=True)
+        fd: int | None = os.open(folder / version, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if exc.errno not in _NO_LOCK_FILE:
+            raise
+        fd = None
+    lease = Lease(fd)
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a writer holds it exclusively only while it renames the version away
+    if not (root / "versions" / version).is_dir():  # collected before our lock was granted
+        lease.close()
+        raise FileNotFoundError(errno.ENOENT, "index version collected by a writer", str(root / "versions" / version))
+    return lease
+
+
+def _collect(root: Path, name: str) -> bool:
+    """Remove version ``name`` unless a reader holds it (call under the writer lock); whether it was removed."""
+    folder = root / READERS
+    try:
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / name, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError:
+        return False  # readers' holds cannot be seen: keep it
+    doomed = None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False  # held by a reader: a later write collects it
+            raise
+        version_dir = root / "versions" / name
+        if version_dir.is_dir():
+            doomed = root / "versions" / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+            try:
+                os.rename(version_dir, doomed)  # gone from its name at once: a reader finds it whole or not at all
+            except OSError:
+                doomed = None
+                shutil.rmtree(version_dir, ignore_errors=True)
+        (folder / name).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+    if doomed is not None:
+        shutil.rmtree(doomed, ignore_errors=True)  # a crash midway leaves a temp dir the next write sweeps
+    return True
+
+
 def collect_garbage(versions: Path, current: str, keep: int) -> None:
-    """Delete versions other than ``current`` and the ``keep`` before it (readers may hold those)."""
+    """Delete versions other than ``current`` and the ``keep`` before it, except those a reader still holds
+    (:class:`Lease`; a later write collects them once released), and the lock files of versions already gone."""
+    root = versions.parent
     cur = version_number(current)
     older = sorted(n for n in (version_number(p.name) for p in versions.iterdir()) if n is not None and n != cur)
     keep_set = {n for n in older if n < cur}
     keep_set = set(sorted(keep_set)[-keep:]) if keep > 0 else set()
     for n in older:
         if n not in keep_set:
-            shutil.rmtree(versions / f"v{n:06d}", ignore_errors=True)
+            _collect(root, f"v{n:06d}")
+    with contextlib.suppress(OSError):
+        stale = [p.name for p in (root / READERS).iterdir()
+                 if version_number(p.name) is not None and not (versions / p.name).is_dir()]
+        for name in stale:  # a reader that came too late left its lock file behind
+            _collect(root, name)
 
 
 def check_target(root: Path) -> None:
@@ -173,6 +269,8 @@ def discard_unfinished(root: Path, *, created: bool) -> None:
     if (root / "versions").exists():
         return
     (root / LOCK_NAME).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (root / READERS).rmdir()
     if created:
         with contextlib.suppress(OSError):
             root.rmdir()
