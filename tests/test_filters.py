@@ -312,7 +312,7 @@ def test_filtered_compressed_vectors(built, tiny_bert_dir, tmp_path, vectors, mo
             if force:
                 monkeypatch.setattr(filtered, "EXACT_ROWS", 0)
                 monkeypatch.setattr(filtered, "EXACT_SHARE", 0.0)
-            for hits, rows in zip(index.search(QUERIES, k=10, filter=flt), exact_rows):
+            for hits, rows in zip(index.search(QUERIES, k=10, filter=flt, mode="dense"), exact_rows):
                 assert len(hits) == want and all(match[store.row_of[h.id]] for h in hits)
                 if vectors != "binary":  # flat fp16 / int8: exact over the matching rows
                     assert [h.id for h in hits] == [store.doc_ids[r] for r in rows[:want]]
@@ -368,7 +368,7 @@ def test_filtered_multivector_equals_maxsim_brute_force(built, tiny_bert_dir, tm
             monkeypatch.setattr(filtered, "EXACT_SHARE", 0.0)
         for flt in FILTERS:
             match = _matching(metas, flt)
-            for qv, hits in zip(q, index.search(QUERIES, k=10, filter=flt)):
+            for qv, hits in zip(q, index.search(QUERIES, k=10, filter=flt, mode="dense")):
                 best = np.array([(vectors[offsets[r]:offsets[r + 1]] @ qv).max() if match[r] else -np.inf
                                  for r in range(len(store))])
                 order = np.argsort(-best, kind="stable")[: min(10, match.sum())]

@@ -91,7 +91,7 @@ def test_langchain_filter_gives_exactly_the_matching_documents(index, flt, expec
 
 
 def test_langchain_metadata_is_the_documents_metadata_exactly(index):
-    docs = LangChainRetriever(index, k=len(IDS)).invoke("tea")
+    docs = LangChainRetriever(index, k=len(IDS), whole_documents=True).invoke("tea")
     assert len(docs) == len(IDS)
     for d in docs:  # nothing added: the id and the score have fields of their own
         assert d.metadata == metadata_of(d.id)
@@ -119,7 +119,7 @@ def test_langchain_invoke_k_and_options_per_call(index):
     (lambda ix: LangChainRetriever(ix).invoke("tea", top_k=3), "top_k"),
     (lambda ix: LangChainRetriever(ix).invoke("tea", k=0), "k"),
     (lambda ix: LangChainRetriever(ix).invoke("tea", filter={"$or": {}}), "$or"),
-    (lambda ix: LangChainRetriever(ix).invoke("tea", lam=0.5), "lam"),
+    (lambda ix: LangChainRetriever(ix).invoke("tea", mode="dense", lam=0.5), "lam"),  # lam outside hybrid
 ])
 def test_langchain_bad_filters_and_options_are_named(index, make, named):
     with pytest.raises(tt.TwoTowerError, match=named.replace("$", r"\$")):
@@ -158,7 +158,7 @@ LLAMA_CASES = [  # (MetadataFilters, the twotower filter it means, the documents
 @pytest.mark.parametrize(("filters", "translated", "expected"), LLAMA_CASES, ids=[str(c[1]) for c in LLAMA_CASES])
 def test_llama_index_metadata_filters_are_translated_and_applied(index, filters, translated, expected):
     assert to_twotower_filter(filters) == translated
-    retriever = LlamaRetriever(index, k=len(IDS), filters=filters)
+    retriever = LlamaRetriever(index, k=len(IDS), filters=filters, whole_documents=True)
     for q in QUERIES:
         hits = index.search(q, k=len(IDS), filter=translated)
         assert {h.id for h in hits} == expected

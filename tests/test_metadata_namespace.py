@@ -154,20 +154,20 @@ def test_frameworks_return_metadata_exactly(built):
     from twotower.integrations.llama_index import TwoTowerRetriever as LlamaRetriever
     from twotower.integrations.llama_index import TwoTowerVectorStore as LlamaStore
 
-    doc = TwoTowerRetriever(built, k=1, filter={"id": 7}).invoke("tea")[0]
+    doc = TwoTowerRetriever(built, k=1, filter={"id": 7}, whole_documents=True).invoke("tea")[0]
     assert doc.id == "a" and same(doc.metadata, HOSTILE) and doc.score == built.search("tea", k=1, filter={"id": 7})[0].score
-    node = LlamaRetriever(built, k=1, filters={"id": 7}).retrieve("tea")[0]
+    node = LlamaRetriever(built, k=1, filters={"id": 7}, whole_documents=True).retrieve("tea")[0]
     assert node.node.id_ == "a" and same(node.node.metadata, HOSTILE)
 
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
-    store = TwoTowerVectorStore(embedding=DeterministicFakeEmbedding(size=8))
+    store = TwoTowerVectorStore(embedding=DeterministicFakeEmbedding(size=8), whole_documents=True)
     store.add_texts(["alpha", "beta"], metadatas=[HOSTILE, {"id": 1}], ids=["x", "y"])
     got = store.similarity_search("alpha", k=1)[0]
     assert (got.id, got.page_content) == ("x", "alpha") and same(got.metadata, HOSTILE)
     assert same(store.get_by_ids(["y"])[0].metadata, {"id": 1})
 
-    lstore = LlamaStore()
+    lstore = LlamaStore(whole_documents=True)
     lstore.add([TextNode(id_="n1", text="alpha", metadata=dict(HOSTILE), embedding=[1.0, 0.0]),
                 TextNode(id_="n2", text="beta", metadata={"text": "b"}, embedding=[0.0, 1.0])])
     result = lstore.query(VectorStoreQuery(query_embedding=[1.0, 0.1], similarity_top_k=2))

@@ -141,7 +141,7 @@ def test_long_documents_get_a_vector_per_passage_and_maxp_equals_brute_force(tmp
     assert info["num_docs"] == 12 and info["num_passages"] == info["num_vectors"] > 12
     assert np.diff(index.store.offsets)[6:].tolist() == [1] * 6  # short documents: one passage each
     for query in ("tea cat purr", "gene virus liver cell", docs[3]["text"][300:420]):
-        hits = index.search(query, k=5)
+        hits = index.search(query, k=5, mode="dense")
         ref = _maxp_reference(index, query)[:5]
         assert [h.id for h in hits] == [d for d, _ in ref]
         np.testing.assert_allclose([h.score for h in hits], [s for _, s in ref], rtol=1e-5, atol=1e-5)
@@ -155,12 +155,12 @@ def test_the_hit_carries_the_passage_that_matched_with_exact_offsets(tmp_path, t
     a, b = store.spans[target]
     text = docs[4]["text"]
     query = f"Doc 4 {text[a:b]}"  # exactly what that passage's vector encodes: it scores 1 against it
-    hit = index.search(query, k=1, passages=2)[0]
+    hit = index.search(query, k=1, passages=2, mode="dense")[0]
     assert hit.id == "long4" and hit.passage.start == a and hit.passage.end == b
     assert len(hit.passages) == 2 and hit.passages[0].score >= hit.passages[1].score
     for p in hit.passages:
         assert hit.text[p.start:p.end] == p.text
-    short = index.search(docs[7]["text"], k=1)[0]
+    short = index.search(docs[7]["text"], k=1, mode="dense")[0]
     assert short.passage.text == short.text and (short.passage.start, short.passage.end) == (0, len(short.text))
 
 
@@ -180,11 +180,11 @@ def test_short_documents_score_exactly_as_without_passages(tmp_path, tiny_bert_d
     assert split.info()["num_vectors"] == plain.info()["num_vectors"] == len(corpus)
     np.testing.assert_array_equal(np.asarray(split.store.vectors), np.asarray(plain.store.vectors))
     for q in ("tea", "heart gene"):
-        assert [(h.id, h.score) for h in split.search(q, k=5)] == [(h.id, h.score) for h in plain.search(q, k=5)]
+        assert [(h.id, h.score) for h in split.search(q, k=5, mode="dense")] == [(h.id, h.score) for h in plain.search(q, k=5, mode="dense")]
     long = " ".join(f"Sentence {i} about tea and cats." for i in range(60))
     split.add([{"_id": "long", "title": "", "text": long}])  # the first long document: split as the index asks
     assert np.diff(split.store.offsets)[split.store.row_of["long"]] > 1
-    hit = split.search(long[-80:], k=1)[0]
+    hit = split.search(long[-80:], k=1, mode="dense")[0]
     assert hit.id == "long" and hit.passage.end == len(long)
 
 
@@ -197,7 +197,7 @@ def test_every_index_kind_returns_k_distinct_documents_scored_by_their_best_pass
     index = _build(tmp_path, tiny_bert_dir, docs, **options)
     exact = _build(tmp_path, tiny_bert_dir, docs, "exact")
     for query in ("tea cat purr", "omega sigma lambda"):
-        hits = index.search(query, k=8, **({"nprobe": 4} if options.get("kind") == "ivf" else {}))
+        hits = index.search(query, k=8, mode="dense", **({"nprobe": 4} if options.get("kind") == "ivf" else {}))
         assert len({h.id for h in hits}) == len(hits) == 8
         truth = dict(_maxp_reference(exact, query))
         top = [d for d, _ in _maxp_reference(exact, query)[:8]]
@@ -212,7 +212,7 @@ def test_filters_apply_per_document(tmp_path, tiny_bert_dir, docs):
     index = _build(tmp_path, tiny_bert_dir, docs)
     flt = {"year": {"$gte": 2003, "$lte": 2011}}
     allowed = {d["_id"] for d in docs if 2003 <= d["year"] <= 2011}
-    hits = index.search("tea cat heart", k=10, filter=flt)
+    hits = index.search("tea cat heart", k=10, filter=flt, mode="dense")
     ref = _maxp_reference(index, "tea cat heart", allowed)
     assert [h.id for h in hits] == [d for d, _ in ref][:10] and {h.id for h in hits} <= allowed
 
@@ -233,7 +233,7 @@ def test_a_documents_passages_live_and_die_together(tmp_path, tiny_bert_dir, doc
         for a, b in store.spans[store.offsets[row]:store.offsets[row + 1]]:
             assert 0 <= a < b <= len(text)
     reopened = tt.Index.open(index.path)
-    assert [h.id for h in reopened.search("tea", k=11)] == [d for d, _ in _maxp_reference(reopened, "tea")][:11]
+    assert [h.id for h in reopened.search("tea", k=11, mode="dense")] == [d for d, _ in _maxp_reference(reopened, "tea")][:11]
 
 
 def test_eval_of_a_passage_index_equals_eval_of_the_model_over_passages(tmp_path, tiny_bert_dir):
@@ -321,7 +321,7 @@ def test_langchain_and_llama_index_return_passages(tmp_path, tiny_bert_dir, docs
     index = _build(tmp_path, tiny_bert_dir, docs)
     texts = {d["_id"]: d["text"] for d in docs}
     metadata = {d["_id"]: {"year": d["year"]} for d in docs}
-    whole = LangChainRetriever(index, k=3).invoke("tea cat purr")
+    whole = LangChainRetriever(index, k=3, whole_documents=True).invoke("tea cat purr")
     assert len(whole) == 3 and all(d.metadata == metadata[d.id] for d in whole)
     for d in whole:
         p = d.passages[0]
@@ -330,13 +330,15 @@ def test_langchain_and_llama_index_return_passages(tmp_path, tiny_bert_dir, docs
     assert list(dict.fromkeys(d.id for d in parts)) == [d.id for d in whole]  # each hit's passages, hit by hit
     for d in parts:
         p = d.passages[0]
-        assert d.page_content == p["text"] == texts[d.id][p["start"]:p["end"]] and d.metadata == metadata[d.id]
+        assert d.page_content == p["text"] == texts[d.id][p["start"]:p["end"]]
+        assert d.metadata == {**metadata[d.id], "passage": {**d.metadata["passage"], "start": p["start"],
+                                                            "end": p["end"], "document_id": d.id}}
     nodes = LlamaRetriever(index, k=3, passages=2).retrieve("tea cat purr")
     assert len(nodes) == len(parts)
     for n in nodes:
         source = n.node.source_node.node_id
         assert texts[source][n.node.start_char_idx:n.node.end_char_idx] == n.node.text
-        assert n.node.metadata == metadata[source]
+        assert {k: v for k, v in n.node.metadata.items() if k != "passage"} == metadata[source]
 
 
 _KILL_PASSAGES = """

@@ -149,7 +149,10 @@ class TwoTowerVectorStore(VectorStore):
     def similarity_search_with_score(self, query: str, k: int = 4, filter: dict | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:
         """The ``k`` best documents (each as its best passage, unless ``whole_documents``) with their scores (higher
-        is better), ``filter`` and :meth:`twotower.Index.search`'s options applied."""
+        is better), ``filter`` and :meth:`twotower.Index.search`'s options applied. A vector store ranks by vectors:
+        ``mode`` is ``dense`` (cosine scores, as the relevance scores assume) unless given (``mode="hybrid"`` on an
+        index with BM25; :class:`~twotower.integrations.langchain.TwoTowerRetriever` takes the index's default)."""
+        kwargs.setdefault("mode", "dense")
         return [(self._found(h), h.score) for h in self._holder.search(query, k, filter=filter, **kwargs)]
 
     def similarity_search(self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any) -> list[Document]:
