@@ -317,3 +317,31 @@ def test_a_text_over_the_shared_limit_is_refused_but_metadata_keeps_its_own_limi
         corpus_documents(["x" * (MAX_TEXT_CHARS + 1)])
     with pytest.raises(tt.DataError, match="64 KiB"):  # metadata strings: the metadata rule names itself
         corpus_documents(["ok"], metadatas=[{"blob": "x" * (MAX_TEXT_CHARS + 1)}])
+
+
+VACUOUS = [None, {}, {"$and": [{}]}, {"$or": [{}, {"kind": "a"}]}, {"$and": [{"$and": [{}]}, {}]}]
+
+
+@pytest.mark.parametrize("flt", VACUOUS)
+def test_an_empty_filter_writes_nothing_on_any_surface_without_an_explicit_all(index, flt):
+    """One rule (issue #70): a delete or update whose filter lets everything through by its form is refused — in
+    Python, on the command line and over HTTP — and 'all' takes an explicit flag."""
+    n = len(index)
+    with pytest.raises(tt.TwoTowerError, match="delete needs ids or a non-empty filter"):
+        index.delete(filter=flt)
+    with pytest.raises(tt.TwoTowerError, match="all_documents=True"):
+        index.update(filter=flt, metadata={"seen": 1})
+    if flt is not None:
+        import json
+
+        printed = cli_message("index", "update", "--index", index.path, "--filter", json.dumps(flt), "--metadata",
+                              '{"seen": 1}')
+        assert "--all" in printed
+        client = serve_client(index.path, "round6-key-0123456789")
+        headers = {"X-API-Key": "round6-key-0123456789"}
+        assert client.post("/documents/delete", json={"filter": flt}, headers=headers).status_code in (400, 422)
+        assert client.patch("/documents", json={"filter": flt, "metadata": {"seen": 1}},
+                            headers=headers).status_code in (400, 422)
+    assert len(index) == n and all("seen" not in d.metadata for d in index.get())
+    changed = index.update(filter=flt, metadata={"seen": 1}, all_documents=True)
+    assert len(changed) == n and all(d.metadata["seen"] == 1 for d in index.get())

@@ -173,9 +173,9 @@ class Managing:
     @user_errors
     @locked
     def update(self, ids: Sequence[str] | None = None, *, filter=None, metadata=None, merge: bool = True,
-               unset: Sequence[str] = (), lock_timeout: float | None = 60.0) -> list:
-        """Change the metadata of the documents ``filter`` lets through (of ``ids`` when given; neither: every
-        document) and nothing else — no re-encoding; vectors, BM25 and texts stay as they are — in one atomic write;
+               unset: Sequence[str] = (), lock_timeout: float | None = 60.0, all_documents: bool = False) -> list:
+        """Change the metadata of the documents ``filter`` lets through (of ``ids`` when given; neither, or a filter
+        that lets everything through: refused unless ``all_documents=True``, as a delete refuses it) and nothing else — no re-encoding; vectors, BM25 and texts stay as they are — in one atomic write;
         returns the ids updated. ``metadata``: one dict for all, or a list of dicts, one per id; ``merge`` (default)
         sets its keys over the old metadata, ``merge=False`` replaces the metadata whole (``merge`` a bool: ``"no"``
         is refused, not taken as true); ``unset``: top-level keys removed (a list of strings, whether or not a
@@ -193,6 +193,6 @@ class Managing:
         from twotower.retrieval.index.lock import lock_timeout as waiting
 
         with waiting(lock_timeout):
-            _, updated = update(self._live(), change, filter, ids)
+            _, updated = update(self._live(), change, filter, ids, every=all_documents)
         self._searcher.refresh()
         return updated

@@ -110,7 +110,7 @@ def index_delete(
 
 def index_update(
     index: Path = INDEX,
-    ids: Optional[list[str]] = typer.Argument(None, help="Document ids (default: every document the filter passes)."),
+    ids: Optional[list[str]] = typer.Argument(None, help="Document ids (default: the documents --filter passes)."),
     filter_: Optional[str] = typer.Option(None, "--filter", help=FILTER_HELP),
     metadata: Optional[str] = typer.Option(None, "--metadata", help='JSON object set on each document, e.g. '
                                            '\'{"reviewed": true}\'.'),
@@ -118,6 +118,8 @@ def index_update(
                                           "setting --metadata's keys over it."),
     unset: Optional[list[str]] = typer.Option(None, "--unset", help="Remove this top-level key (repeatable)."),
     lock_timeout: float = typer.Option(60.0, "--lock-timeout", help=LOCK_HELP),
+    every: bool = typer.Option(False, "--all", help="Change every document (without ids or a narrowing --filter "
+                               "an update is refused)."),
 ) -> None:
     """Change documents' metadata only (no re-encoding: vectors, BM25 and texts untouched), in one atomic write."""
     try:
@@ -125,7 +127,7 @@ def index_update(
         meta = read_json_option(metadata, "--metadata") if metadata is not None else None
         opened = tt.Index.open(index)
         updated = opened.update(ids or None, filter=flt, metadata=meta, merge=not replace_metadata,
-                                unset=unset or (), lock_timeout=lock_timeout)
+                                unset=unset or (), lock_timeout=lock_timeout, all_documents=every)
     except (TwoTowerError, ValueError) as exc:
         fail(exc)
     console.print(f"{index}: updated {len(updated)} document(s); version {opened.info()['live_version']}",

@@ -99,7 +99,9 @@ class Filter:
 
     @property
     def empty(self) -> bool:
-        """True for the filter that lets every document through (``None`` or ``{}``)."""
+        """True for a filter that lets every document through by its form, whatever the documents hold: ``None``,
+        ``{}``, an ``$and`` of such filters, an ``$or`` holding one (a write refuses it without an explicit
+        "all")."""
         return False
 
 
@@ -155,7 +157,7 @@ class And(Filter):
 
     @property
     def empty(self) -> bool:
-        return not self.parts
+        return all(p.empty for p in self.parts)  # no parts, or parts that each let everything through
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,10 @@ class Or(Filter):
         for part in self.parts:
             out |= part.mask(columns)
         return out
+
+    @property
+    def empty(self) -> bool:
+        return any(p.empty for p in self.parts)  # one part that lets everything through: so does the $or
 
 
 @dataclass(frozen=True)

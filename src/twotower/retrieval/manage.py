@@ -213,10 +213,18 @@ def metadata_change(metadata, ids: list[str] | None, merge: bool, unset: Sequenc
 Change = Callable[[str, dict], dict]  # (id, old metadata) -> new metadata (checked by the caller)
 
 
-def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
+def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2,
+           every: bool = False):
     """Give the documents selected the metadata ``change(id, old)`` returns, in one write that touches nothing else:
-    ``(the new store, the ids updated)``; nothing selected: ``(store, [])``. An id given twice is refused."""
+    ``(the new store, the ids updated)``; nothing selected: ``(store, [])``. An id given twice is refused. Neither
+    ids nor a filter that narrows (one that lets everything through, ``{}`` or ``{"$and": [{}]}``) is refused
+    unless ``every`` (the one rule of empty filters for writes: an explicit "all" or nothing)."""
     unique_ids(ids, "update")
+    if ids is None and parse_filter(flt).empty and not every:
+        from twotower.checks import switch
+
+        raise TwoTowerError(f"update needs ids or a filter that narrows (an empty one would change every document): "
+                            f"pass {switch('all_documents', '--all')} to change them all")
     if is_milvus(store):
         from twotower.retrieval.milvus.manage import update_where
 
