@@ -20,7 +20,7 @@ import json, sys
 import twotower as tt
 ix = tt.Index.open(sys.argv[1])
 vec = ix._searcher.encode_queries(["how is green tea made", "Kaffee"])
-hits = ix.search("green tea", k=2, mode="dense")
+hits = ix.search("green tea", k=2)  # the default: hybrid over passages
 print(json.dumps({"torch": "torch" in sys.modules, "kind": type(ix._searcher.onnx_queries).__name__,
                   "vec": vec.tolist(), "ids": [h.id for h in hits]}))
 """
@@ -36,8 +36,11 @@ def _probe(path, home) -> dict:
 def test_a_new_process_searches_from_the_cached_export_without_torch(tmp_path, tiny_bert_dir, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("TWOTOWER_HOME", str(home))
-    index = tt.Index.build(tmp_path / "idx", ["Green tea is steamed.", "Coffee is roasted.", "Cats purr."],
-                           encoder=str(tiny_bert_dir), bm25=False, precision="fp32", show_progress=False)
+    long = " ".join(f"Sentence {i} tells of kettles and teapots." for i in range(40))  # several passages
+    index = tt.Index.build(tmp_path / "idx", ["Green tea is steamed.", "Coffee is roasted.", "Cats purr.", long],
+                           encoder=str(tiny_bert_dir), bm25=True, precision="fp32", passage_window=32,
+                           show_progress=False)
+    assert index.info()["num_vectors"] > 4  # the search groups passages by document: no torch there either
     from twotower.encoders.towers import EncodeOptions
 
     queries = ["how is green tea made", "Kaffee"]

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from twotower.progress import progress_bar
+from twotower.retrieval.index.grouped import maxsim_scores, reduce_to_documents  # numpy only: searches load no torch
 
 from twotower.encoders.encoder import TextEncoder
 from twotower.encoders.inference import autocast_context, default_batch_size, length_sorted_batches, resolve_precision
@@ -149,53 +150,6 @@ def encode_multivector(
     dim = projection.shape[1] if projection is not None else encoder.dim
     vectors = np.concatenate(per_text, axis=0) if per_text else np.empty((0, dim), np.float32)
     return np.ascontiguousarray(vectors, dtype=np.float32), offsets
-
-
-def maxsim_scores(queries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, rows: Sequence[int],
-                  decode=None, first: bool = False) -> np.ndarray:
-    """Exact ME-BERT (or MaxP passage) scores (n_queries, len(rows)): max over each document's vectors (−inf for a
-    document with none). One gather and one matmul for all the rows' vectors, then a segmented max. ``decode``:
-    stored rows to float32 (an index's codec: fp16, int8, bits), default a plain cast. ``first``: each document's
-    first vector only (passages scored FirstP)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.full((len(queries), len(rows)), -np.inf, dtype=np.float32)
-    starts = np.asarray(offsets)[rows]
-    counts = np.asarray(offsets)[rows + 1] - starts
-    if first:
-        counts = np.minimum(counts, 1)
-    has = counts > 0
-    if not has.any():
-        return out
-    starts, counts = starts[has], counts[has]
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # where each document's block starts in the gather
-    entry = np.repeat(starts - first, counts) + np.arange(int(counts.sum()))
-    block = decode(np.asarray(vectors[entry])) if decode is not None else np.asarray(vectors[entry], dtype=np.float32)
-    out[:, has] = np.maximum.reduceat(np.asarray(queries, dtype=np.float32) @ block.T, first, axis=1)
-    return out
-
-
-def reduce_to_documents(
-    queries: np.ndarray, entries: np.ndarray, vectors: np.ndarray, offsets: np.ndarray, k: int, decode=None,
-    first: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Turn entry hits (n_queries, n) into the top-``k`` documents, re-scored exactly.
-
-    ``entries`` are rows of ``vectors`` (−1 for none); the owner of entry e is the document d
-    with offsets[d] <= e < offsets[d+1]. Returns ``(scores, doc_rows)``, (n_queries, k), best
-    first, padded with −inf / −1. ``first``: a document scores by its first row (:func:`maxsim_scores`).
-    """
-    scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-    docs = np.full((len(queries), k), -1, dtype=np.int64)
-    for qi in range(len(queries)):
-        hits = entries[qi][entries[qi] >= 0]
-        cand = np.unique(np.searchsorted(offsets, hits, side="right") - 1)
-        if len(cand) == 0:
-            continue
-        s = maxsim_scores(queries[qi : qi + 1], vectors, offsets, cand, decode, first)[0]
-        top = np.argsort(-s, kind="stable")[:k]
-        scores[qi, : len(top)] = s[top]
-        docs[qi, : len(top)] = cand[top]
-    return scores, docs
 
 
 def exact_multivector_search(

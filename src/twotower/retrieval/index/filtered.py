@@ -53,7 +53,7 @@ def exact(store, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, n
             if store.offsets is None:
                 scores[:, s : s + len(block)] = block_q @ store.float_vectors(block).T
             else:
-                from twotower.retrieval.multivector import maxsim_scores
+                from twotower.retrieval.index.grouped import maxsim_scores
 
                 from twotower.retrieval.index.grouped import first_only
 
