@@ -36,6 +36,10 @@ Bad input gets a 4xx JSON body ``{"error": ..., "detail": ...}``: 401/403 for a 
 key, 404 for unknown ids, 409 for adding existing ids without ``replace``, 413 for a body over the
 limit, 422 for anything the request models reject (query length, ``k``, batch size, field types, a ``"filter"``
 with an unknown operator: the message names it), 400 for metadata the metadata rules refuse (data.metadata).
+The service's side gets a 5xx JSON body of the same form: 502 ``embedding_failed`` when the index's own embedding
+(``tt.Index.build(..., embedding=f)``) raises or returns unusable vectors while a search or a write encodes (the
+detail names the embedding, the exception's type and message; a write then writes nothing), 503 when the Milvus
+behind the index is unavailable.
 """
 
 # no `from __future__ import annotations`: FastAPI and pydantic resolve the request models defined
@@ -58,7 +62,9 @@ from twotower.serve.manage import add_store_routes
 from twotower.serve.metrics import request_metrics
 from twotower.serve.models import build_models, named_errors
 from twotower.serve.page import PAGE_FILES, add_search_page
-from twotower.serve.state import Conflict, NotFound, ServeLimits, ServiceState, request_documents  # noqa: F401
+from twotower.serve.state import (
+    Conflict, EmbeddingFailed, NotFound, ServeLimits, ServiceState, request_documents,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +144,7 @@ def create_app(
         m.Hit, m.AddRequest, m.DocumentOut, m.WriteResponse, m.Health, m.ErrorBody)
     Highlight, Segment, Lead, Info, PassageOut = m.Highlight, m.Segment, m.Lead, m.Info, m.PassageOut
 
-    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 503)}
+    errors = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 502, 503)}
     # Keyed reads: everything but /healthz needs the key, the schema included; the browsable docs are
     # off, since a browser loading them cannot send the key (and their page would fetch the schema without it).
     docs = {} if open_reads else {"docs_url": None, "redoc_url": None}
@@ -194,6 +200,12 @@ def create_app(
     @app.exception_handler(MilvusError)
     async def on_store_unavailable(request: Request, exc: TwoTowerError):  # the Milvus behind the index: down, the
         return error(503, "unavailable", str(exc))  # token refused, its collection dropped; not the request's fault
+
+    @app.exception_handler(EmbeddingFailed)
+    async def on_embedding_failed(request: Request, exc: TwoTowerError):  # the index's own embedding (often a
+        # remote API) raised or gave unusable vectors: the upstream's fault, not the request's; nothing was written
+        log.warning("%s %s: %s", request.method, request.url.path, exc, exc_info=exc.__cause__ or exc)
+        return error(502, "embedding_failed", str(exc))
 
     @app.exception_handler(TwoTowerError)
     async def on_twotower(request: Request, exc: TwoTowerError):  # e.g. mode bm25 on an index without BM25

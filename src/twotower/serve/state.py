@@ -1,6 +1,7 @@
 """The service's state: its input limits, the searcher over the live index version, and the locks that keep reads
 and writes consistent (one immutable version per request, writes serialized). No HTTP here: serve.app maps this
-onto endpoints, and the errors below onto status codes."""
+onto endpoints, and the errors below onto status codes (and an embedding of your own that fails while a request uses
+it, :class:`~twotower.encoders.external.EmbeddingFailed`, onto 502)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from twotower.errors import TwoTowerError
 
 from twotower.data.ids import MAX_TEXT_CHARS
+from twotower.encoders.external import EmbeddingFailed, embedding_errors  # noqa: F401  (EmbeddingFailed: serve.app)
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class ServiceState:
                   "prf_depth": prf_depth, "prf_weight": prf_weight, "filter": filter}
         k = min(k, len(store))
         q_vecs = None
-        with self.compute_lock:
+        with self.compute_lock, embedding_errors():  # an embedding of your own that fails: EmbeddingFailed (502)
             if resolved != "bm25" and getattr(store, "passages", None):  # once: the search and the hits' passages
                 from twotower.retrieval.searcher import restriction
 
@@ -137,7 +139,7 @@ class ServiceState:
             if dup and not replace:
                 raise Conflict(f"{len(dup)} document id(s) already in the index: "
                                 + ", ".join(repr(d) for d in dup[:5]) + " (send \"replace\": true to overwrite)")
-            with self.compute_lock:
+            with self.compute_lock, embedding_errors():  # fails before anything is written
                 new = encode_new_docs(self.searcher.encoder, docs, self.cfg,
                                       multivector=store.multivector, projection=store.projection,
                                       passages=getattr(store, "passages", None))
