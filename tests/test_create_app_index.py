@@ -56,7 +56,7 @@ def test_the_service_shares_the_indexs_encoder_and_settings(built, tmp_path):
     assert state.searcher is not ix._searcher  # a searcher of its own: the service's snapshots are its own
     assert state.compute_lock is ix._lock  # the service and the Index never run the shared encoder at once
     assert (state.searcher.precision, state.cfg.precision, state.searcher.device) == ("fp32", "fp32", "auto")
-    assert state.searcher.query_runtime == "torch"  # the Index's (tt.Index's default), not the CLI's auto
+    assert state.searcher.query_runtime == "auto"  # the Index's (tt.Index's default: ONNX Runtime on a CPU)
 
     # given here, a setting wins over the Index's
     state = tt.create_app(ix, precision="auto", query_runtime="torch").state.service
