@@ -248,3 +248,21 @@ def test_sync_on_milvus_gives_the_same_documents_as_locally(tmp_path, tiny_bert_
         docs = {d.id: (d.text, d.metadata["sha256"]) for d in index.get(limit=None)}
         assert docs == {d.id: (d.text, d.metadata["sha256"]) for d in local.get(limit=None)}
         assert index.search("lighthouses ships", k=1, mode="bm25")[0].id == "new.md"
+
+
+def test_the_cli_builds_a_folder_and_names_the_files_it_skipped(tmp_path, tiny_bert_dir):
+    root = _many(tmp_path / "docs", 3)
+    (root / "table.csv").write_text("a,b\n")
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4 cut short")
+    out = runner.invoke(tt_cli(), ["index", "build", "--data", str(root), "--out", str(tmp_path / "idx"), "--model",
+                                   str(tiny_bert_dir), "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert "3 documents" in out.output and "2 file(s) skipped" in out.output
+    assert "table.csv: unknown kind of file" in out.output and "broken.pdf: corrupt PDF" in out.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "only.csv").write_text("x")
+    refused = runner.invoke(tt_cli(), ["index", "build", "--data", str(empty), "--out", str(tmp_path / "idx2"),
+                                       "--model", str(tiny_bert_dir), "--no-progress"])
+    assert refused.exit_code == 2 and "no file in it could be read" in refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "idx2").exists()
