@@ -155,7 +155,7 @@ def measure(store, qv: np.ndarray, filters: dict) -> dict:
     """Batch-1 latency (filter mask + search) of every filter on ``store``, interleaved block by block."""
     import faiss
 
-    from twotower.retrieval.filter_columns import columns_of
+    from twotower.retrieval.filters.columns import columns_of
     from twotower.retrieval.searcher import filter_mask
 
     faiss.omp_set_num_threads(1)

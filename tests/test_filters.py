@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import twotower as tt
 from twotower.retrieval import filters
-from twotower.retrieval.filter_columns import MetadataColumns
+from twotower.retrieval.filters.columns import MetadataColumns
 from twotower.retrieval.index import filtered
 
 # ------------------------------------------------------------------------------------------------ the parser

@@ -12,7 +12,7 @@ import pytest
 from conftest import TINY_CORPUS, serve_client
 
 import twotower as tt
-from twotower.retrieval.filter_checks import (
+from twotower.retrieval.filters.checks import (
     MAX_FILTER_CONDITIONS,
     MAX_FILTER_DEPTH,
     MAX_FILTER_PARTS,

@@ -19,7 +19,7 @@ import twotower as tt
 from conftest import TINY_CORPUS, TINY_QRELS, TINY_QUERIES, flat_index, serve_client, write_beir
 from surfaces import cli_message
 from twotower.cli import app
-from twotower.retrieval.filter_checks import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_FILTER_VALUES
+from twotower.retrieval.filters.checks import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_FILTER_VALUES
 
 KEY = "0123456789abcdef0123"
 HUGE = int("9" * 400)
@@ -93,7 +93,7 @@ def test_filter_limits_hold_at_the_limit_and_refuse_past_it(index):
 
 def test_filter_limits_are_checked_before_any_work(monkeypatch, built):
     """Over the limits, parse_filter refuses before it builds a condition; the service, before it searches."""
-    from twotower.retrieval import filters
+    from twotower.retrieval.filters import parse as filters
 
     def no_work(*args, **kwargs):
         raise AssertionError("the filter was parsed before its limits were checked")

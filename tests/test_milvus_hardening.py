@@ -12,7 +12,7 @@ pytest.importorskip("pymilvus")
 pytest.importorskip("milvus_lite")
 
 import twotower as tt  # noqa: E402
-from twotower.retrieval.filter_checks import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_FILTER_VALUES  # noqa: E402
+from twotower.retrieval.filters.checks import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, MAX_FILTER_VALUES  # noqa: E402
 
 QUOTE, BACKSLASH = 'k"q', "k\\b"
 LOOKS_LIKE_SYNTAX = 'x"] == 1 or exists metadata["year'  # a key that, pasted unescaped, would select other documents

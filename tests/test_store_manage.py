@@ -15,7 +15,7 @@ import pytest
 
 import twotower as tt
 from manage_cases import FILTERS, NEW_FILTERS, corpus, expected, metadata_of, passes, walk_pages
-from twotower.retrieval.filter_columns import columns_of
+from twotower.retrieval.filters.columns import columns_of
 
 
 @pytest.fixture(scope="module")

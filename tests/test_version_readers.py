@@ -251,7 +251,7 @@ def test_index_reads_one_whole_version_when_writes_collect_it_before_its_lazy_pa
 def test_an_open_store_reads_its_lazy_parts_from_its_own_version(root, writer, reference, keep, writes):
     """``IndexStore`` directly: FAISS, BM25, filter columns and documents all from the version it opened, however
     many writes came after (FAISS raised 'could not open …/faiss.index' once the version was collected)."""
-    from twotower.retrieval.filter_columns import columns_of
+    from twotower.retrieval.filters.columns import columns_of
     from twotower.retrieval.filters import parse_filter
 
     store = IndexStore.open(root)

@@ -314,6 +314,9 @@ class Index(Managing, Syncing):
         mode, lam = resolve_search(searcher, mode, lam, norm, has_text=bool(texts), rerank=rerank, passages=passages)
         rerank_depth = 100 if rerank_depth is None else rerank_depth
         depth = max(k, rerank_depth) if rerank is not None else k
+        from twotower.retrieval.filters import parse_filter
+
+        filter = parse_filter(filter)  # once, here: the search and the hits' passages take it parsed
         searcher.query_vectors = vectors  # None: encode the texts
         try:
             from twotower.api.hit import passage_query_vectors

@@ -10,7 +10,8 @@ deleting them and changing their metadata — on either backend, with the same m
   (:mod:`.milvus.manage`). Deleting every document is refused (an index holds at least one).
 
 Functions take an opened store (either backend) and return plain data; ``tt.Index`` (:mod:`twotower.api.index_manage`),
-the CLI and the service call them.
+the CLI and the service call them. A filter is parsed once, by the function called (a :class:`Filter` already parsed
+is taken as it is), and handed on parsed to every layer inside.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from twotower.errors import TwoTowerError
-from twotower.retrieval.filters import parse_filter
+from twotower.retrieval.filters import Filter, parse_filter
 from twotower.retrieval.index.errors import WouldEmptyError
 from twotower.retrieval.index.lock import writer_lock
 
@@ -55,13 +56,13 @@ def rows_by_id(store) -> np.ndarray:
     return order
 
 
-def _mask(store, flt) -> np.ndarray | None:
+def _mask(store, flt: Filter) -> np.ndarray | None:
     from twotower.retrieval.searcher import filter_mask
 
     return filter_mask(store, flt)
 
 
-def _local_selected(store, flt, ids: Sequence[str] | None) -> np.ndarray:
+def _local_selected(store, flt: Filter, ids: Sequence[str] | None) -> np.ndarray:
     """Rows selected, in id order (ids given: in their order)."""
     mask = _mask(store, flt)
     if ids is not None:
@@ -73,6 +74,7 @@ def _local_selected(store, flt, ids: Sequence[str] | None) -> np.ndarray:
 
 def selected_ids(store, flt=None, ids: Sequence[str] | None = None) -> list[str]:
     """The ids of the documents selected (module docstring), in id order, or in the order of ``ids``."""
+    flt = parse_filter(flt)
     if is_milvus(store):
         from twotower.retrieval.milvus.manage import matching_ids
 
@@ -82,10 +84,11 @@ def selected_ids(store, flt=None, ids: Sequence[str] | None = None) -> list[str]
 
 def count(store, flt=None) -> int:
     """How many documents pass ``flt``."""
-    if parse_filter(flt).empty:
+    flt = parse_filter(flt)
+    if flt.empty:
         return len(store)
     if is_milvus(store):
-        return store.count(store.filter_expression(parse_filter(flt)))
+        return store.count(store.filter_expression(flt))
     return int(_mask(store, flt).sum())
 
 
@@ -94,6 +97,7 @@ def page(store, flt=None, *, offset: int = 0, limit: int | None = None,
     """``(ids, total, next)``: the ids of one page of the documents passing ``flt`` in id order — those after the id
     ``after`` (a cursor), then ``offset`` skipped, at most ``limit`` —, how many pass in all, and the cursor of the
     next page (None when this is the last)."""
+    flt = parse_filter(flt)
     if is_milvus(store):  # Milvus selects the ids above the cursor itself
         from twotower.retrieval.milvus.manage import matching_ids
 
@@ -158,7 +162,8 @@ def _nothing_left(store, n: int) -> None:
 def delete(store, flt=None, ids: Sequence[str] | None = None, *, keep: int = 2):
     """Delete the documents selected (module docstring) in one write: ``(the new store, the ids deleted)``; nothing
     selected: ``(store, [])`` and no write. An id given twice is refused (it would be reported deleted twice)."""
-    if ids is None and parse_filter(flt).empty:
+    flt = parse_filter(flt)
+    if ids is None and flt.empty:
         raise TwoTowerError("delete needs ids or a non-empty filter (an empty filter would select every document)")
     unique_ids(ids, "delete")
     if is_milvus(store):
@@ -220,7 +225,8 @@ def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *,
     ids nor a filter that narrows (one that lets everything through, ``{}`` or ``{"$and": [{}]}``) is refused
     unless ``every`` (the one rule of empty filters for writes: an explicit "all" or nothing)."""
     unique_ids(ids, "update")
-    if ids is None and parse_filter(flt).empty and not every:
+    flt = parse_filter(flt)
+    if ids is None and flt.empty and not every:
         from twotower.checks import switch
 
         raise TwoTowerError(f"update needs ids or a filter that narrows (an empty one would change every document): "

@@ -39,7 +39,7 @@ def filter_mask(store, filter) -> np.ndarray | None:
     flt = parse_filter(filter)
     if flt.empty:
         return None
-    from twotower.retrieval.filter_columns import columns_of
+    from twotower.retrieval.filters.columns import columns_of
 
     return flt.mask(columns_of(store))
 

@@ -178,7 +178,7 @@ def create_app(
                 detail = ("the request body holds a number of more than 4,300 digits: no field takes such a number "
                           f"(k is at most {limits.max_k})")
             if isinstance(exc.__cause__, RecursionError):  # JSON nested past what Python's reader takes
-                from twotower.retrieval.filter_checks import MAX_FILTER_DEPTH
+                from twotower.retrieval.filters.checks import MAX_FILTER_DEPTH
 
                 return error(422, "invalid_request", "the request body nests objects and lists deeper than JSON "
                              f"reading allows (a filter's $and / $or nest at most {MAX_FILTER_DEPTH} levels, metadata "
@@ -391,7 +391,7 @@ def create_app(
         """The dotted paths of ``store``'s documents' leaf metadata fields (a field that holds objects shows as the paths
         inside it); None when not known without reading every document
         of a large index (or at all: Milvus)."""
-        from twotower.retrieval.filter_columns import columns_of
+        from twotower.retrieval.filters.columns import columns_of
 
         if hasattr(store, "filter_expression"):  # Milvus keeps the metadata
             return None

@@ -18,7 +18,7 @@ condition only where a document could be answered differently:
 - ``$gt $gte $lt $lte`` on a path that has held a list;
 - ``$exists``, ``$ne`` or ``$nin`` on a path that has held null;
 - under ``$not``, ``$gt $gte $lt $lte`` on a path that has held values of another kind than the compared one
-  (:mod:`twotower.retrieval.filter_ops`); and a ``$text`` phrase holding a backslash.
+  (:mod:`twotower.retrieval.filters.milvus`); and a ``$text`` phrase holding a backslash.
 
 The refusal is a :class:`~twotower.DataError` naming the path, the operator and what to do instead. Everything else
 (the tests hold a table of such filters against the local index) selects the same documents as locally.
@@ -92,7 +92,7 @@ def _check(c: Condition, kinds: dict[str, list[str]]) -> None:
 
 def _check_negated(c: Condition, kinds: dict[str, list[str]]) -> None:
     """Under ``$not``, a range on a path that has held values of another kind than the compared one (Milvus answers
-    "unknown" there, and its ``not`` keeps it unknown: :mod:`twotower.retrieval.filter_ops`)."""
+    "unknown" there, and its ``not`` keeps it unknown: :mod:`twotower.retrieval.filters.milvus`)."""
     if c.op not in RANGE_OPS:
         return
     other = set(kinds.get(".".join(c.path), ())) - {kind(c.value), "null"}

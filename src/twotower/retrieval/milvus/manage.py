@@ -31,7 +31,7 @@ from twotower.retrieval.milvus.rows import read_visible, scan
 
 
 def _expr(store, flt) -> str:
-    return store.filter_expression(parse_filter(flt))
+    return store.filter_expression(parse_filter(flt))  # parsed already when it comes from retrieval.manage
 
 
 def matching_ids(store, flt=None, ids: Sequence[str] | None = None, *, after: str | None = None) -> list[str]:

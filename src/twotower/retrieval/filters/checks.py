@@ -87,7 +87,7 @@ def check_filter(obj: Any) -> None:
 
     Example::
 
-        from twotower.retrieval.filter_checks import check_filter
+        from twotower.retrieval.filters.checks import check_filter
 
         check_filter({"$or": [{"year": {"$gte": 2020}}, {"tags": {"$in": ["tea", "mate"]}}]})  # passes
     """

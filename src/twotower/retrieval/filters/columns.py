@@ -1,4 +1,5 @@
-"""Columnar metadata of one index version, for evaluating filters with numpy instead of per document in Python.
+"""Evaluate over columns: the metadata of one index version as numpy columns, for evaluating filters with numpy
+instead of per document in Python.
 
 Built once per opened version (:func:`columns_of` caches it on the store) from the metadata in ``docs.jsonl``,
 column by column (a list comprehension per key, not a Python walk per document). Every path into the metadata's
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twotower.data.metadata import kind
+from twotower.retrieval.filters.text import TextScan
 
 # the range operators of the filter language, as numpy comparisons (scalars and columns alike)
 RANGES = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less, "$lte": np.less_equal}
@@ -129,7 +131,7 @@ class MetadataColumns:
             metadata = [json.loads(line).get("metadata") or {} for line in lines]
         return cls(metadata, num_docs)
 
-    text_source = None  # phrase -> row mask over the documents' text (set by columns_of: retrieval.text_filter)
+    text_source = None  # phrase -> row mask over the documents' text (set by columns_of: filters.text)
 
     def contains(self, phrase: str) -> np.ndarray:
         """The rows whose text holds ``phrase`` (a ``$text`` filter's mask)."""
@@ -165,7 +167,7 @@ class MetadataColumns:
         return self._with_elements(col.codes == code, col, "string", lambda v: v == code)
 
     def condition(self, path: tuple[str, ...], op: str, value) -> np.ndarray:
-        """The row mask of one condition (``filters.Condition``'s semantics)."""
+        """The row mask of one condition (:class:`~twotower.retrieval.filters.parse.Condition`'s semantics)."""
         col = self._columns.get(tuple(path))
         if col is None:  # no document has the path
             return np.full(self.num_docs, op == "$exists" and value is False, dtype=bool)
@@ -209,8 +211,9 @@ def columns_of(store) -> MetadataColumns:
     if cols is None:  # a version's files never change: read once
         with _no_gc():
             cols = MetadataColumns.from_docs_jsonl((store.dir / "docs.jsonl").read_bytes(), len(store))
-        from twotower.retrieval.text_filter import TextScan
-
         cols.text_source = TextScan(store)
         store._metadata_columns = cols
     return cols
+
+
+__all__ = ["RANGES", "MetadataColumns", "columns_of"]

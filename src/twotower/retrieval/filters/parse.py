@@ -1,46 +1,9 @@
-"""Metadata filters: the language LangChain, Chroma and Milvus users write, with one exact meaning.
-
-A filter is a JSON object over a document's metadata (:mod:`twotower.data.metadata`)::
-
-    {"source": "wiki"}                                   equality
-    {"source": "wiki", "year": {"$gte": 2020}}           several keys: all must hold (AND)
-    {"$or": [{"lang": "en"}, {"lang": {"$in": ["de", "fr"]}}]}
-    {"author.name": {"$ne": "Ann"}}                      a dotted path into nested objects
-
-Operators: ``$eq $ne $gt $gte $lt $lte $in $nin $exists`` on a field; ``$and`` / ``$or`` over a non-empty list of
-filters; ``$not`` over one filter (the documents it does not let through, missing fields included: see
-:mod:`twotower.retrieval.filter_ops`); ``{"$text": {"$contains": "phrase"}}`` on the document's text (an exact,
-case-sensitive substring of the text, not of the title). A field may take several operators at once
-(``{"$gte": 1, "$lt": 5}``: all hold). ``None`` or ``{}`` is no filter (every document matches).
-
-The exact semantics (the same in :meth:`Filter.matches`, in :meth:`Filter.mask` and in every search mode):
-
-- **Kinds.** A value is a string, a number (int or float: ``1 == 1.0``), a boolean, null, a list or an object.
-  Booleans are not numbers (``True`` does not equal ``1``). Two values are equal only when they are of the same kind
-  and equal. ``$gt $gte $lt $lte`` compare numbers with numbers and strings with strings (by Unicode code point, as
-  Python and UTF-8 byte order do); a field of another kind does not match (``{"title_len": {"$gt": 3}}`` skips a
-  document whose ``title_len`` is the string ``"long"``) — no error, since metadata differ from document to document.
-- **Missing fields.** A document without the field matches no condition on it except ``{"$exists": false}``; that
-  includes ``$ne`` and ``$nin`` (``{"lang": {"$ne": "en"}}`` needs a ``lang``). A field holding null exists.
-- **Lists** (tags): a field holding a list matches ``$eq`` / ``$in`` / ``$gt`` … when *any* element does, and
-  ``$ne`` / ``$nin`` when *no* element equals the value(s). ``{"tags": "tea"}`` finds ``{"tags": ["tea", "green"]}``.
-- **Objects**: a field holding an object equals no value (filter inside it with a dotted path); ``$ne`` / ``$nin``
-  match it. A path does not step into lists (``a.b`` where ``a`` is a list: missing). A key that itself contains a
-  dot cannot be filtered on.
-- ``$in: []`` matches nothing; ``$nin: []`` matches every document that has the field.
-
-Errors (a :class:`~twotower.DataError` whose ``field`` names the offending path or operator): a filter that is not an
-object, an unknown operator, ``$in`` / ``$nin`` without a list, ``$and`` / ``$or`` without a non-empty list of
-objects, ``$exists`` without a boolean, a range operator with anything but a number or a string (booleans
-included), a comparison with a list or an object, a number that is not finite, an empty path segment; and, checked
-first, before anything is built (:mod:`twotower.retrieval.filter_checks`): more than 32 levels of ``$and`` /
-``$or``, 1,024 conditions or 4,096 ``$in`` / ``$nin`` values, a number beyond float range, a lone surrogate, a
-comparison with null (the one rule on every backend: Milvus cannot tell a null from a missing field).
-
-:func:`parse_filter` validates a filter once; :meth:`Filter.matches` is the reference evaluation over one metadata
-dict; :meth:`Filter.mask` evaluates it over a whole index version at once (a boolean array, one entry per document
-row, from :class:`~twotower.retrieval.filter_columns.MetadataColumns` built once per version);
-:func:`to_milvus_expr` writes the same filter as a Milvus boolean expression over a JSON field.
+"""Parse and validate: a metadata filter (a dict, or its JSON text) checked and built once into a tree of
+:class:`Filter` nodes (:class:`Condition`, :class:`And`, :class:`Or`, :class:`Not`, :class:`Text`), each with the
+reference evaluation over one document (:meth:`Filter.matches`) and the vectorised one over a version's columns
+(:meth:`Filter.mask`, :mod:`twotower.retrieval.filters.columns`). The language and its exact meaning:
+:mod:`twotower.retrieval.filters`. :func:`parse_filter` hands a parsed :class:`Filter` back as it is, so the
+layers behind the door that parsed it take it without parsing again.
 """
 
 from __future__ import annotations
@@ -54,9 +17,9 @@ import numpy as np
 
 from twotower.data.metadata import kind
 from twotower.errors import DataError
-from twotower.retrieval.filter_checks import check_filter, load_filter_text
-from twotower.retrieval.filter_columns import RANGES, MetadataColumns
-from twotower.retrieval.filter_ops import negated_expr, text_expr, text_phrase
+from twotower.retrieval.filters.checks import check_filter, load_filter_text
+from twotower.retrieval.filters.columns import RANGES, MetadataColumns
+from twotower.retrieval.filters.text import text_phrase
 
 
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists")
@@ -312,89 +275,8 @@ def parse_filter(obj: Any) -> Filter:
         return And(())
     if isinstance(obj, str):
         obj = load_filter_text(obj)
-    check_filter(obj)  # the limits, and what no backend takes: before any work (retrieval.filter_checks)
+    check_filter(obj)  # the limits, and what no backend takes: before any work (filters.checks)
     return _parse(obj, "filter")
 
 
-# ---------------------------------------------------------------------------------------------- Milvus
-
-
-_MILVUS_ESCAPES = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
-
-
-def milvus_string(text: str) -> str:
-    """``text`` as a double-quoted Milvus string literal. Milvus's expression parser knows the escapes ``\\\\``,
-    ``\\"``, ``\\n``, ``\\r`` and ``\\t`` only (``\\u0001``, ``\\x01``, ``\\b`` are "unknown escape sequences"),
-    and takes every other character, control characters included, as it stands; so those five are escaped and the
-    rest written raw. (A lone surrogate, which UTF-8 cannot carry, never gets here: parse_filter refuses it.)"""
-    return '"' + text.translate(_MILVUS_ESCAPES) + '"'
-
-
-def _milvus_literal(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return milvus_string(value)
-    return repr(value)
-
-
-def _milvus_path(field: str, path: tuple[str, ...]) -> str:
-    return field + "".join(f"[{milvus_string(p)}]" for p in path)
-
-
-def _milvus_condition(c: Condition, field: str) -> str:
-    if c.op != "$exists" and any(v is None for v in (c.value if c.op in ("$in", "$nin") else (c.value,))):
-        name = ".".join(c.path)
-        raise _fail("Milvus cannot compare with null (it reads a JSON null as a missing field)", f"{name}.{c.op}",
-                    f'test for a missing field with {{"{name}": {{"$exists": false}}}}')
-    target = _milvus_path(field, c.path)
-    exists = f"exists {target}"
-    if c.op == "$exists":
-        return exists if c.value else f"not ({exists})"
-    values = c.value if c.op in ("$in", "$nin") else (c.value,)
-    if c.op in ("$in", "$nin"):
-        if not values:
-            return "false" if c.op == "$in" else exists
-    if c.op in RANGES:
-        symbol = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[c.op]
-        return f"{target} {symbol} {_milvus_literal(c.value)}"  # list fields: see to_milvus_expr
-    lits = [_milvus_literal(v) for v in values]
-    hit = "(" + " or ".join([f"{target} == {lit}" for lit in lits] + [f"json_contains_any({target}, [{', '.join(lits)}])"]) + ")"
-    return hit if c.op in ("$eq", "$in") else f"({exists} and not {hit})"
-
-
-def to_milvus_expr(flt: Filter | dict | None, field: str = "metadata") -> str:
-    """The filter as a Milvus boolean expression over the JSON field ``field`` (strings escaped); ``""`` for the
-    empty filter. Equality and ``$in`` test the field's value and, for a list, its elements (``json_contains_any``).
-    Where Milvus (Lite 3.2, checked by ``tests/test_filters.py``) differs from :meth:`Filter.matches`: a range
-    operator on a list-valued field (Milvus compares the field, not its elements); a boolean equals the numbers
-    1 / 0 there (``{"ok": 1}`` finds ``"ok": true``); a field holding null counts as missing (``$exists``).
-    Comparing with null is refused (a :class:`~twotower.DataError`): Milvus cannot express it. ``$not`` is pushed
-    down to the conditions, each negated so that a missing field passes, and ``$text`` becomes ``text like``
-    (:mod:`twotower.retrieval.filter_ops`). A Milvus index searches with
-    :func:`twotower.retrieval.milvus.filtering.milvus_filter`, which refuses those differences where the
-    collection's documents could meet them.
-
-    Example::
-
-        assert to_milvus_expr({"source": "wiki"}) == \\
-            '(metadata["source"] == "wiki" or json_contains_any(metadata["source"], ["wiki"]))'
-    """
-    flt = parse_filter(flt)
-    if flt.empty:
-        return ""
-
-    def walk(f: Filter, negated: bool = False) -> str:
-        if isinstance(f, Condition):
-            expr = _milvus_condition(f, field)
-            return negated_expr(expr, f.op, _milvus_path(field, f.path)) if negated else expr
-        if isinstance(f, Not):
-            return walk(f.part, not negated)
-        if isinstance(f, Text):
-            return text_expr(f.phrase, negated)
-        joiner = " and " if isinstance(f, And) != negated else " or "  # De Morgan under $not
-        return "(" + joiner.join(walk(p, negated) for p in f.parts) + ")"
-
-    return walk(flt)
+__all__ = ["COMPARISONS", "LOGICAL", "And", "Condition", "Filter", "Not", "Or", "Text", "parse_filter"]
