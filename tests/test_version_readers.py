@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ from twotower.retrieval.store import IndexStore
 def write(store, keep):
     store = store.refresh()
     gen = int(store.version[1:]) + 1  # a metadata write makes exactly the next version
-    store, _ = update(store, lambda _id, old: {**old, "gen": gen}, keep=keep)
+    store, _ = update(store, lambda _id, old: {**old, "gen": gen}, keep=keep, every=True)
     assert store.version == f"v{gen:06d}", (store.version, gen)
     return store
 
@@ -563,12 +564,15 @@ def test_stress_reads_during_a_writer_loop(root, reference):
             result: dict = {}
 
             def wait(w=w, done=done, result=result):
-                result.update(w.reply())
-                done.set()
+                try:
+                    result.update(w.reply())
+                finally:  # a writer that died ends the reads too (its reply raised): never loop for ever
+                    done.set()
 
             threading.Thread(target=wait, daemon=True).start()
             index = tt.Index.open(root)
-            while not done.is_set():
+            deadline = time.monotonic() + budget / 2 + 120
+            while not done.is_set() and time.monotonic() < deadline:
                 op = names[reads % len(names)]
                 reads += 1
                 try:
