@@ -65,7 +65,7 @@ def test_filtered_ivf_widens_from_the_callers_nprobe(ivf, monkeypatch):
     queries = ["green tea", "black coffee with milk", "cold water"]
     q = store.project_queries(index._searcher.encode_queries(queries))
     _, rows = filtered.exact(store, q, 10, np.flatnonzero(match))
-    for hits, want in zip(index.search(queries, k=10, nprobe=8, filter={"half": True}), rows):
+    for hits, want in zip(index.search(queries, k=10, nprobe=8, filter={"half": True}, mode="dense"), rows):
         assert _ids(hits) == [store.doc_ids[r] for r in want]
 
 
