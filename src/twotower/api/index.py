@@ -101,7 +101,8 @@ class Index(Managing, Syncing):
         written, in order, are in :attr:`added_ids` afterwards. ``encoder``: an
         :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
         gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
-        string. ``bm25`` (default: on; implied by ``language`` or ``bigrams``; ``bm25=False`` leaves it out) adds the
+        string. ``bm25`` (default: on locally, off on Milvus, whose BM25 needs sparse vectors: Milvus 2.4 or later;
+        implied by ``language`` or ``bigrams``; ``bm25=False`` leaves it out) adds the
         lexical side for ``bm25`` / ``hybrid`` / ``rrf`` searches, and makes ``hybrid`` the default search; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
         puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
         ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
@@ -169,7 +170,7 @@ class Index(Managing, Syncing):
 
         given_vectors = options.pop("vectors") if precomputed(options.get("vectors")) else None
         spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
-                         bm25=(bm25 is None or bm25) or bigrams or language is not None,
+                         bm25=(backend != "milvus" if bm25 is None else bm25) or bigrams or language is not None,
                          bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
         unknown = sorted(set(options) - set(vars(spec)))
         if unknown:
