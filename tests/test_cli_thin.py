@@ -19,7 +19,7 @@ HELPERS = CLI / "helpers.py"
 # what the helpers reach below the public API for: the output checks, a BEIR folder's files (outputs must not
 # overwrite them), the service's option and port checks, and resolving a data set's folder
 HELPERS_IMPORT = {"twotower.io", "twotower.data.beir", "twotower.serve.app", "twotower.serve.port",
-                  "twotower.data.fetch"}
+                  "twotower.data.fetch", "twotower.data.metadata"}  # metadata: the limits a JSON option is read within
 
 
 def command_modules() -> list[Path]:

@@ -103,7 +103,7 @@ def test_cli_compile_flag_reaches_document_encoding(command, tiny_beir, tiny_ber
     res = runner.invoke(app, base)
     assert res.exit_code == 0, res.output
     assert compiled == []
-    res = runner.invoke(app, [*base, "--compile"])
+    res = runner.invoke(app, [*base, "--compile", *(["--replace"] if command[0] == "index" else [])])
     assert res.exit_code == 0, res.output
     assert len(compiled) == 1
     if command[0] == "eval":

@@ -196,10 +196,10 @@ def test_cli_binary_index_build_add_search_eval(tiny_beir, tiny_bert_dir, tmp_pa
     store = IndexStore.open(out)
     assert store.manifest["vectors"] == {"type": "binary", "dim": 24, "source_dim": 32, "stored": "int8",
                                          "rescore": "int8", "rescore_factor": 2}
-    res = runner.invoke(app, ["search", "--index", str(out), "fermented tea", "-k", "3", "--json"])
+    res = runner.invoke(app, ["search", "--index", str(out), "fermented tea", "-k", "3", "--json", "--mode", "dense"])
     assert res.exit_code == 0, res.output
     hits = [json.loads(line) for line in res.output.splitlines()]
-    q = Searcher(out).encode_queries(["fermented tea"])[:, :24]
+    q = Searcher(out, query_runtime="auto").encode_queries(["fermented tea"])[:, :24]  # as the command encodes it
     q /= np.linalg.norm(q)
     docs = store.float_vectors(np.arange(len(store)))
     for h in hits:

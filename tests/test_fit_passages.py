@@ -91,7 +91,7 @@ def test_fit_dev_runs_rank_long_documents_as_the_index_it_writes(tiny_bert_dir, 
         index = tt.Index.build(tmp_path / f"idx-{stage}", data, encoder=str(model), precision="fp32",
                                show_progress=False)
         assert index.info()["num_passages"] > len(WORDS)  # the documents were split
-        hits = index.search([queries[q] for q in dev], k=len(WORDS))
+        hits = index.search([queries[q] for q in dev], k=len(WORDS), mode="dense")  # the dev run is dense
         for q, found in zip(dev, hits):
             # the same documents with the same scores (documents whose first passage is their best tie: the
             # shared opening; their order among themselves is each engine's own)

@@ -158,8 +158,8 @@ def test_ann_and_int8_indexes_return_k_distinct_documents_by_their_best_passage(
     index = _build(root, tiny_bert_dir, _docs(), name, backend="milvus", uri=str(root / "m.db"), collection=name,
                    **options)
     for q in QUERIES:
-        hits = index.search(q, k=8)
-        exact = {h.id: h.score for h in local.search(q, k=11)}
+        hits = index.search(q, k=8, mode="dense")
+        exact = {h.id: h.score for h in local.search(q, k=11, mode="dense")}
         assert len({h.id for h in hits}) == len(hits) == 8
         assert len({h.id for h in hits} & set(list(exact)[:8])) >= 6
         for h in hits:

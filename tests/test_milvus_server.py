@@ -178,7 +178,7 @@ def test_cli_builds_and_searches_binary_on_a_server_as_the_local_binary_index(se
             f.write(json.dumps({"_id": f"c{i}", "title": "", "text": text}) + "\n")
     run = CliRunner().invoke
     common = ["--data", str(tmp_path / "corpus.jsonl"), "--model", str(tiny_bert_dir), "--precision", "fp32",
-              "--no-progress", "--vectors", "binary"]
+              "--no-progress", "--vectors", "binary", "--no-bm25"]  # dense on both (BM25 is off on Milvus by default)
     r = run(app, ["index", "build", *common, "--out", str(tmp_path / "m"), "--backend", "milvus", "--uri", server])
     assert r.exit_code == 0, r.output
     said = " ".join(r.output.split())  # the console wraps long lines

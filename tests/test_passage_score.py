@@ -48,7 +48,7 @@ def test_first_scores_each_document_by_its_first_passage_and_hits_keep_their_bes
     first = _build(tmp_path, tiny_bert_dir, docs, "first", passage_score="first")
     assert first.store.passages["score"] == "first"
     for query in ("tea cat purr", "gene virus heart", docs[2]["text"][200:320]):
-        hits = first.search(query, k=6, passages=3)
+        hits = first.search(query, k=6, passages=3, mode="dense")
         ref = _reference(first, query, "first")[:6]
         assert [h.id for h in hits] == [d for d, _ in ref]
         np.testing.assert_allclose([h.score for h in hits], [s for _, s in ref], rtol=1e-5, atol=1e-5)
@@ -68,11 +68,11 @@ def test_a_later_passage_ranks_its_document_under_max_but_not_under_first(tmp_pa
     row = store.row_of["long5"]
     a, b = store.spans[int(store.offsets[row]) + 4]  # a passage far beyond the first window
     query = f"Doc 5 {docs[5]['text'][a:b]}"
-    assert best.search(query, k=1)[0].id == "long5"
-    ranked = [h.id for h in first.search(query, k=12)]
+    assert best.search(query, k=1, mode="dense")[0].id == "long5"
+    ranked = [h.id for h in first.search(query, k=12, mode="dense")]
     assert ranked == [d for d, _ in _reference(first, query, "first")]
     assert ranked[0] != "long5" or _reference(first, query, "first")[0][0] == "long5"
-    assert [h.id for h in first.search(query, k=12)] != [h.id for h in best.search(query, k=12)]
+    assert [h.id for h in first.search(query, k=12, mode="dense")] != [h.id for h in best.search(query, k=12, mode="dense")]
 
 
 @pytest.mark.parametrize("options", [
@@ -82,7 +82,7 @@ def test_first_on_every_index_kind(tmp_path, tiny_bert_dir, docs, options):
     index = _build(tmp_path, tiny_bert_dir, docs, "ix", passage_score="first", **options)
     exact = _build(tmp_path, tiny_bert_dir, docs, "exact", passage_score="first")
     for query in ("tea cat purr", "omega sigma kappa"):
-        hits = index.search(query, k=8, **({"nprobe": 4} if options.get("kind") == "ivf" else {}))
+        hits = index.search(query, k=8, mode="dense", **({"nprobe": 4} if options.get("kind") == "ivf" else {}))
         assert len({h.id for h in hits}) == len(hits) == 8
         top = [d for d, _ in _reference(exact, query, "first")[:8]]
         assert len(set(top) & {h.id for h in hits}) >= 6
@@ -91,12 +91,12 @@ def test_first_on_every_index_kind(tmp_path, tiny_bert_dir, docs, options):
 def test_first_with_a_filter_and_after_writes(tmp_path, tiny_bert_dir, docs):
     index = _build(tmp_path, tiny_bert_dir, docs, "first", passage_score="first")
     allowed = {d["_id"] for d in docs if 2002 <= d["year"] <= 2012}
-    hits = index.search("tea heart cell", k=10, filter={"year": {"$gte": 2002, "$lte": 2012}})
+    hits = index.search("tea heart cell", k=10, filter={"year": {"$gte": 2002, "$lte": 2012}}, mode="dense")
     assert [h.id for h in hits] == [d for d, _ in _reference(index, "tea heart cell", "first", allowed)][:10]
     index.add([{"_id": "new", "title": "New", "text": docs[0]["text"] + " " + docs[1]["text"]}])
     reopened = tt.Index.open(tmp_path / "first")
     assert reopened.store.passages["score"] == "first"
-    hits = reopened.search("purr bone", k=13)
+    hits = reopened.search("purr bone", k=13, mode="dense")
     assert [h.id for h in hits] == [d for d, _ in _reference(reopened, "purr bone", "first")]
 
 

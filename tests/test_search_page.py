@@ -157,7 +157,7 @@ def test_info_names_the_modes_and_the_metadata_fields(served_index, tmp_path, ti
     c = make_client(served_index)
     info = c.get("/info").json()
     assert info == {"version": "v000001", "documents": 6, "model": str(tiny_bert_dir), "modes": ["dense", "bm25",
-                    "hybrid", "rrf"], "default_mode": "dense", "metadata_fields": [], "max_k": 1000,
+                    "hybrid", "rrf"], "default_mode": "hybrid", "metadata_fields": [], "max_k": 1000,
                     "max_query_chars": 2048, "passages": 6}  # an index of passages: here one a document
     assert c.post("/documents", json={"documents": [MARKUP]}, headers=HEADERS).status_code == 200
     info = c.get("/info").json()

@@ -9,7 +9,10 @@ imports stay inside the functions: ``twotower --help`` loads none of them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from twotower.errors import TwoTowerError
 
 
 def check_output_file(path: Path | None, option: str) -> None:
@@ -73,3 +76,21 @@ def read_filter_file(path: Path, option: str = "--filter") -> str:
     from twotower.io import read_input_text
 
     return read_input_text(path, option, limit=FILTER_FILE_MAX_BYTES, what="filter file")
+
+
+def read_json_option(text: str, option: str):
+    """``text`` (a JSON option's value) decoded; a :class:`TwoTowerError` naming ``option`` for text that is not
+    JSON, nests deeper than Python's JSON reader goes (no traceback), or holds a whole number of more than 4,300
+    digits (not Python's advice on ``sys.set_int_max_str_digits``)."""
+    from twotower.data.metadata import MAX_DEPTH, MAX_INT
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TwoTowerError(f"{option}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TwoTowerError(f"{option}: nested too deep to read (metadata nests at most {MAX_DEPTH} levels of "
+                            "objects and lists): flatten it") from None
+    except ValueError:  # Python's limit on the digits of a whole number
+        raise TwoTowerError(f"{option}: holds a number of more than 4,300 digits (a metadata number is at most "
+                            f"±{MAX_INT:,}, 2**53): give a smaller one, or the number as a string") from None

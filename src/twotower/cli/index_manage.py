@@ -10,6 +10,7 @@ import typer
 
 import twotower as tt
 from twotower.cli.console import console, err_console, fail
+from twotower.cli.helpers import read_json_option
 from twotower.cli.search import read_filter
 from twotower.errors import TwoTowerError
 
@@ -17,24 +18,6 @@ FILTER_HELP = ('A metadata filter (JSON, or @file.json), as for search: \'{"kind
                '{"$text": {"$contains": "phrase"}} (an exact substring of the text).')
 LOCK_HELP = "Seconds to wait while another writer holds the index's lock (0: at once)."
 INDEX = typer.Option(..., "--index", help="Index directory.")
-
-
-def read_json_option(text: str, option: str):
-    """``text`` (a JSON option's value) decoded; a :class:`TwoTowerError` naming ``option`` for text that is not
-    JSON, nests deeper than Python's JSON reader goes (no traceback), or holds a whole number of more than 4,300
-    digits (not Python's advice on ``sys.set_int_max_str_digits``)."""
-    from twotower.data.metadata import MAX_DEPTH, MAX_INT
-
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TwoTowerError(f"{option}: not JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise TwoTowerError(f"{option}: nested too deep to read (metadata nests at most {MAX_DEPTH} levels of "
-                            "objects and lists): flatten it") from None
-    except ValueError:  # Python's limit on the digits of a whole number
-        raise TwoTowerError(f"{option}: holds a number of more than 4,300 digits (a metadata number is at most "
-                            f"±{MAX_INT:,}, 2**53): give a smaller one, or the number as a string") from None
 
 
 def _record(doc) -> str:

@@ -215,6 +215,13 @@ def metadata_change(metadata, ids: list[str] | None, merge: bool, unset: Sequenc
     return change
 
 
+def _every() -> str:
+    """The explicit "all" of an update as the caller gives it: ``all_documents=True``, ``--all``."""
+    from twotower.checks import switch
+
+    return switch("all_documents", "--all")
+
+
 Change = Callable[[str, dict], dict]  # (id, old metadata) -> new metadata (checked by the caller)
 
 
@@ -227,10 +234,8 @@ def update(store, change: Change, flt=None, ids: Sequence[str] | None = None, *,
     unique_ids(ids, "update")
     flt = parse_filter(flt)
     if ids is None and flt.empty and not every:
-        from twotower.checks import switch
-
         raise TwoTowerError(f"update needs ids or a filter that narrows (an empty one would change every document): "
-                            f"pass {switch('all_documents', '--all')} to change them all")
+                            f"pass {_every()} to change them all")
     if is_milvus(store):
         from twotower.retrieval.milvus.manage import update_where
 
