@@ -94,6 +94,10 @@ def load_backbone(model: str, *, torch_dtype=None):
     kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
     if config.model_type in POOLER_MODEL_TYPES:
         kwargs["add_pooling_layer"] = False  # pooling is ours: skip the pooler's unused matmul
+    from transformers import PreTrainedModel
+
+    if hasattr(PreTrainedModel, "set_use_kernels"):  # transformers 5: hub kernels on by default when `kernels` is
+        kwargs["use_kernels"] = False  # installed; they download at run time and refuse some devices: ours are torch
     if config.model_type in {"t5", "mt5", "umt5"}:
         from transformers import T5EncoderModel as loader
     else:
