@@ -175,5 +175,6 @@ def test_hnsw_filtered_top10_equals_exact(pair, tiny_bert_dir, tmp_path):
     hnsw = tt.Index.build(tmp_path / "h", corpus, encoder=str(tiny_bert_dir), kind="hnsw", precision="fp32",
                           show_progress=False, backend="milvus", uri=uri, collection="mf_hnsw")
     for flt in FILTERS:
-        for g, w in zip(hnsw.search(QUERIES, k=10, filter=flt), local.search(QUERIES, k=10, filter=flt)):
+        for g, w in zip(hnsw.search(QUERIES, k=10, filter=flt, mode="dense"),
+                        local.search(QUERIES, k=10, filter=flt, mode="dense")):
             assert [h.id for h in g] == [h.id for h in w], flt
