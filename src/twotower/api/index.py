@@ -335,7 +335,9 @@ class Index(Managing, Syncing):
             ranked = rerank_hits(queries, ranked, ce, rerank_depth, weight, store)
         if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
             store.prefetch([d for hits in ranked for d, _ in hits[:k]])
-        lexical = 1.0 - lam if mode == "hybrid" else 0.5 if mode == "rrf" else 0.0  # passages chosen by both sides
+        from twotower.retrieval.passages import lexical_weight
+
+        lexical = lexical_weight(mode, lam)  # passages chosen by both sides
         out = [hits_of(store, hits[:k], queries[i], None if q_vecs is None else q_vecs[i], passages, lexical)
                for i, hits in enumerate(ranked)]
         return out[0] if single else out

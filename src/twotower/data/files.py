@@ -73,10 +73,10 @@ class FileCorpus:
 
     def summary(self) -> str:
         """One line: how many files became documents, how many were skipped and why (counts per reason kind)."""
-        kinds: dict[str, int] = {}
-        for s in self.skipped:
-            kinds[s.reason.split(":")[0].split(" (")[0]] = kinds.get(s.reason.split(":")[0].split(" (")[0], 0) + 1
-        why = "; ".join(f"{n} {reason}" for reason, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        from collections import Counter
+
+        kinds = Counter(s.reason.split(":")[0].split(" (")[0] for s in self.skipped)  # the reason's kind, not details
+        why = "; ".join(f"{n} {reason}" for reason, n in kinds.most_common())
         return f"{len(self.documents)} files read, {len(self.skipped)} skipped" + (f" ({why})" if why else "")
 
 

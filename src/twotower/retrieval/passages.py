@@ -104,6 +104,12 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
     return out
 
 
+def lexical_weight(mode: str, lam: float) -> float:
+    """The query words' share in choosing a hit's best passage (:func:`best_passages`' ``lexical``): a hybrid
+    search's BM25 weight ``1 − λ``, half for RRF, none for dense and BM25 (BM25 mode ranks by the words alone)."""
+    return 1.0 - lam if mode == "hybrid" else 0.5 if mode == "rrf" else 0.0
+
+
 def _scaled(scores: np.ndarray) -> np.ndarray:
     """``scores`` min-max scaled to [0, 1] (all equal: all 0)."""
     scores = np.asarray(scores, dtype=np.float64)

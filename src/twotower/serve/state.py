@@ -92,7 +92,9 @@ class ServiceState:
         view = copy.copy(self.searcher)  # same encoder, pinned to this request's version
         view.store = store
         resolved, weight = view.resolve(mode, lam)
-        lexical = 1.0 - weight if resolved == "hybrid" else 0.5 if resolved == "rrf" else 0.0  # passages: both sides
+        from twotower.retrieval.passages import lexical_weight
+
+        lexical = lexical_weight(resolved, weight)  # a hit's passage chosen by both sides, as tt.Index does
         if lam is not None and resolved != "hybrid":  # as the CLI and the API refuse it: a weight nothing uses
             raise TwoTowerError(f'"lambda" weighs dense against BM25 in mode hybrid; mode {resolved} does not use it: '
                                 'drop "lambda" or send "mode": "hybrid"')
