@@ -89,6 +89,9 @@ def evaluate(
     elif isinstance(retriever, Index):
         index = retriever.path
         model = model or retriever._searcher._model_override
+        # the Index's own settings where none are given here: it is evaluated as it was opened
+        precision = retriever.precision if precision == "auto" else precision
+        device = retriever.device if device == "auto" else device
         # the mode twotower fit chose for the index's model (read by run_eval), else dense
         retriever_name = mode or (None if retriever._searcher.defaults is not None else "dense")
     elif isinstance(retriever, Encoder):
@@ -135,7 +138,18 @@ def evaluate(
     with using_runtime(runtime or "auto") as used:
         result = run_eval(cfg, dataset=ds)
     result.runtime = used or None
+    result.query_runtime, result.precision = _encoded(used or {})
     return result
+
+
+def _encoded(used: dict) -> tuple[str | None, str | None]:
+    """(query runtime, precision) from what encoded during an evaluation (``using_runtime``'s record): the queries'
+    runtime and precision, the documents' precision named too where it differs (None, None: nothing encoded)."""
+    queries, docs = used.get("queries") or {}, used.get("documents") or {}
+    precision = queries.get("precision") or docs.get("precision")
+    if docs.get("precision") and queries.get("precision") and docs["precision"] != queries["precision"]:
+        precision = f"documents {docs['precision']}, queries {queries['precision']}"
+    return queries.get("runtime"), precision
 
 
 @user_errors

@@ -37,6 +37,15 @@ def metrics_table(rows: list[dict], title: str = "") -> Table:
     return table
 
 
+def choices_line(row: dict) -> str:
+    """What an evaluation chose (``mode``, ``query_runtime``, ``precision``, ``passages``: the choices two numbers
+    for one model can differ in), as one line under ``twotower eval``'s table."""
+    passages = {True: "on", False: "off"}.get(row.get("passages"), "-")
+    encoded = " ".join(str(row[k]) for k in ("query_runtime", "precision") if row.get(k)) or "-"
+    return (f"mode {row.get('mode') or row['retriever']}; query_runtime/precision {encoded}; "
+            f"passages {passages}")
+
+
 def eval_cmd(
     data: Path = typer.Option(..., "--data", help="BEIR-format directory (corpus.jsonl, queries.jsonl, qrels/)."),
     split: str = typer.Option("test", help="qrels split to evaluate."),
@@ -112,6 +121,7 @@ def eval_cmd(
         fail(exc)
     payload = result.to_json()
     console.print(metrics_table([payload], title=f"{payload['dataset']} / {split} ({payload['num_queries']} queries)"))
+    console.print(choices_line(payload), soft_wrap=True)
 
 
 def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files written by 'twotower eval --out'.")) -> None:

@@ -300,6 +300,21 @@ def _index_model(index: Path | None) -> str | None:
         return None  # check_index_for_eval reports what is wrong with the index
 
 
+def _passages_used(cfg: EvalConfig) -> bool | None:
+    """Whether documents were scored by their best passage: an index as it was built (its manifest's
+    ``passages``), a corpus encoded now by ``cfg.passages`` (dense, hybrid, rrf without PRF); None: BM25 alone."""
+    if cfg.index is not None:
+        from twotower.retrieval.backends import open_store
+
+        try:
+            return bool(open_store(cfg.index).manifest.get("passages"))
+        except (TwoTowerError, OSError, ValueError):
+            return None
+    if cfg.retriever == "bm25":
+        return None
+    return bool(cfg.passages and not cfg.prf_depth and cfg.retriever != "multivector")
+
+
 def check_eval_options(cfg: EvalConfig) -> None:
     """Refuse, before any loading, numbers out of range and options the chosen retriever would silently ignore."""
     from twotower.retrieval.bm25 import BM25Params
@@ -404,4 +419,6 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
         prf={"depth": cfg.prf_depth, "weight": _prf_weight(cfg)} if cfg.prf_depth else None,
         warnings=[*judged, *index_check.warnings],  # the data set's own warnings were logged once by its loader
         per_query=scores,
+        mode=cfg.retriever,
+        passages=_passages_used(cfg),
     )

@@ -47,6 +47,18 @@ class EvalResult:
     prf: dict | None = None  # {"depth", "weight"} of the dense side's pseudo-relevance feedback, if any
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
     runtime: dict | None = None  # what encoded: {"documents" | "queries": encoders.runtimes.last_choice}
+    # the choices two evaluations of one model can differ in (tt.evaluate on an Index and twotower eval alike):
+    mode: str | None = None  # the search mode run (an Index is evaluated in mode dense unless mode= is given)
+    query_runtime: str | None = None  # what encoded the queries: torch | onnx | openvino | ... (None: BM25 alone)
+    precision: str | None = None  # their precision (and the documents' when encoded now and different)
+    passages: bool | None = None  # documents scored by their best passage (an index: as it was built)
+
+    @property
+    def choices(self) -> dict:
+        """``{"mode", "query_runtime", "precision", "passages"}``: what this evaluation chose, so that two numbers
+        for one model can be told apart (also in :meth:`to_json` and under ``twotower eval``'s table)."""
+        return {"mode": self.mode, "query_runtime": self.query_runtime, "precision": self.precision,
+                "passages": self.passages}
 
     def __repr__(self) -> str:  # one line: the data set, what ran, the main metrics
         shown = ", ".join(f"{k}={v:.4f}" for k, v in list(self.metrics.items())[:3])
@@ -63,6 +75,7 @@ class EvalResult:
             "device": self.device,
             "metrics": self.metrics,
             "timings": self.timings,
+            **self.choices,
             **({"lambda": self.hybrid_lambda} if self.hybrid_lambda is not None else {}),
             **({"runtime": self.runtime} if self.runtime else {}),
             **({"fusion_norm": self.fusion_norm} if self.fusion_norm is not None else {}),
