@@ -35,6 +35,24 @@ def require_data(root: Path, files: tuple[str, ...]) -> Path:
     return root
 
 
+def lucene_bm25(query_terms, docs_terms, k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """Lucene's BM25 (idf log(1 + (N - df + 0.5) / (df + 0.5)), term weight tf / (tf + k1 (1 - b + b dl / avgdl)),
+    without the classic (k1 + 1) factor, which scales every score alike), written out here: the reference a passage
+    choice by BM25 over a document's passages is checked against (each distinct query term counts once)."""
+    import math
+    from collections import Counter
+
+    n = len(docs_terms)
+    avg = sum(len(d) for d in docs_terms) / n
+    df = Counter(t for d in docs_terms for t in set(d))
+    out = []
+    for d in docs_terms:
+        tf = Counter(d)
+        out.append(sum(math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) * tf[t]
+                       / (tf[t] + k1 * (1 - b + b * len(d) / avg)) for t in set(query_terms) if tf[t]))
+    return out
+
+
 def benchmark_module(name: str):
     """The module ``benchmarks/<name>.py``, imported with ``benchmarks/`` on ``sys.path`` for the import only (its
     scripts import their ``_common`` beside them)."""

@@ -1,5 +1,5 @@
 """In hybrid mode a hit's best passage is chosen by both sides (issue #70 item 5): λ weighs the passages' dense
-scores against their count of query words, each min-max scaled over the document's passages."""
+scores against the query's BM25 over the document's passages, each min-max scaled over the document's passages."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def _doc() -> str:
 
 def _expected(index, query: str, lam: float) -> tuple[int, int]:
     """(start of the passage hybrid should pick, start of the dense-best passage), computed from the stored spans and
-    vectors and a word count written here."""
-    import re
+    vectors and a Lucene BM25 written out in conftest over the index's analyzer's terms."""
+    from conftest import lucene_bm25
+
+    from twotower.retrieval.analyzers import analyzer_for
 
     store = index.store
     row = store.row_of["long"]
@@ -30,8 +32,8 @@ def _expected(index, query: str, lam: float) -> tuple[int, int]:
     q = index.encoder.encode_queries([query])[0]
     dense = vecs @ store.project_queries(q[None].astype(np.float32))[0]
     text = _doc()
-    words = {w.lower() for w in re.findall(r"\w+", query)}
-    counts = np.array([sum(w.lower() in words for w in re.findall(r"\w+", text[s:e])) for s, e in spans], float)
+    terms = analyzer_for(store.manifest["bm25"]["language"]).analyze([text[s:e] for s, e in spans] + [query])
+    counts = np.array(lucene_bm25(terms[-1], terms[:-1]))
 
     def scaled(x):
         return np.zeros_like(x) if x.max() == x.min() else (x - x.min()) / (x.max() - x.min())

@@ -246,8 +246,12 @@ def test_a_long_document_read_in_pieces_splits_as_read_whole(tokenizer, monkeypa
 @pytest.mark.parametrize("query, words", [("zebrafish heart", "ZEBRAFISH Heart"),
                                           ("Zebrafish HEART", "zebrafish heart")])
 def test_bm25_best_passage_matches_query_words_whatever_their_case(tmp_path, tiny_bert_dir, query, words):
-    """In bm25 mode (no query vector) the best passage is the one holding the most query words, whatever their
-    case; its score is that count."""
+    """In bm25 mode (no query vector) the best passage is the one the query's BM25 over the document's passages
+    ranks first, whatever the words' case; its score is that BM25 score (a Lucene BM25 written out in conftest)."""
+    from conftest import lucene_bm25
+
+    from twotower.retrieval.analyzers import analyzer_for
+
     text = "Alpha beta gamma. " * 30 + f"The {words} sentence here. " + "Delta epsilon. " * 30
     index = tt.Index.build(tmp_path / "ix", [{"_id": "a", "title": "", "text": text},
                                              {"_id": "b", "title": "", "text": "other words"}],
@@ -258,7 +262,12 @@ def test_bm25_best_passage_matches_query_words_whatever_their_case(tmp_path, tin
     assert hit.id == "a"
     best = hit.passage
     assert words in best.text and hit.text[best.start:best.end] == best.text
-    assert best.score == 2  # the count of the query's words the passage holds
+    store = index.store
+    spans = store.spans[store.offsets[0] : store.offsets[1]]
+    terms = analyzer_for(store.manifest["bm25"]["language"]).analyze([text[a:b] for a, b in spans] + [query])
+    want = lucene_bm25(terms[-1], terms[:-1])
+    assert best.score == pytest.approx(max(want), rel=1e-5)
+    assert best.start == int(spans[want.index(max(want)), 0])
 
 
 @pytest.mark.parametrize("query, words", [
@@ -283,5 +292,5 @@ def test_best_passage_by_query_words_folds_case_as_the_analyzers_do(query, words
         text += p + " "
     store = SimpleNamespace(spans=np.asarray(spans, dtype=np.int64), offsets=np.array([0, len(parts)]))
     [ranked] = best_passages(store, [0], [text], query_texts=[query], n=4)
-    assert [p.text for p in ranked[:2]] == [parts[3], parts[1]]
-    assert [p.score for p in ranked] == [2.0, 1.0, 0.0, 0.0]  # each occurrence of a query word counts
+    assert [p.text for p in ranked[:2]] == [parts[3], parts[1]]  # two occurrences, then one
+    assert ranked[0].score > ranked[1].score > 0 and ranked[2].score == ranked[3].score == 0.0

@@ -3,10 +3,12 @@
 An index that splits long documents (:mod:`twotower.encoders.passages`) keeps each passage's ``(start, end)``
 character offsets into its document's text beside its vector. A hit's best passages are the document's passages
 ranked by the query vector's inner product with theirs (the same scores that ranked the document: MaxP), or, when
-the search had no query vector (``bm25`` mode), by how many of the query's words each passage holds (words as the
-BM25 analyzers read them before stemming: Unicode NFKC and case folding, so ``Tea``, ``TEA`` and ``tea`` are one
-word, and so are ``Straße`` and ``STRASSE``, or an accented letter written as one character or as two). A document of
-one passage (short, or an index without passages) has its whole text as its passage. ``text[start:end] ==
+the search had no query vector (``bm25`` mode), by the query's BM25 score over the document's passages (each passage
+a document of a small collection, the document's passages: a word every passage holds weighs little, a rare one
+much; terms as the index's BM25 reads them: its analyzer's Unicode NFKC and case folding, stopwords and stemming, so
+``Tea``, ``TEA`` and ``tea`` are one word, and so are ``Straße`` and ``STRASSE``, or an accented letter written as
+one character or as two). A hybrid search weighs both (:func:`best_passages`' ``lexical``). A document of one
+passage (short, or an index without passages) has its whole text as its passage. ``text[start:end] ==
 passage.text`` always.
 
 Example::
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,8 +33,8 @@ from twotower.data.language import WORD, normalize
 @dataclass(frozen=True)
 class Passage:
     """A part of a hit's document: ``text`` is ``document_text[start:end]`` (character offsets); ``score``: the
-    query's score for it (inner product; the count of query words in ``bm25`` mode; None for a whole short
-    document); ``page``: the 1-based page it starts on, for a document read from a PDF (its ``page_starts``
+    query's score for it (inner product; in ``bm25`` mode the query's BM25 score over the document's passages;
+    None for a whole short document); ``page``: the 1-based page it starts on, for a document read from a PDF (its ``page_starts``
     metadata: :mod:`twotower.data.files`), else None."""
 
     text: str
@@ -54,11 +57,44 @@ def spans_of(store, row: int, text: str) -> np.ndarray:
     return np.asarray(spans[a:b], dtype=np.int64)
 
 
-def _word_counts(query: str, texts: list[str]) -> np.ndarray:
-    """How many of ``query``'s words each text holds (every occurrence counts), matched after NFKC and case
-    folding."""
-    words = set(WORD.findall(normalize(query)))
-    return np.array([sum(1 for w in WORD.findall(normalize(t)) if w in words) for t in texts], dtype=np.float32)
+def _folded_words(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's words after NFKC and case folding (an index without BM25 params: no stopwords, no stems)."""
+    return [WORD.findall(normalize(t)) for t in texts]
+
+
+@lru_cache(maxsize=16)
+def _analyzer(language: str, stopwords: str | None, stemmer: str | None):
+    from twotower.retrieval.analyzers import analyzer_for
+
+    return analyzer_for(language, stopwords=stopwords, stemmer=stemmer)
+
+
+def passage_terms(store):
+    """A function from texts to their terms as ``store``'s BM25 side reads them (its language's analyzer: NFKC and
+    case folding, stopwords, stemming); folded words for an index without BM25 params."""
+    saved = (getattr(store, "manifest", None) or {}).get("bm25")
+    if not saved:
+        return _folded_words
+    from twotower.retrieval.bm25 import BM25Params
+
+    params = BM25Params.from_dict(saved)
+    return _analyzer(params.language, params.stopwords, params.stemmer).analyze
+
+
+def lexical_scores(query: str, parts: Sequence[str], terms=_folded_words) -> np.ndarray:
+    """The BM25 score (bm25s, Lucene's idf, k1 1.2, b 0.75) of ``query`` for each of ``parts``, the parts being the
+    whole collection (a document's passages): a term in every part weighs little, a rare one much. ``terms``:
+    texts to terms (:func:`passage_terms`). 0 for every part when no query term occurs in any."""
+    import bm25s
+
+    tokens = terms(list(parts) + [query])
+    query_terms, tokens = set(tokens[-1]), tokens[:-1]
+    if not any(query_terms.intersection(t) for t in tokens):
+        return np.zeros(len(parts), dtype=np.float32)
+    scorer = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+    scorer.index([t or [""] for t in tokens], show_progress=False)  # "": a part of no term (no query holds it)
+    known = [t for t in query_terms if t in scorer.vocab_dict]
+    return np.asarray(scorer.get_scores(known), dtype=np.float32)
 
 
 def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: np.ndarray | None = None,
@@ -67,8 +103,8 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
     """For each hit (document ``rows[i]`` with text ``texts[i]``, found for query ``i``), its ``n`` best passages,
     best first (ties: the earlier passage). ``queries``: one query vector per hit (as encoded for the search),
     else ``query_texts`` rank by query words. ``lexical`` (a hybrid search's BM25 weight, 1 − λ) chooses by both
-    sides: each passage's inner product and its count of query words, each min-max scaled over the document's
-    passages, weighed ``1 − lexical`` and ``lexical`` (the passage's score is that blend, in [0, 1]).
+    sides: each passage's inner product and its BM25 score (:func:`lexical_scores`), each min-max scaled over the
+    document's passages, weighed ``1 − lexical`` and ``lexical`` (the passage's score is that blend, in [0, 1]).
     ``metadatas``: the documents' metadata, for a PDF's pages."""
     from twotower.data.files import page_of
 
@@ -76,6 +112,7 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
     # a Milvus index: its passages' spans and vectors, read for all the hits at once (a row each: .milvus.passages)
     table = store.passage_table(rows) if getattr(store, "passages", None) and hasattr(store, "passage_table") \
         else None
+    terms = passage_terms(store)
     for i, (row, text) in enumerate(zip(rows, texts)):
         whole = np.array([[0, len(text)]], dtype=np.int64)
         spans = spans_of(store, int(row), text) if table is None else table.get(int(row), (whole, None))[0]
@@ -94,10 +131,10 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
                 vecs = store.codec.decode(np.asarray(store.vectors[first : first + len(spans)]))
             scores = vecs @ q
             if lexical > 0 and query_texts is not None:
-                words = _word_counts(query_texts[i], parts)
+                words = lexical_scores(query_texts[i], parts, terms)
                 scores = (1 - lexical) * _scaled(scores) + lexical * _scaled(words)
         else:
-            scores = _word_counts(query_texts[i] if query_texts is not None else "", parts)
+            scores = lexical_scores(query_texts[i] if query_texts is not None else "", parts, terms)
         order = np.argsort(-scores, kind="stable")[: max(1, n)]
         out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j]),
                             page_of(starts, int(spans[j, 0]))) for j in order])
