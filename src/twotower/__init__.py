@@ -11,6 +11,8 @@ Models
     :func:`fetch_model`, :func:`align_languages`
 Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info`` / ``documents``),
+    the option groups of ``Index.build``: :class:`ANN`, :class:`Compression`, :class:`Passages`, :class:`Ray`,
+    :class:`Milvus`,
     :class:`Hit` (with the document's ``metadata``), :func:`parse_filter` / :class:`Filter` (metadata filters),
     :class:`Reranker`, :func:`create_app` and :func:`serve_index` (the HTTP service)
 Evaluation
@@ -68,6 +70,11 @@ _EXPORTS: dict[str, str] = {
     "align_languages": "twotower.api.tools",
     # search
     "Index": "twotower.api.index",
+    "ANN": "twotower.api.build_specs",
+    "Compression": "twotower.api.build_specs",
+    "Passages": "twotower.api.build_specs",
+    "Ray": "twotower.api.build_specs",
+    "Milvus": "twotower.api.build_specs",
     "Hit": "twotower.api.hit",
     "Filter": "twotower.retrieval.filters",
     "parse_filter": "twotower.retrieval.filters",

@@ -3,24 +3,15 @@
 
 from __future__ import annotations
 
-from twotower.checks import check_number, option_name
+from twotower.checks import check_number
 from twotower.data.ids import check_texts
 from twotower.errors import TwoTowerError
 
 
-def check_build_options(*, multivector, project, batch_size, ray, ray_address, workers, gpus_per_worker) -> None:
-    """:meth:`Index.build`'s numbers, and Ray's settings refused without ``ray`` (a local build would ignore them)."""
-    for name, value in (("multivector", multivector), ("project", project), ("batch_size", batch_size),
-                        ("workers", workers)):
+def check_build_options(*, multivector, project, batch_size) -> None:
+    """:meth:`Index.build`'s numbers (Ray's settings: :class:`twotower.api.build_specs.Ray`)."""
+    for name, value in (("multivector", multivector), ("project", project), ("batch_size", batch_size)):
         check_number(value, name, integer=True, minimum=1, optional=True)
-    check_number(gpus_per_worker, "gpus_per_worker", minimum=0, maximum=1024)
-    if ray:
-        return
-    unused = [option_name(n).rstrip("=") for n, v in (("ray_address", ray_address), ("workers", workers),
-                                                      ("gpus_per_worker", gpus_per_worker or None)) if v is not None]
-    if unused:
-        raise TwoTowerError(f"{', '.join(unused)} set how Ray encodes; without {option_name('ray').rstrip('=')} the "
-                            "build runs here and would ignore them: drop them or turn Ray on")
 
 
 def check_search_options(queries: list, *, k, rerank_depth, ef_search, nprobe, prf_depth, lam, prf_weight) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from twotower.api._errors import user_errors
+from twotower.api.build_specs import ANN, Compression, Milvus, Passages, Ray
 from twotower.api.dataset import corpus_documents
 from twotower.api.hit import Hit, hits_of
 from twotower.api.index_manage import Managing, locked as _locked
@@ -82,118 +83,78 @@ class Index(Managing, Syncing):
     @classmethod
     @user_errors
     def build(
-        cls, path: str | Path, corpus, *, ids=None, metadatas=None, encoder=None, kind: str = "flat", bm25: bool | None = None,
-        language: str | None = None, bigrams: bool = False, multivector: int | None = None,
-        project: int | None = None, hnsw_m: int = 32, ef_construction: int = 200, nlist: int | None = None,
-        pq_m: int | None = None, batch_size: int | None = None, precision: str = "auto", device: str = "auto",
-        compile: bool = False, show_progress: bool = True, ray: bool = False, ray_address: str | None = None,
-        workers: int | None = None, gpus_per_worker: float = 0.0, backend: str = "faiss", uri: str | None = None,
-        collection: str | None = None, runtime: str | None = None, embedding=None, passages: bool | None = None,
-        passage_window: int | None = None, passage_overlap: int | None = None, max_passages: int | None = None,
-        passage_score: str | None = None, mode: str = "create", max_file_bytes: int | None = None, **options,
+        cls, path: str | Path, corpus, *, ids=None, metadatas=None, encoder=None, embedding=None, vectors=None,
+        kind: str = "flat", ann: ANN | None = None, bm25: bool | None = None, passages: bool | Passages | None = None,
+        compression: Compression | None = None, backend: str | Milvus = "faiss", ray: bool | Ray = False,
+        mode: str = "create", batch_size: int | None = None, show_progress: bool = True, **options,
     ) -> "Index":
-        """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version).
+        """Encode ``corpus`` and write an index at ``path`` (a new folder, or an index that gets a new version):
+        ``tt.Index.build("my-index", "my-folder")``. The option groups are small specs of their own
+        (:mod:`twotower.api.build_specs`): :class:`~twotower.ANN`, :class:`~twotower.Compression`,
+        :class:`~twotower.Passages`, :class:`~twotower.Ray`, :class:`~twotower.Milvus`.
 
         ``corpus``: a list of strings (ids from their content, :func:`~twotower.document_id`, or ``ids``; metadata
         from ``metadatas``, one dict or None per text), documents (``[{"_id" or "id", "title", "text", ...}]``:
         every other key is metadata; ``{id: text}``; ``{id: {"title", "text", ...}}``), a
-        :class:`~twotower.Dataset`, or a BEIR folder or ``corpus.jsonl`` path (extra fields: metadata). The ids
-        written, in order, are in :attr:`added_ids` afterwards. ``encoder``: an
-        :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model fitted to a hybrid
-        gets its BM25 side too). ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory
-        string. ``bm25`` (default: on locally, off on Milvus, whose BM25 needs sparse vectors: Milvus 2.4 or later;
-        implied by ``language`` or ``bigrams``; ``bm25=False`` leaves it out) adds the
-        lexical side for ``bm25`` / ``hybrid`` / ``rrf`` searches, and makes ``hybrid`` the default search; ``multivector=M`` keeps ME-BERT's first M token vectors per document. ``backend="milvus"``
-        puts vectors, documents and BM25 into a Milvus collection (``uri``: a Milvus Lite ``.db`` file or
-        ``http(s)://host:19530``, token from ``TWOTOWER_MILVUS_TOKEN``; ``collection``: default from the folder's
-        name; ``kind`` flat | hnsw | ivf; ``vectors`` fp32 | int8, and binary on a Milvus server); the folder keeps
-        the manifest. ``runtime``: ``auto`` | ``torch`` | ``onnx`` |
-        ``openvino`` | ``onnx-int8`` | ``openvino-int8`` (None: the Encoder's, else auto). Compressed vectors: ``vectors="fp16" | "int8" |
-        "binary"`` (binary: Hamming search, then the top ``k × rescore_factor`` (4) rescored against ``rescore="int8"
-        | "fp32"`` vectors read from disk, or ``"none"``); ``dim=D`` keeps each vector's first D dimensions (queries
-        cut alike; a Matryoshka-trained model keeps most of its quality). ``passages`` (default: on, local or Milvus):
-        a document longer than the encoder's window (``passage_window`` tokens, default its document length) is
-        split into passages of even length overlapping by ``passage_overlap`` tokens (default: an eighth of the
-        window), one vector each; it scores as its best passage (``passage_score="max"``; ``"first"``: as its first
-        passage, close to the ranking of truncation), and every :class:`Hit` carries its best passage. At most
-        ``max_passages`` (1000) per document. ``passages=False`` keeps each document's first window only. Everything
-        is checked before any encoding.
-
-        Files: ``corpus`` a folder (read recursively), one file or a glob (``"docs/**/*.md"``) of ``.txt``, ``.md``,
-        ``.html``, ``.pdf`` and ``.docx`` files — one document per file, its id the path relative to the folder,
-        ``source``, ``format``, ``size``, ``mtime`` and ``sha256`` in its metadata, a PDF passage's :attr:`page`
-        (:mod:`twotower.data.files`). A file that cannot be read is skipped with its reason (listed in
-        :attr:`skipped`), never stopping the rest; ``max_file_bytes`` (64 MiB) skips larger files. Keep the index
-        up to date with :meth:`sync`. ``mode``: ``create`` (default) refuses a ``path`` that holds an index already;
-        ``overwrite`` replaces its documents (a new version); ``append`` adds these documents to it.
-
-        Your own vectors instead of a twotower encoder (:mod:`twotower.encoders.external`): ``embedding=`` a
-        function from a list of texts to vectors, a LangChain ``Embeddings`` or a LlamaIndex embedding model
-        (documents and queries encoded by it; give it again to :meth:`open`), or ``vectors=`` an array of
-        precomputed document vectors, one row per document (search with ``query_vector=``). Either is
+        :class:`~twotower.Dataset`, a BEIR folder or ``corpus.jsonl`` path (extra fields: metadata), or files: a
+        folder (read recursively), one file or a glob (``"docs/**/*.md"``) of ``.txt``, ``.md``, ``.html``,
+        ``.pdf`` and ``.docx`` files — one document per file, its id the path relative to the folder, ``source``,
+        ``format``, ``size``, ``mtime`` and ``sha256`` in its metadata (:mod:`twotower.data.files`; a file that
+        cannot be read is skipped with its reason, listed in :attr:`skipped`; keep the index up to date with
+        :meth:`sync`). The ids written, in order, are in :attr:`added_ids` afterwards.
+        ``encoder``: an :class:`~twotower.Encoder`, a model name or directory (None: all-MiniLM-L6-v2; a model
+        fitted to a hybrid gets its BM25 side too). ``embedding``: your own vectors instead
+        (:mod:`twotower.encoders.external`): a function from a list of texts to vectors, a LangChain
+        ``Embeddings`` or a LlamaIndex embedding model (give it again to :meth:`open`). ``vectors``: an array of
+        precomputed document vectors, one row per document (search with ``query_vector=``); either is
         L2-normalised (cosine scores) and recorded in the manifest.
+        ``kind``: ``flat`` (exact) | ``hnsw`` | ``ivf`` | ``ivfpq`` | a FAISS factory string. ``ann``: an
+        :class:`~twotower.ANN` tuning the approximate kinds (HNSW's ``m``, IVF's ``nlist`` ...).
+        ``bm25`` (default: on locally, off on Milvus, whose BM25 needs sparse vectors: Milvus 2.4 or later;
+        ``bm25=False`` leaves it out): the lexical side for ``bm25`` / ``hybrid`` / ``rrf`` searches, making
+        ``hybrid`` the default search.
+        ``passages`` (default: on): a document longer than the encoder's window is split into passages, one
+        vector each, and scores as its best (every :class:`Hit` carries its best passage); a
+        :class:`~twotower.Passages` tunes the split, ``False`` keeps each document's first window only.
+        ``compression``: a :class:`~twotower.Compression` storing fp16, int8 or binary vectors, or fewer
+        dimensions. ``backend``: ``faiss`` (a local folder) or a :class:`~twotower.Milvus` collection (its
+        ``kind`` flat | hnsw | ivf; the folder keeps the manifest). ``ray``: ``True`` or a
+        :class:`~twotower.Ray` encodes on a Ray cluster.
+        ``mode``: ``create`` (default) refuses a ``path`` that holds an index already; ``overwrite`` replaces its
+        documents (a new version); ``append`` adds these documents to it. ``batch_size``: documents encoded at
+        once (None: the encoder's). ``show_progress``: progress bars on stderr. Everything is checked before any
+        encoding.
+
+        More keywords (``**options``): ``language`` (BM25's language, implies ``bm25``), ``bigrams`` (BM25 over
+        unigrams + bigrams), ``multivector=M`` (ME-BERT: the first M token vectors per document), ``project``
+        (their random projection), ``device``, ``precision`` (``auto`` | ``fp32`` | ``bf16``), ``compile``,
+        ``runtime`` (``auto`` | ``torch`` | ``onnx`` | ``openvino`` | ``onnx-int8`` | ``openvino-int8``; None:
+        the Encoder's, else auto), ``max_file_bytes`` (files: skip larger ones; 64 MiB). The old keywords of the
+        groups (``hnsw_m``, ``ef_construction``, ``nlist``, ``pq_m``; ``vectors="int8"``, ``dim``, ``rescore``;
+        ``passage_window``, ``passage_overlap``, ``max_passages``, ``passage_score``; ``ray_address``,
+        ``workers``, ``gpus_per_worker``; ``uri``, ``collection``) still work, with a ``DeprecationWarning``
+        naming the spec that replaces them (:mod:`twotower.api.build_keywords`).
 
         Example::
 
+            index = tt.Index.build("my-index", "my-folder")
             ds = tt.load_beir("my-beir-dir")
-            index = tt.Index.build("my-index", ds, kind="hnsw", bm25=True, show_progress=False)
+            index = tt.Index.build("hnsw-index", ds, kind="hnsw", ann=tt.ANN(m=48), show_progress=False)
         """
-        from dataclasses import replace
-
-        from twotower.retrieval.bm25 import BM25Params
-        from twotower.retrieval.indexing import EncodeConfig
-        from twotower.io import check_output_dir
-        from twotower.retrieval.store import IndexSpec
-        from twotower.encoders.runtimes import check_runtime
-
-        from twotower.api._checks import index_folder
-        from twotower.api.encoder import Encoder, model_argument
-        from twotower.api.index_files import check_mode, read_corpus
-
-        path = index_folder(path)  # an open Index: a new version of its folder
-        encoder = encoder if isinstance(encoder, (Encoder, type(None))) else model_argument(encoder, "encoder")
-        check_output_dir(path, "path")  # before any loading or encoding
-        there = check_mode(Path(path), mode)
-        corpus, skipped = read_corpus(corpus, Path(path), max_file_bytes=max_file_bytes, show_progress=show_progress)
-        if there and mode == "append":
-            index = cls(path, device=device, precision=precision, embedding=embedding)
-            index.add(corpus, ids=ids, metadatas=metadatas, batch_size=batch_size, compile=compile,
-                      show_progress=show_progress, runtime=runtime or "auto")
-            index.skipped = skipped
-            return index
-        from twotower.api._checks import check_build_options
-
-        check_build_options(multivector=multivector, project=project, batch_size=batch_size, ray=ray,
-                            ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker)
-        runtime = check_runtime(runtime or getattr(encoder, "runtime", None) or "auto")
+        from twotower.api.build_keywords import kept, new_form
         from twotower.api.index_vectors import precomputed
 
-        given_vectors = options.pop("vectors") if precomputed(options.get("vectors")) else None
-        spec = IndexSpec(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m,
-                         bm25=(backend != "milvus" if bm25 is None else bm25) or bigrams or language is not None,
-                         bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
-        unknown = sorted(set(options) - set(vars(spec)))
-        if unknown:
-            raise TwoTowerError(f"Index.build: unknown option(s) {', '.join(unknown)}")
-        spec = replace(spec, **options)
-        cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
-                           compile=compile)
-        from twotower.api.index_build import passage_option, write_index
+        if isinstance(vectors, str):  # the old vectors="int8": a compression
+            options["vectors"] = vectors
+            vectors = None
+        given_vectors = vectors if precomputed(vectors) else None
+        specs = new_form(options, ann=ann, compression=compression, passages=passages, ray=ray, backend=backend)
+        more = kept(options)
+        from twotower.api.index_build import build_index
 
-        split = passage_option(passages, passage_window, passage_overlap, max_passages, passage_score)
-
-        model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
-                                   metadatas=metadatas, language_given=language is not None, runtime=runtime,
-                                   device=device, multivector=multivector, project=project, uri=uri,
-                                   collection=collection, ray=ray, ray_address=ray_address, workers=workers,
-                                   gpus_per_worker=gpus_per_worker, embedding=embedding,
-                                   given_vectors=given_vectors, passages=split)
-        index = cls(path, device=device, precision=precision, embedding=embedding)
-        if model is not None and embedding is None:
-            index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
-        index.added_ids = added if added is not None else list(index.store.doc_ids)
-        index.skipped = skipped
-        return index
+        return build_index(cls, path, corpus, ids=ids, metadatas=metadatas, encoder=encoder, embedding=embedding,
+                           given_vectors=given_vectors, kind=kind, bm25=bm25, mode=mode, batch_size=batch_size,
+                           show_progress=show_progress, specs=specs, more=more, options=options)
 
     @classmethod
     @user_errors

@@ -37,32 +37,71 @@ def _encoder_parts(encoder, device: str):
         (str(encoder) if encoder is not None else None)
 
 
-def passage_option(passages: bool | None, window: int | None, overlap: int | None, limit: int | None,
-                   score: str | None = None):
-    """What :meth:`Index.build <twotower.Index.build>`'s passage options ask for: None (the backend's default),
-    False (each document's first window), or a :class:`~twotower.encoders.passages.PassageSpec` (checked again
-    against the encoder's length before any encoding)."""
-    from twotower.checks import check_number, flag, switch
-    from twotower.encoders.passages import MAX_PASSAGES, PassageSpec
+def build_index(cls, path, corpus, *, ids, metadatas, encoder, embedding, given_vectors, kind, bm25, mode,
+                batch_size, show_progress, specs: dict, more: dict, options: dict):
+    """:meth:`Index.build <twotower.Index.build>` once its keywords are sorted
+    (:func:`twotower.api.build_keywords.new_form`: ``specs``; ``more``: the keywords kept beside the signature;
+    ``options``: what is left, fields of the ``IndexSpec`` or unknown). Returns the new ``cls`` (an Index)."""
+    from dataclasses import replace
 
-    if passages is not None and not isinstance(passages, bool):
-        raise TwoTowerError(f"{flag('passages')}: True or False, not {passages!r}")
-    tuned = {name: value for name, value in (("passage_window", window), ("passage_overlap", overlap),
-                                             ("max_passages", limit), ("passage_score", score))
-             if value is not None}
-    if passages is False:
-        if tuned:
-            off = switch("passages", "--no-passages").replace("True", "False")
-            raise TwoTowerError(f"{', '.join(flag(n) for n in tuned)} tune passages, which {off} turns off: drop "
-                                "one of them")
-        return False
-    for name, value in tuned.items():
-        if name != "passage_score":
-            check_number(value, name, integer=True, minimum=0 if name == "passage_overlap" else 1)
-    if passages is None and not tuned:
-        return None
-    return PassageSpec(window=window, overlap=overlap,
-                       max_passages=MAX_PASSAGES if limit is None else limit, score="max" if score is None else score)
+    from twotower.api._checks import check_build_options, index_folder
+    from twotower.api.build_specs import Milvus
+    from twotower.api.encoder import Encoder, model_argument
+    from twotower.api.index_files import check_mode, read_corpus
+    from twotower.encoders.runtimes import check_runtime
+    from twotower.io import check_output_dir
+    from twotower.retrieval.bm25 import BM25Params
+    from twotower.retrieval.indexing import EncodeConfig
+    from twotower.retrieval.store import IndexSpec
+
+    device, precision, compile_ = more["device"], more["precision"], more["compile"]
+    path = index_folder(path)  # an open Index: a new version of its folder
+    encoder = encoder if isinstance(encoder, (Encoder, type(None))) else model_argument(encoder, "encoder")
+    check_output_dir(path, "path")  # before any loading or encoding
+    there = check_mode(Path(path), mode)
+    corpus, skipped = read_corpus(corpus, Path(path), max_file_bytes=more["max_file_bytes"],
+                                  show_progress=show_progress)
+    if there and mode == "append":
+        index = cls(path, device=device, precision=precision, embedding=embedding)
+        index.add(corpus, ids=ids, metadatas=metadatas, batch_size=batch_size, compile=compile_,
+                  show_progress=show_progress, runtime=more["runtime"] or "auto")
+        index.skipped = skipped
+        return index
+    check_build_options(multivector=more["multivector"], project=more["project"], batch_size=batch_size)
+    runtime = check_runtime(more["runtime"] or getattr(encoder, "runtime", None) or "auto")
+    ann, compression, ray, backend = specs["ann"], specs["compression"], specs["ray"], specs["backend"]
+    milvus = backend if isinstance(backend, Milvus) else None
+    backend = "milvus" if milvus is not None else backend
+    language, bigrams = more["language"], more["bigrams"]
+    spec = IndexSpec(kind=kind, bm25=(backend != "milvus" if bm25 is None else bm25) or bigrams or language is not None,
+                     bm25_params=BM25Params(ngram=2 if bigrams else 1, language=language or "en"))
+    if ann is not None:
+        spec = replace(spec, hnsw_m=ann.m, ef_construction=ann.ef_construction, nlist=ann.nlist, pq_m=ann.pq_m,
+                       train_size=ann.train_size)
+    if compression is not None:
+        spec = replace(spec, vectors=compression.vectors, dim=compression.dim, rescore=compression.rescore,
+                       rescore_factor=compression.rescore_factor)
+    unknown = sorted(set(options) - {"bm25_params"})  # the IndexSpec's BM25 settings: accepted as before
+    if unknown:
+        raise TwoTowerError(f"Index.build: unknown option(s) {', '.join(unknown)}")
+    spec = replace(spec, **options)
+    cfg = EncodeConfig(batch_size=batch_size, precision=precision, device=device, show_progress=show_progress,
+                       compile=compile_)
+    passages = specs["passages"]
+    model, added = write_index(path, corpus, spec, cfg, backend=backend, encoder=encoder, ids=ids,
+                               metadatas=metadatas, language_given=language is not None, runtime=runtime,
+                               device=device, multivector=more["multivector"], project=more["project"],
+                               uri=milvus and milvus.uri, collection=milvus and milvus.collection,
+                               ray=ray is not None, ray_address=ray and ray.address, workers=ray and ray.workers,
+                               gpus_per_worker=ray.gpus_per_worker if ray else 0.0, embedding=embedding,
+                               given_vectors=given_vectors,
+                               passages=passages.spec() if passages else passages)
+    index = cls(path, device=device, precision=precision, embedding=embedding)
+    if model is not None and embedding is None:
+        index._searcher._encoder = model  # the encoder the manifest names, already loaded: searches reuse it
+    index.added_ids = added if added is not None else list(index.store.doc_ids)
+    index.skipped = skipped
+    return index
 
 
 def external_parts(docs: list, embedding, given_vectors, entry: dict | None = None):

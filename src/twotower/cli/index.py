@@ -102,15 +102,13 @@ def index_build(
             raise TwoTowerError("--replace replaces the index at --out and --append adds to it: give one of them")
         index = tt.Index.build(
             out, data, encoder=model, mode="overwrite" if replace_ else "append" if append else "create",
-            max_file_bytes=_file_bytes(max_file_mb), kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, nlist=nlist,
-            pq_m=pq_m, bm25=bm25, bigrams=bigrams, language=language, multivector=multivector, project=project,
-            batch_size=batch_size, precision=precision, device=device, compile=compile_, show_progress=progress,
-            ray=use_ray, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
-            vectors=vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor, runtime=runtime,
-            passages=passages, passage_window=passage_window, passage_overlap=passage_overlap,
-            max_passages=max_passages, passage_score=passage_score,
-            **({"backend": backend, "uri": uri, "collection": collection} if backend != "faiss" or uri or collection
-               else {}))
+            max_file_bytes=_file_bytes(max_file_mb), kind=kind, bm25=bm25, bigrams=bigrams, language=language,
+            multivector=multivector, project=project, batch_size=batch_size, precision=precision, device=device,
+            compile=compile_, show_progress=progress, runtime=runtime,
+            ann=tt.ANN(m=hnsw_m, ef_construction=ef_construction, nlist=nlist, pq_m=pq_m),
+            compression=tt.Compression(vectors, dim=dim, rescore=rescore, rescore_factor=rescore_factor),
+            ray=_ray(use_ray, ray_address, workers, gpus_per_worker), backend=_backend(backend, uri, collection),
+            passages=_passages(passages, passage_window, passage_overlap, max_passages, passage_score))
     except (TwoTowerError, ValueError) as exc:
         fail(exc)
     m = index.info()
@@ -126,6 +124,42 @@ def index_build(
     console.print(f"{out}: version {m['live_version']}, {m['num_docs']} documents, {m['num_vectors']} vectors of "
                   f"{m['dim']} dims{cut}{stored}, {m['factory']}{', BM25' if m['bm25'] else ''}{long}")
     _print_skipped(index.skipped)
+
+
+def _ray(use_ray: bool, address: str | None, workers: int | None, gpus_per_worker: float):
+    """--ray and its settings as ``Index.build``'s ``ray``; the settings without --ray are refused."""
+    spec = tt.Ray(address=address, workers=workers, gpus_per_worker=gpus_per_worker)  # checked: --workers 0 named
+    if use_ray:
+        return spec
+    unused = [f for f, v in (("--ray-address", address), ("--workers", workers),
+                             ("--gpus-per-worker", gpus_per_worker or None)) if v is not None]
+    if unused:
+        raise TwoTowerError(f"{', '.join(unused)} set how Ray encodes; without --ray the build runs here and would "
+                            "ignore them: drop them or turn Ray on")
+    return False
+
+
+def _backend(backend: str, uri: str | None, collection: str | None):
+    """--backend, --uri and --collection as ``Index.build``'s ``backend``."""
+    if backend == "milvus" and uri is not None:
+        return tt.Milvus(uri, collection=collection)
+    named = [f for f, v in (("--uri", uri), ("--collection", collection)) if v is not None]
+    if backend == "faiss" and named:
+        raise TwoTowerError(f"{' / '.join(named)} name a Milvus location: pass --backend milvus")
+    return backend  # --backend milvus without --uri: the build says what --uri takes
+
+
+def _passages(passages: bool | None, window: int | None, overlap: int | None, limit: int | None,
+              score: str | None):
+    """--passages/--no-passages and the passage settings as ``Index.build``'s ``passages``."""
+    tuned = [f for f, v in (("--passage-window", window), ("--passage-overlap", overlap), ("--max-passages", limit),
+                            ("--passage-score", score)) if v is not None]
+    if not tuned:
+        return passages
+    if passages is False:
+        raise TwoTowerError(f"{', '.join(tuned)} tune passages, which --no-passages turns off: drop one of them")
+    given = {"max_passages": limit, "score": score}
+    return tt.Passages(window=window, overlap=overlap, **{k: v for k, v in given.items() if v is not None})
 
 
 def _file_bytes(mb: float | None) -> int | None:

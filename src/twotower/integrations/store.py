@@ -39,10 +39,11 @@ _NOT_OPTIONS = {"cls", "path", "corpus", "ids", "metadatas", "embedding"}
 
 
 def _build_options() -> set[str]:
+    from twotower.api.build_keywords import KEPT, OLD
     from twotower.api.index import Index
-    from twotower.retrieval.store import IndexSpec
 
-    return (set(inspect.signature(Index.build).parameters) - _NOT_OPTIONS - {"options"}) | set(vars(IndexSpec()))
+    return (set(inspect.signature(Index.build).parameters) - _NOT_OPTIONS - {"options"}) | set(KEPT) | set(OLD) | {
+        "bm25_params"}
 
 
 def check_ids(ids, where: str, *, none: bool = False) -> list:
