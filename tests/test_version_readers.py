@@ -601,3 +601,19 @@ def test_stress_reads_during_a_writer_loop(root, reference):
             w.close()
     assert not failures, f"{len(failures)} of {reads} reads failed: {failures[:5]}"
     assert reads > 300  # thousands on an idle machine; a few hundred with both cores busy
+
+
+def test_a_lease_dropped_at_interpreter_exit_says_nothing(tmp_path):
+    """An index still open when the interpreter exits: its lease is collected after this module's globals are gone
+    (``contextlib`` None), which printed "Exception ignored in: Lease.__del__ … AttributeError" at every exit."""
+    from conftest import subprocess_env
+
+    script = ("import sys\nimport numpy as np\nimport twotower as tt\n"
+              "ix = tt.Index.build(sys.argv[1], ['one', 'two', 'three'], vectors=np.eye(3, dtype=np.float32), "
+              "show_progress=False)\n"
+              "ix.update([ix.added_ids[0]], metadata={'a': 1})\n"
+              "print(len(tt.Index.open(sys.argv[1]).search(query_vector=[1, 0, 0], k=2)))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ix")], capture_output=True, text=True,
+                          timeout=120, env=subprocess_env())
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr[-2000:]
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -164,8 +164,10 @@ class Lease:
             os.close(fd)
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # no contextlib here: at interpreter exit this module's globals may be gone (None) before the lease
             self.close()
+        except Exception:  # noqa: BLE001 (then the kernel releases the lock with the process)
+            pass
 
 
 _NO_LOCK_FILE = (errno.EACCES, errno.EPERM, errno.EROFS)  # a read-only index: no writer to collect it either
