@@ -7,15 +7,14 @@ the same hits. Ray and Milvus are compared by what reaches the writer (``write_i
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import warnings
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 import twotower as tt
+from _fixtures import hash_vectors
 
 DIM = 16
 TEXTS = [f"document number {i} about {w}. " * (1 + i % 4) for i, w in enumerate(
@@ -25,11 +24,7 @@ QUERIES = ["a query about tea", "dogs and cats", "moon and stars"]
 
 def embed(texts):
     """A deterministic embedding: a vector drawn from the text's hash."""
-    out = []
-    for t in texts:
-        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
-        out.append(np.random.default_rng(seed).normal(size=DIM))
-    return np.array(out)
+    return hash_vectors(texts, DIM)
 
 
 def _build(path, **options):

@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 import twotower as tt
+from _fixtures import build_small_index, private_copy
 from conftest import serve_client
 from manage_cases import corpus
 from twotower.retrieval import manage
@@ -42,16 +43,12 @@ def _once(parses, call, what=""):
 
 @pytest.fixture(scope="module")
 def built(tiny_bert_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("parseonce") / "index"
-    tt.Index.build(root, corpus(), encoder=str(tiny_bert_dir), bm25=True, precision="fp32", show_progress=False)
-    return root
+    return build_small_index(tmp_path_factory.mktemp("parseonce") / "index", corpus(), tiny_bert_dir)
 
 
 @pytest.fixture()
 def index(built, tmp_path):
-    target = tmp_path / "index"
-    shutil.copytree(built, target)
-    return tt.Index.open(target)
+    return tt.Index.open(private_copy(built, tmp_path))
 
 
 def test_a_parsed_filter_is_handed_back_as_it_is(parses):

@@ -4,12 +4,11 @@ another way. Rankings are checked against numpy on the same vectors (cosine, bru
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 
 import twotower as tt
+from _fixtures import hash_vectors
 
 TEXTS = [f"document number {i} about {w}" for i, w in enumerate(
     "tea coffee cats dogs rain sun moon bones genes stars rivers bread".split())]
@@ -19,11 +18,7 @@ DIM = 12
 
 def embed(texts):
     """A deterministic embedding: a vector drawn from the text's hash (documents and queries alike)."""
-    out = []
-    for t in texts:
-        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
-        out.append(np.random.default_rng(seed).normal(size=DIM))
-    return np.array(out)
+    return hash_vectors(texts, DIM)
 
 
 def other_embed(texts):

@@ -19,7 +19,6 @@ References are numpy (cosine, brute force) on the embedding's vectors, and the H
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import numpy as np
 import pytest
 
 import twotower as tt
+from _fixtures import hash_vectors
 
 DIM = 8
 KEY = "k" * 24
@@ -54,12 +54,8 @@ def embed(texts):
 
 
 def embed(texts):
-    """As EMBED_SOURCE (the same vectors), defined in this module."""
-    out = []
-    for t in texts:
-        seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
-        out.append(np.random.default_rng(seed).normal(size=DIM))
-    return np.array(out)
+    """As EMBED_SOURCE (the same vectors: tests/_fixtures.hash_vectors), defined in this module."""
+    return hash_vectors(texts, DIM)
 
 
 def cosine_ranking(query_vec, doc_vecs, ids, k):

@@ -8,28 +8,24 @@ non-empty filter."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 
 import twotower as tt
+from _fixtures import build_small_index, private_copy
 from manage_cases import FILTERS, NEW_FILTERS, corpus, expected, metadata_of, passes, walk_pages
 from twotower.retrieval.filters.columns import columns_of
 
 
 @pytest.fixture(scope="module")
 def built(tiny_bert_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("manage") / "index"
-    tt.Index.build(root, corpus(), encoder=str(tiny_bert_dir), bm25=True, precision="fp32", show_progress=False)
-    return root
+    return build_small_index(tmp_path_factory.mktemp("manage") / "index", corpus(), tiny_bert_dir)
 
 
 @pytest.fixture()
 def index(built, tmp_path):
-    target = tmp_path / "index"
-    shutil.copytree(built, target)
-    return tt.Index.open(target)
+    return tt.Index.open(private_copy(built, tmp_path))
 
 
 def _version(index) -> str:

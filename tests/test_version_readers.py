@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 
 import twotower as tt
+from _fixtures import build_small_index, private_copy
 from twotower.retrieval.index import versions as versions_mod
 from twotower.retrieval.store import IndexStore
 
@@ -115,16 +116,12 @@ def _corpus() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def built(tiny_bert_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("readers") / "index"
-    tt.Index.build(root, _corpus(), encoder=str(tiny_bert_dir), bm25=True, precision="fp32", show_progress=False)
-    return root
+    return build_small_index(tmp_path_factory.mktemp("readers") / "index", _corpus(), tiny_bert_dir)
 
 
 @pytest.fixture()
 def root(built, tmp_path):
-    target = tmp_path / "index"
-    shutil.copytree(built, target)
-    return target
+    return private_copy(built, tmp_path)
 
 
 @pytest.fixture(scope="module")
