@@ -29,7 +29,10 @@ placeholder vector because a Milvus collection needs one):
 
 Document rows carry ``added`` (N), ``attempt`` (T) and ``removed`` (0, or the number of the write that removed them);
 a reader of write C sees the rows with ``added <= C``, not removed at or before C, not written by a loser and not in
-C's unmarked removals (:func:`visible`).
+C's unmarked removals (:func:`visible`). A reader's queries are separate reads (Milvus has no read at a past
+timestamp), so it is these numbers that pin them to one write; rows removed by write R are deleted for good only by
+write R + 2 or later (its settle runs on a committed write past R), so a reader of C reads C whole until write C + 2
+is decided (:meth:`State.intact`).
 
 The test hook: every step of a write calls :func:`crash_point` with its name (in order: ``lease-free``,
 ``recovered``, ``registered``, ``batch:<i>`` with ``renew`` after each, ``before-flush``, ``after-flush``,
@@ -245,6 +248,14 @@ class State:
         head["hidden"] = sorted({*map(int, head.get("losers", [])), *(registered - {token})})
         head["pending"] = [] if f"marked:{seq}" in rows else self.removals(seq, token, head)
         return head
+
+    def intact(self, seq: int) -> bool:
+        """Whether everything a reader of write ``seq`` reads is still there (one cheap query): rows a write removes
+        are deleted for good, and the state rows of a write dropped, only by a write that settles after the next one
+        (``removed`` below the committed write's number, :func:`.writes.settle`; :meth:`clean` keeps the committed
+        write's and the one before's), so until write ``seq + 2`` is decided a reader of ``seq`` reads its write
+        whole. A reader that asks this after its queries knows they all read the same committed write."""
+        return self.decided(seq + 2) is None
 
     def changed_since(self, seq: int) -> bool:
         """Whether a write after ``seq`` was decided (one cheap query)."""

@@ -152,7 +152,9 @@ def settle(client, uri: str, collection: str, state: State, head: dict, lexical:
         if head.get("pending"):  # write C's replaced and removed rows, not yet marked
             mark(client, uri, collection, head["pending"], seq, lexical, MilvusVectors.from_manifest(head["manifest"]))
             state.mark_done(seq)
-        client.delete(collection, filter=f"removed > 0 and removed <= {seq}")
+        # rows removed before the committed write; those it removed stay, as its state rows do: a reader of the
+        # write before it reads them (a reader of C reads C whole while write C + 2 is undecided: State.intact)
+        client.delete(collection, filter=f"removed > 0 and removed < {seq}")
         if head.get("hidden"):
             client.delete(collection, filter=f"attempt in [{', '.join(str(int(t)) for t in head['hidden'])}]")
     # the state rows of the committed write and of the one before: a reader that opened that one may still load them
