@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -266,3 +267,42 @@ def test_the_cli_builds_a_folder_and_names_the_files_it_skipped(tmp_path, tiny_b
                                        "--model", str(tiny_bert_dir), "--no-progress"])
     assert refused.exit_code == 2 and "no file in it could be read" in refused.output
     assert "Traceback" not in refused.output and not (tmp_path / "idx2").exists()
+
+
+def _pages_in(passage_text: str, pages: list[list[str]]) -> set[int]:
+    """The pages (1-based) any of whose lines (each unique to its page) the passage text shows a part of."""
+    words = set(passage_text.split())
+    return {n for n, lines in enumerate(pages, start=1) for ln in lines if set(ln.split()) & words - {"about"}}
+
+
+@pytest.mark.parametrize("own_embedding", [False, True])
+def test_no_pdf_passage_crosses_a_page(tmp_path, tiny_bert_dir, own_embedding):
+    """A PDF is split page by page (token passages, and character passages of an embedding of your own): every
+    passage shows the lines of one page only, found from the page texts the PDF was written with, and a page
+    short enough for one passage (page 2: one line) is exactly one passage, with its page."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    pages = [[f"p{p}w{i}a p{p}w{i}b p{p}w{i}c about p{p}w{i}d." for i in range(n)]
+             for p, n in ((1, 14), (2, 1), (3, 9), (4, 20))]
+    write_pdf(root / "book.pdf", pages)
+    if own_embedding:
+        from twotower.encoders.text_passages import manifest_entry
+
+        def embed(texts):
+            return np.array([[len(t), t.count("p1"), t.count("p3"), 1.0] for t in texts], dtype=np.float32)
+
+        index = tt.Index.build(tmp_path / "idx", root, embedding=embed, passage_window=90, passage_overlap=20,
+                               show_progress=False)
+        assert index.info()["passages"]["unit"] == manifest_entry()["unit"]
+    else:
+        index = tt.Index.build(tmp_path / "idx", root, encoder=str(tiny_bert_dir), passage_window=40, bm25=True,
+                               show_progress=False)
+    hit = index.search("p4w3c about", k=1, mode="bm25" if not own_embedding else None, passages=1000)[0]
+    assert len(hit.passages) > 8
+    seen = set()
+    for p in hit.passages:
+        on = _pages_in(p.text, pages)
+        assert on == {p.page}, (p.start, p.text[:60], on)
+        seen.update(w for w in p.text.split())
+    assert all(set(ln.split()) <= seen for lines in pages for ln in lines)  # every line of every page is shown
+    assert [p.text.strip() for p in hit.passages if p.page == 2] == [pages[1][0]]

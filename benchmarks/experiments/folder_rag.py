@@ -4,8 +4,11 @@ in the top 5, how often the best passage (and the top 3) holds the sentence, and
 the sentence's page — for dense, BM25 and hybrid.
 
 The files are copied from this machine's Debian documentation (/usr/share/doc: HTML manuals, text specs, PDFs) and
-npm's bundled Markdown READMEs into a folder with subfolders; the sentence's page in a PDF is found from pypdf's
-page texts, independently of the index's ``page_starts``.
+npm's bundled Markdown READMEs into a folder with subfolders, and more PDFs are typeset from man pages (their
+authors' roff sources in /usr/share/man/man1, by GNU groff: half straight to PDF with gropdf, half through
+PostScript and Ghostscript's ps2pdf, two producers whose text extraction differs; needs the groff and ghostscript
+packages, else none are made). The sentence's page in a PDF is found from pypdf's page texts, independently of the
+index's ``page_starts``.
 
     python benchmarks/experiments/folder_rag.py --work <work-dir> [--files 70] [--questions 2]
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import gzip
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +30,33 @@ from _common import write_results  # noqa: E402
 
 SOURCES = [("html", "/usr/share/doc", "*.html", 40), ("txt", "/usr/share/doc", "*.txt", 12),
            ("md", "/usr/lib/node_modules", "README.md", 16), ("pdf", "/usr/share/doc", "*.pdf", 4)]
+MAN_PDFS = 24  # man pages typeset to PDF, of 72 files
+
+
+def man_pdfs(folder: Path, n: int, rng: random.Random) -> list[Path]:
+    """``n`` man pages (of 20-200 kB roff source) typeset to PDF by groff, alternately with gropdf and through
+    PostScript and ps2pdf."""
+    if not (shutil.which("groff") and shutil.which("gropdf") and shutil.which("ps2pdf")):
+        print("groff, gropdf or ps2pdf missing (apt-get install groff ghostscript): no man-page PDFs")
+        return []
+    pages = sorted(p for p in Path("/usr/share/man/man1").glob("*.1.gz") if 6_000 < p.stat().st_size < 60_000)
+    rng.shuffle(pages)
+    made = []
+    for src in pages:
+        if len(made) == n:
+            break
+        roff = gzip.decompress(src.read_bytes())
+        dest = folder / "man" / (f"sec{len(made) % 2}" if len(made) % 3 else "") / src.name.replace(".1.gz", ".pdf")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if len(made) % 2:
+            ps = subprocess.run(["groff", "-man", "-Tps"], input=roff, capture_output=True).stdout
+            pdf = subprocess.run(["ps2pdf", "-", "-"], input=ps, capture_output=True).stdout
+        else:
+            pdf = subprocess.run(["groff", "-man", "-Tpdf"], input=roff, capture_output=True).stdout
+        if len(pdf) > 2_000 and b".so " not in roff[:200]:  # ".so": a page that only points at another
+            dest.write_bytes(pdf)
+            made.append(dest)
+    return made
 
 
 def collect(folder: Path, total: int, seed: int) -> list[Path]:
@@ -39,7 +71,7 @@ def collect(folder: Path, total: int, seed: int) -> list[Path]:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, dest)
             picked.append(dest)
-    return picked
+    return picked + man_pdfs(folder, MAN_PDFS * total // 72, rng)
 
 
 _SENT = re.compile(r"[^.!?\n]{40,220}[.!?]")

@@ -102,6 +102,16 @@ def page_of(page_starts, offset: int) -> int | None:
     return max(1, bisect_right(page_starts, offset))
 
 
+def page_breaks(metadata) -> list[int]:
+    """Where a document's passages must start so that none crosses a page: the character offsets of its pages after
+    the first, from a PDF document's ``page_starts`` metadata (``[]``: no pages, or not an ascending list of
+    numbers)."""
+    starts = (metadata or {}).get("page_starts") if isinstance(metadata, dict) else None
+    if page_of(starts, 0) is None or any(b < a for a, b in zip(starts, starts[1:])):
+        return []
+    return [int(c) for c in starts[1:]]
+
+
 # ---------------------------------------------------------------------------------------------------- readers
 def _decode(raw: bytes) -> str:
     if b"\x00" in raw[:8192] and not raw.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -321,4 +331,4 @@ def load_files(source: str | Path, *, max_bytes: int = MAX_FILE_BYTES, exclude=(
 
 
 __all__ = ["FORMATS", "FileCorpus", "FileSkip", "MAX_FILE_BYTES", "Skipped", "is_file_source", "load_files",
-           "page_of", "read_file"]
+           "page_breaks", "page_of", "read_file"]

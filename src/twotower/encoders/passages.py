@@ -9,7 +9,9 @@ the window by default). The passages of a document are of even length: a documen
 ~0.6 window each, not a full one and a short remnant that would score on little text. A passage prefers to end at a
 sentence end (``.``, ``!``, ``?`` …) near that length, so that passages read as whole sentences. Each passage is a
 span ``(start, end)`` of character offsets into the document's ``text``: ``text[start:end]`` is the passage, exactly,
-whatever the text's unicode or whitespace.
+whatever the text's unicode or whitespace. A document with page starts (a PDF's ``page_starts`` metadata:
+:func:`twotower.data.files.page_breaks`) is split page by page: no passage crosses a page, so a passage's page is the
+page of all its text (a page of a few words is a passage of its own).
 
 The index keeps a vector per passage and scores a document by its best passage (MaxP: Dai & Callan 2019);
 :mod:`twotower.retrieval.passages` groups passages back into documents.
@@ -250,12 +252,19 @@ def _whole_graphemes(text: str, offsets: list[tuple[int, int]]) -> list[tuple[in
     return out
 
 
-def _passage_ends(tokens: list[tuple[int, int]], text: str, budget: int, overlap: int) -> list[tuple[int, int]]:
+def _passage_ends(tokens: list[tuple[int, int]], text: str, budget: int, overlap: int,
+                  breaks: Sequence[int] = ()) -> list[tuple[int, int]]:
     """``(first, last + 1)`` token ranges of the passages of one text: ``budget`` tokens at most each, each starting
     ``overlap`` tokens before the one before it ended, and of even lengths: each passage aims at the length that
     shares what is left of the text evenly among the fewest passages that cover it, so that no passage is a short
     remnant of the text's end. A passage ends at the sentence end nearest its aim when one lies within a quarter of
-    the aim below it or an eighth above it (never past ``budget``), otherwise at the last word boundary before it."""
+    the aim below it or an eighth above it (never past ``budget``), otherwise at the last word boundary before it.
+    ``breaks``: token indices where a passage must start (a page's first token): each part between two is split
+    alone, no passage crossing one."""
+    if breaks:
+        bounds = [0, *breaks, len(tokens)]
+        return [(a + lo, b + lo) for lo, hi in zip(bounds, bounds[1:]) if hi > lo
+                for a, b in _passage_ends(tokens[lo:hi], text, budget, overlap)]
     n = len(tokens)
     # a passage starts and ends only between words (where whitespace separates two tokens), never inside one
     word_start = [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(n)] + [True]
@@ -284,11 +293,23 @@ def _passage_ends(tokens: list[tuple[int, int]], text: str, budget: int, overlap
 
 
 def split_documents(tokenizer, titles: Sequence[str], texts: Sequence[str], spec: PassageSpec, *,
-                    prompt: str = "", ids: Sequence[str] | None = None) -> Split:
+                    prompt: str = "", ids: Sequence[str] | None = None,
+                    breaks: Sequence[Sequence[int]] | None = None) -> Split:
     """``texts`` (with their ``titles``) as passages for an encoder with ``tokenizer`` (see the module's docstring).
     ``spec`` must be resolved (:meth:`PassageSpec.resolved`); ``prompt``: the document prefix the encoder puts in
-    front of every text (it takes room in the window); ``ids`` name documents in errors."""
-    return _Splitter(_Tokens(tokenizer), spec, prompt, ids).split(titles, texts)
+    front of every text (it takes room in the window); ``ids`` name documents in errors; ``breaks``: per document,
+    the ascending character offsets inside its text where a passage must start (its pages': no passage crosses
+    one; empty: none)."""
+    return _Splitter(_Tokens(tokenizer), spec, prompt, ids).split(titles, texts, breaks)
+
+
+def _token_breaks(offs: list[tuple[int, int]], breaks: Sequence[int]) -> list[int]:
+    """The token indices where the character offsets ``breaks`` start a part: the first token at or after each
+    (none at the text's first or past its last token)."""
+    from bisect import bisect_left
+
+    starts = [a for a, _ in offs]
+    return sorted({i for i in (bisect_left(starts, c) for c in breaks) if 0 < i < len(offs)})
 
 
 class _Splitter:
@@ -305,13 +326,16 @@ class _Splitter:
         self.cut_titles = self.cut_overlaps = 0
         self.least_overlap = spec.overlap
 
-    def split(self, titles: Sequence[str], texts: Sequence[str]) -> Split:
+    def split(self, titles: Sequence[str], texts: Sequence[str], breaks: Sequence[Sequence[int]] | None = None) -> Split:
         tok, spec, prompt, room = self.tok, self.spec, self.prompt, self.room
         full = [f"{t} {x}".strip() if t else x for t, x in zip(titles, texts)]
+        # a document of several pages is split page by page, whatever its length
+        paged = {i: list(b) for i, b in enumerate(breaks or ()) if b and any(0 < c < len(texts[i]) for c in b)}
         # whether a document fits the window whole: the short ones counted together, a long one by a first piece
-        short = [i for i, f in enumerate(full) if len(prompt) + len(f) <= _PIECE_CHARS]
+        short = [i for i, f in enumerate(full) if len(prompt) + len(f) <= _PIECE_CHARS and i not in paged]
         fits = dict(zip(short, (c <= room for c in tok.counts([prompt + full[i] for i in short]))))
-        fits.update({i: tok.count(prompt + full[i], room) <= room for i in range(len(full)) if i not in fits})
+        fits.update({i: i not in paged and tok.count(prompt + full[i], room) <= room
+                     for i in range(len(full)) if i not in fits})
         long_rows = [i for i in range(len(full)) if not fits[i]]
         heads = {i: self._head(titles[i]) for i in long_rows}
         budgets = {i: max(1, room - heads[i][1] - MARGIN) for i in long_rows}
@@ -336,7 +360,8 @@ class _Splitter:
                 counts[i] = 1
                 continue
             budget = budgets[i]
-            ranges = _passage_ends(offs, text, budget, self._overlap(budget))
+            ranges = _passage_ends(offs, text, budget, self._overlap(budget),
+                                   _token_breaks(offs, paged[i]) if i in paged else ())
             if len(ranges) > spec.max_passages:
                 raise self._too_many(i, f"{len(ranges):,}")
             title = heads[i][0]

@@ -4,7 +4,8 @@
 passages that cover it with ``overlap`` characters shared between neighbours, each aiming at an even share of the
 text and ending at the sentence end nearest that aim (within a quarter below or an eighth above it, never past
 ``max_chars``), else at the last space before it, else at a grapheme boundary; the next passage starts at a word
-boundary ``overlap`` characters back. Offsets are exact: ``text[start:end]`` is the passage.
+boundary ``overlap`` characters back. Offsets are exact: ``text[start:end]`` is the passage. A document with page
+starts (a PDF's) is split page by page, as the token splitter does: no passage crosses a page.
 
 Example::
 
@@ -107,16 +108,25 @@ def manifest_entry(window: int | None = None, overlap: int | None = None, max_pa
             "score": "max"}
 
 
-def split_texts(ids, titles, texts, entry: dict):
+def paged_spans(text: str, breaks, max_chars: int, overlap: int) -> list[tuple[int, int]]:
+    """:func:`text_spans` of each part of ``text`` between two of ``breaks`` (ascending character offsets where a
+    passage must start: a PDF's page starts), no passage crossing one."""
+    bounds = [0, *sorted({int(c) for c in breaks or () if 0 < c < len(text)}), len(text)]
+    return [(a + lo, b + lo) for lo, hi in zip(bounds, bounds[1:]) if hi > lo
+            for a, b in text_spans(text[lo:hi], max_chars, overlap)]
+
+
+def split_texts(ids, titles, texts, entry: dict, breaks=None):
     """``(passage texts, offsets, spans)`` of documents split by a ``unit: chars`` ``entry``: each passage's text
     behind its document's title (as the whole document was encoded: ``title text``), ``offsets`` (n + 1) the
     documents' first passage rows, ``spans`` (rows, 2) each passage's place in its document's text. A document of
-    more than ``max_passages`` passages is refused, naming it."""
+    more than ``max_passages`` passages is refused, naming it. ``breaks``: per document, where a passage must start
+    (:func:`paged_spans`)."""
     import numpy as np
 
     out, counts, spans = [], [], []
-    for doc_id, title, text in zip(ids, titles, texts):
-        mine = text_spans(text, entry["window"], entry["overlap"])
+    for doc_id, title, text, cuts in zip(ids, titles, texts, breaks or [()] * len(texts)):
+        mine = paged_spans(text, cuts, entry["window"], entry["overlap"])
         if len(mine) > entry["max_passages"]:
             from twotower.checks import flag
 
@@ -130,4 +140,5 @@ def split_texts(ids, titles, texts, entry: dict):
     return out, offsets, np.asarray(spans, dtype=np.int64).reshape(-1, 2)
 
 
-__all__ = ["DEFAULT_MAX_CHARS", "check_sizes", "default_overlap", "manifest_entry", "split_texts", "text_spans"]
+__all__ = ["DEFAULT_MAX_CHARS", "check_sizes", "default_overlap", "manifest_entry", "paged_spans", "split_texts",
+           "text_spans"]

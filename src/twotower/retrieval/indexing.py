@@ -100,6 +100,7 @@ def encode_new_docs(
     """``docs`` encoded for an index: one vector each, ME-BERT's first ``multivector`` token vectors, or, with
     ``passages`` (a :class:`~twotower.encoders.passages.PassageSpec`'s manifest entry), one vector per passage
     of each document (:mod:`twotower.encoders.passages`)."""
+    from twotower.data.files import page_breaks
     from twotower.encoders.towers import EncodeOptions
 
     texts = [d.full_text for d in docs]
@@ -107,7 +108,7 @@ def encode_new_docs(
         from twotower.encoders.text_passages import split_texts
 
         parts, offsets, spans = split_texts([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
-                                            passages)
+                                            passages, [page_breaks(getattr(d, "metadata", None)) for d in docs])
         opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
                              compile=cfg.compile, unit="passage")
         return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
@@ -118,7 +119,8 @@ def encode_new_docs(
 
         spec = PassageSpec.from_manifest(passages).resolved(encoder.doc_max_length)
         split = split_documents(encoder.doc_tower.tokenizer, [d.title for d in docs], [d.text for d in docs], spec,
-                                prompt=encoder.prompts.get("document", ""), ids=[d.id for d in docs])
+                                prompt=encoder.prompts.get("document", ""), ids=[d.id for d in docs],
+                                breaks=[page_breaks(getattr(d, "metadata", None)) for d in docs])
         opts = EncodeOptions(batch_size=cfg.batch_size, precision=cfg.precision, show_progress=cfg.show_progress,
                              compile=cfg.compile, unit="passage")
         return NewDocs([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],

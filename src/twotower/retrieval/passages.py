@@ -35,7 +35,7 @@ class Passage:
     """A part of a hit's document: ``text`` is ``document_text[start:end]`` (character offsets); ``score``: the
     query's score for it (inner product; in ``bm25`` mode the query's BM25 score over the document's passages;
     None for a whole short document); ``page``: the 1-based page it starts on, for a document read from a PDF (its ``page_starts``
-    metadata: :mod:`twotower.data.files`), else None."""
+    metadata: :mod:`twotower.data.files`; such a document's passages never cross a page), else None."""
 
     text: str
     start: int
