@@ -78,6 +78,9 @@ def test_index_and_cli_dense_give_one_number_and_say_their_choices(built, scifac
     assert {k: api.to_json()[k] for k in expected} == expected
     assert {k: row[k] for k in expected} == expected
     assert "mode dense; query_runtime/precision torch fp32; passages on" in printed
+    shown = CliRunner().invoke(app, ["table", str(tmp_path / "dense.json")])  # and where results are compared
+    assert shown.exit_code == 0 and "dense.json: mode dense; query_runtime/precision torch fp32; passages on" in \
+        " ".join(shown.output.split()), shown.output
 
 
 def test_the_choices_that_differ_are_stated(built, scifact_slice, tmp_path):

@@ -133,3 +133,6 @@ def table_cmd(results: list[Path] = typer.Argument(..., help="Result JSON files 
         except TwoTowerError as exc:
             fail(exc)
     console.print(metrics_table(rows))
+    for path, row in zip(results, rows):  # what each ran with (results written before these keys: nothing to say)
+        if "mode" in row:
+            console.print(f"{path.name}: {choices_line(row)}", soft_wrap=True)
