@@ -175,7 +175,7 @@ def run(args) -> list[dict]:
         queries = [getattr(q, "text", q) for q in list(data.queries.values())[:args.queries]]
         t0 = time.perf_counter()
         index = tt.Index.build(work / "idx", docs, encoder=args.model, bm25=True, show_progress=False,
-                               backend="milvus", uri=uri, collection="consistency", precision=args.precision)
+                               backend=tt.Milvus(uri, collection="consistency"), precision=args.precision)
         build_s = time.perf_counter() - t0
         base = len(index)
         key = "k" * 16

@@ -45,7 +45,7 @@ class TwoTowerVectorStore(VectorStore):
 
     A search returns, for each document found, its **best passage** for the query (a document longer than the
     encoder's window is split into passages, one vector each, and scores as its best: :meth:`twotower.Index.build`'s
-    ``passage_window``): ``page_content`` = the passage (``text[start:end]`` of the document's text), ``id`` = the
+    ``passages=tt.Passages(window=...)``): ``page_content`` = the passage (``text[start:end]`` of the document's text), ``id`` = the
     document's id, ``metadata`` = the document's metadata plus one key, ``"passage"``: ``{"document_id", "title",
     "start", "end", "score", "passage_score"}`` (code-point offsets into the document's text; ``"page"`` too when
     the passage has one; a document whose metadata already holds ``"passage"`` is refused, by name).

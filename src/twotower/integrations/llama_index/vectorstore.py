@@ -51,7 +51,7 @@ class TwoTowerVectorStore(BasePydanticVectorStore):
 
     A query returns, for each node found, its best passage for the query (an index that twotower's encoder built
     splits a document longer than its window into passages, one vector each, scored as its best:
-    :meth:`twotower.Index.build`'s ``passage_window``; a node added with its embedding is one vector, and its
+    :meth:`twotower.Index.build`'s ``passages=tt.Passages(window=...)``; a node added with its embedding is one vector, and its
     passage its whole text): the node comes back with ``text`` = that passage (``node_text[start:end]``), its
     ``start_char_idx`` / ``end_char_idx`` moved onto the passage when the node had them, and ``metadata`` = the
     node's metadata plus one key, ``"passage"``: ``{"document_id" (the node's id), "title", "start", "end",
