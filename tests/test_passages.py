@@ -245,7 +245,7 @@ def test_eval_of_a_passage_index_equals_eval_of_the_model_over_passages(tmp_path
     assert index.info()["num_passages"] > 8
     # queries encoded in fp32 as the direct run encodes them (auto chooses bf16 on AMX: 1e-4 apart, enough to
     # reorder this random model's near-equal documents)
-    stored = tt.evaluate(index, data, precision="fp32").metrics
+    stored = tt.evaluate(index, data, precision="fp32", mode="dense").metrics  # the dense side, as the model alone
     direct = tt.evaluate(str(tiny_bert_dir), data, precision="fp32").metrics
     first = tt.evaluate(str(tiny_bert_dir), data, precision="fp32", passages=False).metrics
     assert stored["ndcg@10"] == pytest.approx(direct["ndcg@10"], abs=1e-6)

@@ -52,7 +52,8 @@ def evaluate(
     (pytrec_eval with BEIR's conventions: graded relevance, a document with the query's own id left out).
     ``twotower eval`` is this function.
 
-    ``retriever``: an :class:`~twotower.Index` (searched as stored), an :class:`~twotower.Encoder` (loaded again
+    ``retriever``: an :class:`~twotower.Index` (searched as stored, in the mode its searches take with no
+    options: hybrid where it has BM25; ``mode`` picks another), an :class:`~twotower.Encoder` (loaded again
     from its name or directory with its pooling, lengths and precision) or a model name / directory (dense over
     the corpus, encoded now; ``mode`` picks ``hybrid``, ``rrf`` or ``multivector`` instead), or a retriever name (``bm25``; ``dense`` / ``hybrid`` / ``rrf`` / ``multivector`` with ``model``).
     A model fitted by :func:`twotower.fit` brings its own mode, λ and re-ranker unless given. ``dataset``: a
@@ -92,8 +93,9 @@ def evaluate(
         # the Index's own settings where none are given here: it is evaluated as it was opened
         precision = retriever.precision if precision == "auto" else precision
         device = retriever.device if device == "auto" else device
-        # the mode twotower fit chose for the index's model (read by run_eval), else dense
-        retriever_name = mode or (None if retriever._searcher.defaults is not None else "dense")
+        # the mode twotower fit chose for the index's model (read by run_eval), else the mode its searches take
+        # with no options (hybrid where it has BM25): the number a user's own searches would score
+        retriever_name = mode or (None if retriever._searcher.defaults is not None else retriever.resolve()[0])
     elif isinstance(retriever, Encoder):
         if model is not None:
             raise TwoTowerError("model: the Encoder given as the retriever is the model; drop model=")

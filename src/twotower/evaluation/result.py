@@ -48,7 +48,7 @@ class EvalResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict, repr=False)  # {metric: {query_id: value}}
     runtime: dict | None = None  # what encoded: {"documents" | "queries": encoders.runtimes.last_choice}
     # the choices two evaluations of one model can differ in (tt.evaluate on an Index and twotower eval alike):
-    mode: str | None = None  # the search mode run (an Index is evaluated in mode dense unless mode= is given)
+    mode: str | None = None  # the search mode run (an Index: the mode its searches take with no options)
     query_runtime: str | None = None  # what encoded the queries: torch | onnx | openvino | ... (None: BM25 alone)
     precision: str | None = None  # their precision (and the documents' when encoded now and different)
     passages: bool | None = None  # documents scored by their best passage (an index: as it was built)
