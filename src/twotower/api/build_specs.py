@@ -152,7 +152,8 @@ class Passages:
         _number(self, "window", integer=True, minimum=1, optional=True)
         _number(self, "overlap", integer=True, minimum=0, optional=True)
         _number(self, "max_passages", integer=True, minimum=1)
-        _choice(self, "score", SCORES)
+        if not isinstance(self.score, str) or self.score not in SCORES:  # worded as PassageSpec words it
+            raise TwoTowerError(f"{flag(_label(self, 'score'))} is one of {', '.join(SCORES)}, not {self.score!r}")
 
     def spec(self):
         """The :class:`~twotower.encoders.passages.PassageSpec` the index is written with."""
