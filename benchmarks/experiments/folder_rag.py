@@ -19,6 +19,7 @@ import argparse
 import random
 import re
 import gzip
+import json
 import shutil
 import subprocess
 import sys
@@ -119,7 +120,9 @@ def main() -> None:
 
     folder = args.work / "files"
     if args.reuse and (args.work / "index" / "CURRENT").exists():  # the same files, index and questions: measure again
-        index, build_s = tt.Index.open(args.work / "index"), None
+        index = tt.Index.open(args.work / "index")
+        build_s = json.loads((args.work / "build.json").read_text())["build_s"] if (args.work / "build.json").exists() \
+            else None
         from twotower.data.files import load_files
 
         index.skipped = [s.to_dict() for s in load_files(folder, exclude=[args.work / "index"]).skipped]
@@ -127,8 +130,9 @@ def main() -> None:
         shutil.rmtree(args.work, ignore_errors=True)
         collect(folder, args.files, args.seed)
         t0 = time.perf_counter()
-        index = tt.Index.build(args.work / "index", folder, bm25=True)
+        index = tt.Index.build(args.work / "index", folder)  # the defaults: passages, BM25, hybrid search
         build_s = round(time.perf_counter() - t0, 1)
+        (args.work / "build.json").write_text(json.dumps({"build_s": build_s}))
     docs = index.get(limit=None)
     qs = questions(docs, args.questions, args.seed)
     kinds = {d.id: d.metadata["format"] for d in docs}
