@@ -256,7 +256,7 @@ def test_bad_input_is_named_before_encoding(built, tiny_bert_dir, tmp_path):
           uri=uri, vectors="binary")
     fails("^rescore='int4': choose one of int8, fp32, none", backend="milvus", uri=uri, vectors="binary",
           rescore="int4")
-    fails("pass backend='milvus'", uri=uri)
+    fails("name a Milvus location: pass backend=tt.Milvus", uri=uri)
     # eval against another corpus: the differences named (listing the collection's ids), nothing scored
     other_corpus = [d for d in _corpus() if d["_id"] != "g3"] + [{"_id": "z1", "title": "", "text": "Extra."}]
     other_data = write_beir(tmp_path / "other", other_corpus, QUERIES, QRELS)
