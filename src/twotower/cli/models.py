@@ -1,5 +1,5 @@
 """``twotower models ...``: list the registered models, install one (``fetch``), remove a multilingual model's
-language directions (``align-languages``)."""
+language directions (``align-languages``), fit a translation map (``align-translations``)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,37 @@ def align_languages_cmd(
     langs = ", ".join(f"{k} {n}" for k, n in report["languages"].items())
     console.print(f"model saved to {out}: {report['directions']} language directions removed (documents per "
                   f"language: {langs}); details in {out / 'language_directions.json'}")
+
+
+@models_app.command("align-translations")
+def align_translations_cmd(
+    pairs: Path = typer.Option(..., "--pairs", help="A TSV of translation pairs: a text, a tab, its translation; one "
+                                                    "pair a line (no relevance labels needed)."),
+    out: Path = typer.Option(..., "--out", help="A new (or empty) folder for the aligned model."),
+    model: Optional[str] = typer.Option(None, "--model", help="A multilingual model name or directory, e.g. "
+                                                              "multilingual-e5-small or an align-languages output."),
+    steps: int = typer.Option(300, "--steps", help="Adam steps, each on a seeded batch of pairs."),
+    batch_size: int = typer.Option(512, "--batch-size", help="Pairs per step (the other pairs are the negatives)."),
+    lr: float = typer.Option(1e-3, "--lr"),
+    temperature: float = typer.Option(0.05, "--temperature"),
+    reg: float = typer.Option(1.0, "--reg", help="Weight of ‖W − I‖²/d: keeps the map near the identity."),
+    precision: str = typer.Option("auto", "--precision", help="auto | fp32 | bf16 | fp16"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Fit a linear map that brings each text next to its translation (translation-ranking loss on the model's
+    vectors of the pairs) and store it as the model's projection: a model directory any command takes."""
+    from twotower.encoders.towers import EncodeOptions
+    from twotower.encoders.translation_align import MapConfig, align_translations
+
+    try:
+        report = align_translations(model, pairs, out, config=MapConfig(steps=steps, batch_size=batch_size, lr=lr,
+                                                                         temperature=temperature, reg=reg),
+                                    opts=EncodeOptions(precision=precision, show_progress=progress))
+    except (TwoTowerError, OSError, ValueError) as exc:
+        fail(exc)
+    console.print(f"model saved to {out}: map fitted on {report['n_pairs']} pairs (loss {report['first_loss']} → "
+                  f"{report['last_loss']}, ‖W − I‖ {report['distance_from_identity']}); details in "
+                  f"{out / 'translation_map.json'}")
 
 
 def register(app: typer.Typer) -> None:

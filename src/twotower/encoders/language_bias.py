@@ -83,10 +83,16 @@ def language_directions(vectors: np.ndarray, groups: dict[str, Sequence[int]],
 
 def remove_directions(model, basis: np.ndarray) -> None:
     """Put ``v ↦ v − Bᵀ(Bv)`` after each tower's output (composed into its projection, or as a new one), in place."""
+    basis_t = torch.as_tensor(basis, dtype=torch.float64)
+    compose_linear(model, torch.eye(basis_t.shape[1], dtype=torch.float64) - basis_t.T @ basis_t)
+
+
+def compose_linear(model, matrix) -> None:
+    """Put ``v ↦ Mv`` (``M``: dim × dim) after each tower's output (composed into its projection, or as a new
+    one), in place: language-direction removal, a translation map (``encoders.translation_align``)."""
     from twotower.encoders.encoder import Projection
 
-    basis_t = torch.as_tensor(basis, dtype=torch.float64)
-    keep = torch.eye(basis_t.shape[1], dtype=torch.float64) - basis_t.T @ basis_t
+    keep = torch.as_tensor(np.asarray(matrix), dtype=torch.float64)
     done: set[int] = set()
     for tower in (model.query_tower, model.doc_tower):
         if id(tower) in done:
@@ -94,6 +100,9 @@ def remove_directions(model, basis: np.ndarray) -> None:
         done.add(id(tower))
         proj = tower.projection
         if proj is None:
+            if keep.shape != (tower.hidden_size, tower.hidden_size):
+                raise TwoTowerError(f"a {tuple(keep.shape)} map cannot follow the model's {tower.hidden_size}-"
+                                    "dimensional vectors")
             new = Projection(tower.hidden_size, tower.hidden_size, bias=False)
             with torch.no_grad():
                 new.linear.weight.copy_(keep.to(new.linear.weight.dtype))
@@ -104,8 +113,8 @@ def remove_directions(model, basis: np.ndarray) -> None:
         done.add(id(proj))
         if proj.layer_norm is not None:
             raise TwoTowerError("the model's projection ends in a layer norm: the removal cannot be composed into it")
-        if proj.out_features != basis_t.shape[1]:
-            raise TwoTowerError(f"the directions have {basis_t.shape[1]} dimensions, the model's vectors "
+        if proj.out_features != keep.shape[1]:
+            raise TwoTowerError(f"the directions have {keep.shape[1]} dimensions, the model's vectors "
                                 f"{proj.out_features}")
         with torch.no_grad():
             w = proj.linear.weight
