@@ -215,7 +215,7 @@ def test_old_keywords_are_named_as_written_in_their_errors(tmp_path):
     ({"ann": {"m": 16}}, r"ann: a tt\.ANN\(\.\.\.\), not dict"),
     ({"compression": "int8"}, r"compression: a tt\.Compression\(\.\.\.\), not str"),
     ({"passages": "yes"}, r"passages: True, False or a tt\.Passages\(\.\.\.\)"),
-    ({"ray": "yes"}, r"ray: True or False is needed"),
+    ({"ray": "yes"}, r"ray: True, False or a tt\.Ray\(\.\.\.\), not 'yes'"),
     ({"bigrams": "no"}, r"bigrams: True or False is needed"),
     ({"frobnicate": 1}, r"unknown option\(s\) frobnicate"),
 ])

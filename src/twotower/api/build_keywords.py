@@ -126,7 +126,8 @@ def _ray(value, old: dict):
         if old:
             _both("ray", old)
         return value
-    check_bool(value, "ray")
+    if not isinstance(value, bool):
+        raise TwoTowerError(f"{flag('ray')}: True, False or a tt.Ray(...), not {value!r}")
     with keyword_names():
         spec = Ray(**{GROUPS["ray"][1][k]: v for k, v in old.items()})
     if value:
