@@ -8,9 +8,10 @@ npm's bundled Markdown READMEs into a folder with subfolders, and more PDFs are 
 authors' roff sources in /usr/share/man/man1, by GNU groff: half straight to PDF with gropdf, half through
 PostScript and Ghostscript's ps2pdf, two producers whose text extraction differs; needs the groff and ghostscript
 packages, else none are made). The sentence's page in a PDF is found from pypdf's page texts, independently of the
-index's ``page_starts``.
+index's ``page_starts``. ``--set packages`` gathers a second folder unlike the first: the installed Python packages'
+own Markdown, HTML and text files (licences left out) and man pages of sections 8 and 5 typeset alike.
 
-    python benchmarks/experiments/folder_rag.py --work <work-dir> [--files 70] [--questions 2]
+    python benchmarks/experiments/folder_rag.py --work <work-dir> [--set debian|packages] [--files 72] [--questions 2]
 """
 
 from __future__ import annotations
@@ -23,31 +24,41 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import write_results  # noqa: E402
 
-SOURCES = [("html", "/usr/share/doc", "*.html", 40), ("txt", "/usr/share/doc", "*.txt", 12),
-           ("md", "/usr/lib/node_modules", "README.md", 16), ("pdf", "/usr/share/doc", "*.pdf", 4)]
-MAN_PDFS = 24  # man pages typeset to PDF, of 72 files
+PURELIB = sysconfig.get_paths()["purelib"]  # the running Python's installed packages
+# a set: ([(kind, folder, pattern, files of 72)], man pages typeset to PDF (globs), man-page PDFs of 72, skip licences)
+SETS = {
+    "debian": ([("html", "/usr/share/doc", "*.html", 40), ("txt", "/usr/share/doc", "*.txt", 12),
+                ("md", "/usr/lib/node_modules", "README.md", 16), ("pdf", "/usr/share/doc", "*.pdf", 4)],
+               ("man1/*.1.gz",), 24, False),
+    # a second folder, unlike the first: the installed packages' own Markdown, HTML and text, admin and file-format
+    # man pages
+    "packages": ([("md", PURELIB, "*.md", 20), ("html", PURELIB, "*.html", 12), ("txt", PURELIB, "*.txt", 25)],
+                 ("man8/*.gz", "man5/*.gz"), 16, True),
+}
 
 
-def man_pdfs(folder: Path, n: int, rng: random.Random) -> list[Path]:
-    """``n`` man pages (of 20-200 kB roff source) typeset to PDF by groff, alternately with gropdf and through
-    PostScript and ps2pdf."""
+def man_pdfs(folder: Path, n: int, rng: random.Random, sections: tuple[str, ...] = ("man1/*.1.gz",)) -> list[Path]:
+    """``n`` man pages matching ``sections`` (globs under /usr/share/man; of 6-60 kB compressed roff source) typeset
+    to PDF by groff, alternately with gropdf and through PostScript and ps2pdf."""
     if not (shutil.which("groff") and shutil.which("gropdf") and shutil.which("ps2pdf")):
         print("groff, gropdf or ps2pdf missing (apt-get install groff ghostscript): no man-page PDFs")
         return []
-    pages = sorted(p for p in Path("/usr/share/man/man1").glob("*.1.gz") if 6_000 < p.stat().st_size < 60_000)
+    pages = sorted(p for pattern in sections for p in Path("/usr/share/man").glob(pattern)
+                   if 6_000 < p.stat().st_size < 60_000)
     rng.shuffle(pages)
     made = []
     for src in pages:
         if len(made) == n:
             break
         roff = gzip.decompress(src.read_bytes())
-        dest = folder / "man" / (f"sec{len(made) % 2}" if len(made) % 3 else "") / src.name.replace(".1.gz", ".pdf")
+        dest = folder / "man" / (f"sec{len(made) % 2}" if len(made) % 3 else "") / re.sub(r"\.\w+\.gz$", ".pdf", src.name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if len(made) % 2:
             ps = subprocess.run(["groff", "-man", "-Tps"], input=roff, capture_output=True).stdout
@@ -60,19 +71,21 @@ def man_pdfs(folder: Path, n: int, rng: random.Random) -> list[Path]:
     return made
 
 
-def collect(folder: Path, total: int, seed: int) -> list[Path]:
+def collect(folder: Path, total: int, seed: int, which: str = "debian") -> list[Path]:
     rng = random.Random(seed)
+    sources, sections, man_n, no_licences = SETS[which]
     picked = []
-    for kind, base, pattern, n in SOURCES:
+    for kind, base, pattern, n in sources:
         found = sorted(p for p in Path(base).rglob(pattern) if p.is_file() and 3_000 < p.stat().st_size < 400_000
-                       and "RelNotes" not in str(p) and "LICENSE" not in p.name.upper())
+                       and "RelNotes" not in str(p) and "LICENSE" not in p.name.upper()
+                       and not (no_licences and "licen" in str(p).lower()))
         rng.shuffle(found)
         for i, src in enumerate(found[: max(1, n * total // 72)]):
             dest = folder / kind / (f"sub{i % 3}" if i % 2 else "") / f"{src.parent.name}-{src.name}"
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, dest)
             picked.append(dest)
-    return picked + man_pdfs(folder, MAN_PDFS * total // 72, rng)
+    return picked + man_pdfs(folder, man_n * total // 72, rng, sections)
 
 
 _SENT = re.compile(r"[^.!?\n]{40,220}[.!?]")
@@ -113,6 +126,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=72)
     ap.add_argument("--questions", type=int, default=2, help="questions per file")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", default="debian", choices=sorted(SETS), help="which files: debian (the first folder) or "
+                                                                          "packages (a second, unlike it)")
     ap.add_argument("--name", default="folder_rag")
     ap.add_argument("--reuse", action="store_true", help="search the index --work holds instead of building again")
     args = ap.parse_args()
@@ -128,7 +143,7 @@ def main() -> None:
         index.skipped = [s.to_dict() for s in load_files(folder, exclude=[args.work / "index"]).skipped]
     else:
         shutil.rmtree(args.work, ignore_errors=True)
-        collect(folder, args.files, args.seed)
+        collect(folder, args.files, args.seed, args.set)
         t0 = time.perf_counter()
         index = tt.Index.build(args.work / "index", folder)  # the defaults: passages, BM25, hybrid search
         build_s = round(time.perf_counter() - t0, 1)
