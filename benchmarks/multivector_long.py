@@ -278,7 +278,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.2))
+    fig, ax = plt.subplots(figsize=(11, 5.2))
     colours = {}
     palette = plt.get_cmap("tab10").colors
     for r in rows:
@@ -297,7 +297,8 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("NDCG@10")
     ax.set_title("SciFact abstracts joined 10 to a document: quality against index size")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title="filled: dense, hollow: + BM25\n▲: ME-BERT evaluated at another m\nthan it was trained at", title_fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
