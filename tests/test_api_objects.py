@@ -31,6 +31,7 @@ SWEPT = {
     "load_beir": "test_load_beir", "Dataset.load": "test_load_beir", "mine": "test_mine",
     "fit": "test_training_entry_points", "train": "test_training_entry_points",
     "train_reranker": "test_training_entry_points", "align_languages": "test_training_entry_points",
+    "align_translations": "test_training_entry_points",
     "pretrain": "config: a TrainConfig (its model as in train), pretraining: a PretrainConfig of a corpus file",
     "analyze_fidelity": "test_analyses", "analyze_towers": "test_analyses", "analyze_doclength": "test_analyses",
     "analyze_latency": "test_analyses", "build_report": "test_analyses",
@@ -255,6 +256,17 @@ def test_training_entry_points(world, tmp_path, monkeypatch):
     tt.align_languages(world["enc"], world["ds"], tmp_path / "al2")
     assert [c[0][:2] for c in aligned.calls] == [(str(model), Path(data)), (str(model), Path(data))]
     refused(lambda: tt.align_languages(world["ix"], data, tmp_path / "al3"), "model", "not Index")
+
+    # align_translations: the model as an Encoder (the pairs are a TSV path)
+    import twotower.encoders.translation_align as translation_align
+
+    mapped = Recorder({})
+    monkeypatch.setattr(translation_align, "align_translations", mapped)
+    tt.align_translations(str(model), tmp_path / "pairs.tsv", tmp_path / "at1")
+    tt.align_translations(world["enc"], tmp_path / "pairs.tsv", tmp_path / "at2")
+    assert [c[0][0] for c in mapped.calls] == [str(model), str(model)]
+    refused(lambda: tt.align_translations(world["ix"], tmp_path / "pairs.tsv", tmp_path / "at3"), "model",
+            "not Index")
 
 
 def test_analyses(world, tmp_path, monkeypatch):

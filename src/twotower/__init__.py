@@ -8,7 +8,7 @@ Data
     :func:`document_id` / :func:`document_ids` (the ids plain-string documents get)
 Models
     :class:`Encoder` (``encode_queries`` / ``encode_documents`` / ``save``), :func:`list_models`,
-    :func:`fetch_model`, :func:`align_languages`
+    :func:`fetch_model`, :func:`align_languages`, :func:`align_translations`
 Search
     :class:`Index` (``build`` / ``open`` / ``search`` / ``add`` / ``remove`` / ``info`` / ``documents``),
     the option groups of ``Index.build``: :class:`ANN`, :class:`Compression`, :class:`Passages`, :class:`Ray`,
@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "list_models": "twotower.api.tools",
     "fetch_model": "twotower.api.tools",
     "align_languages": "twotower.api.tools",
+    "align_translations": "twotower.api.tools",
     # search
     "Index": "twotower.api.index",
     "ANN": "twotower.api.build_specs",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["align_languages", "create_app", "fetch_beir", "fetch_model", "list_models", "serve_index"]
+__all__ = ["align_languages", "align_translations", "create_app", "fetch_beir", "fetch_model", "list_models", "serve_index"]
 
 
 # ---------------------------------------------------------------- models
@@ -61,6 +61,30 @@ def align_languages(model, data, out: str | Path, *, per_language: int = 1000,
 
     model, data = model_argument(model, "model"), data_folder(data, "data")
     return _align(model, data, out, per_language=per_language, directions=directions,
+                  opts=EncodeOptions(precision=precision, show_progress=show_progress))
+
+
+def align_translations(model, pairs: str | Path, out: str | Path, *, steps: int = 300, batch_size: int = 512,
+                       lr: float = 1e-3, temperature: float = 0.05, reg: float = 1.0, precision: str = "auto",
+                       show_progress: bool = True) -> dict:
+    """Fit a linear map that brings each text next to its translation and store it as the model's projection: the
+    label-free cross-lingual alignment of :mod:`twotower.encoders.translation_align` (a translation-ranking loss on
+    the model's vectors of ``pairs``, a TSV of ``text<TAB>its translation`` lines; ``reg`` keeps the map near the
+    identity). Writes a model directory at ``out`` (new or empty) with ``translation_map.json`` and returns the
+    report (pairs, losses, distance from the identity). ``model``: a name or directory, an
+    :class:`~twotower.Encoder` or a :class:`~twotower.FitResult` (e.g. an :func:`align_languages` output).
+
+    Example::
+
+        report = tt.align_translations("e5-aligned", "pairs.tsv", "e5-translations", reg=0.1)
+        enc = tt.Encoder.load("e5-translations")
+    """
+    from twotower.api.encoder import model_argument
+    from twotower.encoders.towers import EncodeOptions
+    from twotower.encoders.translation_align import MapConfig, align_translations as _align
+
+    return _align(model_argument(model, "model"), pairs, out,
+                  config=MapConfig(steps=steps, batch_size=batch_size, lr=lr, temperature=temperature, reg=reg),
                   opts=EncodeOptions(precision=precision, show_progress=show_progress))
 
 

@@ -99,13 +99,9 @@ def align_translations_cmd(
 ) -> None:
     """Fit a linear map that brings each text next to its translation (translation-ranking loss on the model's
     vectors of the pairs) and store it as the model's projection: a model directory any command takes."""
-    from twotower.encoders.towers import EncodeOptions
-    from twotower.encoders.translation_align import MapConfig, align_translations
-
     try:
-        report = align_translations(model, pairs, out, config=MapConfig(steps=steps, batch_size=batch_size, lr=lr,
-                                                                         temperature=temperature, reg=reg),
-                                    opts=EncodeOptions(precision=precision, show_progress=progress))
+        report = tt.align_translations(model, pairs, out, steps=steps, batch_size=batch_size, lr=lr,
+                                       temperature=temperature, reg=reg, precision=precision, show_progress=progress)
     except (TwoTowerError, OSError, ValueError) as exc:
         fail(exc)
     console.print(f"model saved to {out}: map fitted on {report['n_pairs']} pairs (loss {report['first_loss']} → "
