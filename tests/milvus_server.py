@@ -106,3 +106,26 @@ def milvus_server(folder: str | Path, *, authentication: bool = False,
     finally:
         server.stop()
 
+
+@contextlib.contextmanager
+def lite_server(data_dir: str | Path) -> Iterator[str]:
+    """A Milvus Lite server (``python -m milvus_lite server``) on a free loopback port over ``data_dir``, for tests
+    of several clients or processes on one server; yields its ``http://127.0.0.1:PORT`` uri once it accepts
+    connections (within 120 s), and stops it on the way out."""
+    import subprocess
+    import sys
+    import time
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(data_dir),
+                             "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.time() < deadline and proc.poll() is None, "the Milvus Lite server did not start"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)

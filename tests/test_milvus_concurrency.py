@@ -15,8 +15,6 @@ replaced by "decide your own value", or the losers' rows not hidden, these sched
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -94,25 +92,13 @@ def test_a_writer_whose_lease_was_taken_fails_its_renewal_and_commits_nothing(mo
 
 @pytest.mark.slow  # ~2-3 minutes on 2 shared cores: a Milvus Lite server and 6 schedules
 def test_random_pauses_on_a_milvus_lite_server(tmp_path, monkeypatch):
-    import socket
-    import time
+    from milvus_server import lite_server
 
     from twotower.retrieval.milvus.client import connect
 
     monkeypatch.setenv("TWOTOWER_MILVUS_LEASE_S", "0.3")
     monkeypatch.setenv("TWOTOWER_MILVUS_LOCK_SETTLE", "0.02")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(tmp_path / "data"),
-                             "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.time() < deadline and proc.poll() is None, "the Milvus Lite server did not start"
-            time.sleep(0.2)
-        uri = f"http://127.0.0.1:{port}"
+    with lite_server(tmp_path / "data") as uri:
         client = connect(uri)
         failed = 0
         for seed in range(int(os.environ.get("TWOTOWER_STRESS_SERVER_SCHEDULES", "6"))):
@@ -121,9 +107,6 @@ def test_random_pauses_on_a_milvus_lite_server(tmp_path, monkeypatch):
             assert not r["errors"], (seed, r["errors"][:3])
             failed += r["failed"]
         st.set_step_hook(None)
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_a_load_meeting_milvus_lites_half_written_index_file_tries_again(tmp_path):

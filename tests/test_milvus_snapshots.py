@@ -254,32 +254,18 @@ def test_thousands_of_samples_read_whole_writes_while_three_threads_write(tmp_pa
 def test_samples_on_a_milvus_lite_server_read_whole_writes(tmp_path, monkeypatch):
     """The same on Milvus Lite's server (no flush comes: far below its memtable's size); 6 of 150 samples were
     wrong there before the fix."""
-    import socket
-    import subprocess
-    import sys
+    from milvus_server import lite_server
 
     from twotower.retrieval.milvus.client import connect
 
     monkeypatch.setenv("TWOTOWER_MILVUS_LOCK_SETTLE", "0.02")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(tmp_path / "data"),
-                             "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 120
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert time.time() < deadline and proc.poll() is None, "the Milvus Lite server did not start"
-            time.sleep(0.2)
-        uri = f"http://127.0.0.1:{port}"
-        result = _sample_while_writing(tmp_path / "idx", 400, seed=3, most_pause=0.3, client=connect(uri), uri=uri,
-                                       limit_s=400)
-        _check(result, 400)
+        with lite_server(tmp_path / "data") as uri:
+            result = _sample_while_writing(tmp_path / "idx", 400, seed=3, most_pause=0.3, client=connect(uri),
+                                           uri=uri, limit_s=400)
+            _check(result, 400)
     finally:
         st.set_step_hook(None)
-        proc.terminate()
-        proc.wait(30)
 
 
 @pytest.mark.xfail(strict=True, reason=(
