@@ -84,6 +84,19 @@ def fast_leases(monkeypatch):
     st.set_step_hook(None)
 
 
+def _ten_then_two(tmp_path, client, uri: str, collection: str, rng):
+    """``(texts, added, store)``: a BM25 index of ten documents d0…d9 built into ``collection`` (write 1), then n1
+    and n2 added (write 2)."""
+    texts = {f"d{i}": _text(rng) for i in range(10)}
+    build_version(tmp_path / "idx", _docs(texts, rng), model={"name": "random"}, spec=IndexSpec(bm25=True),
+                  uri=uri, collection=collection, index={"index_type": "FLAT", "params": {}}, client=client,
+                  show_progress=False)
+    store = _Store(client, uri, collection, tmp_path / "idx")
+    added = {"n1": _text(rng), "n2": _text(rng)}
+    write(store, docs=_docs(added, rng), show_progress=False)
+    return texts, added, store
+
+
 def test_a_reader_whose_queries_straddle_two_writes_reads_its_write_whole(tmp_path, fast_leases):
     """A reader of write 2 reads its head; write 3 removes three documents;
     write 4 settles (and stops there, in the step hook): only then does the reader read its rows and lexicon. It
@@ -96,13 +109,7 @@ def test_a_reader_whose_queries_straddle_two_writes_reads_its_write_whole(tmp_pa
     client = client_for(uri, "uri")
     rng = np.random.default_rng(0)
     try:
-        texts = {f"d{i}": _text(rng) for i in range(10)}
-        build_version(tmp_path / "idx", _docs(texts, rng), model={"name": "random"}, spec=IndexSpec(bm25=True),
-                      uri=uri, collection="snap", index={"index_type": "FLAT", "params": {}}, client=client,
-                      show_progress=False)
-        store = _Store(client, uri, "snap", tmp_path / "idx")
-        added = {"n1": _text(rng), "n2": _text(rng)}
-        write(store, docs=_docs(added, rng), show_progress=False)  # write 2
+        texts, added, store = _ten_then_two(tmp_path, client, uri, "snap", rng)  # the build, write 2
         state = State(client, uri, "snap")
         head = state.head()  # the reader pins write 2
         assert head["seq"] == 2
@@ -290,13 +297,7 @@ def test_a_query_during_a_milvus_lite_flush_reads_its_write_whole(tmp_path, monk
     client = client_for(uri, "uri")
     rng = np.random.default_rng(0)
     try:
-        texts = {f"d{i}": _text(rng) for i in range(10)}
-        build_version(tmp_path / "idx", _docs(texts, rng), model={"name": "random"}, spec=IndexSpec(bm25=True),
-                      uri=uri, collection="flushing", index={"index_type": "FLAT", "params": {}}, client=client,
-                      show_progress=False)
-        store = _Store(client, uri, "flushing", tmp_path / "idx")
-        added = {"n1": _text(rng), "n2": _text(rng)}
-        write(store, docs=_docs(added, rng), show_progress=False)
+        texts, added, store = _ten_then_two(tmp_path, client, uri, "flushing", rng)
         write(store, remove=["d1", "n1", "n2"], show_progress=False)
         head = State(client, uri, "flushing").head()
         want = {d: t for d, t in texts.items() if d != "d1"}
