@@ -142,7 +142,8 @@ def test_flags_of_the_index_methods_must_be_bools(index, tmp_path, value):
     for name in ("bm25", "bigrams", "compile", "show_progress", "ray"):
         if name == "bm25" and value is None:  # bm25: bool | None, None its default (on)
             continue
-        with pytest.raises(tt.TwoTowerError, match=f"^{name}: True or False is needed"):
+        needed = "True, False or a tt.Ray" if name == "ray" else "True or False is needed"  # ray: or its spec
+        with pytest.raises(tt.TwoTowerError, match=f"^{name}: {needed}"):
             tt.Index.build(tmp_path / f"new-{name}", ["a text"], vectors=_vectors(1), **{name: value})
         assert not (tmp_path / f"new-{name}").exists()  # refused before anything was written
     assert index.info()["live_version"] == version and len(index) == 6
