@@ -60,15 +60,11 @@ def hits_of(store, ranked: list[tuple[str, float]], query: str, query_vector: np
     its ``passages`` best passages, ranked by ``query_vector`` (as the search encoded it) or, without one, by the
     words of ``query``; ``lexical`` > 0 (a hybrid search's BM25 weight): by both
     (:func:`twotower.retrieval.passages.best_passages`)."""
-    from twotower.retrieval.passages import best_passages
+    from twotower.retrieval.passages import ranked_passages
 
-    rows = [store.row_of[d] for d, _ in ranked]
-    docs = [store.document(r) for r in rows]
-    vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
-    best = best_passages(store, rows, [doc["text"] for doc in docs], n=passages, queries=vectors,
-                         query_texts=[query or ""] * len(rows), metadatas=[doc.get("metadata") for doc in docs], lexical=lexical)
+    found = ranked_passages(store, ranked, query, query_vector, n=passages, lexical=lexical)
     return [Hit(d, float(s), doc["title"], doc["text"], doc.get("metadata") or {}, p)
-            for (d, s), doc, p in zip(ranked, docs, best)]
+            for (d, s), (doc, p) in zip(ranked, found)]
 
 
 

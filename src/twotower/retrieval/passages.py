@@ -34,8 +34,9 @@ from twotower.data.language import WORD, normalize
 class Passage:
     """A part of a hit's document: ``text`` is ``document_text[start:end]`` (character offsets); ``score``: the
     query's score for it (inner product; in ``bm25`` mode the query's BM25 score over the document's passages;
-    None for a whole short document); ``page``: the 1-based page it starts on, for a document read from a PDF (its ``page_starts``
-    metadata: :mod:`twotower.data.files`; such a document's passages never cross a page), else None."""
+    None for a whole short document); ``page``: the 1-based page it starts on, for a document read from a PDF (its
+    ``page_starts`` metadata: :mod:`twotower.data.files`; such a document's passages never cross a page), else
+    None."""
 
     text: str
     start: int
@@ -139,6 +140,20 @@ def best_passages(store, rows: Sequence[int], texts: Sequence[str], *, queries: 
         out.append([Passage(parts[j], int(spans[j, 0]), int(spans[j, 1]), float(scores[j]),
                             page_of(starts, int(spans[j, 0]))) for j in order])
     return out
+
+
+def ranked_passages(store, ranked: Sequence[tuple[str, float]], query: str, query_vector: np.ndarray | None = None,
+                    n: int = 1, lexical: float = 0.0) -> list[tuple[dict, list[Passage]]]:
+    """One query's ``ranked`` ``(id, score)`` hits over ``store`` (one version) as ``(document, its n best passages)``
+    pairs: each document as ``store.document`` gives it, its passages by :func:`best_passages` (``query_vector``: as
+    the search encoded the query; None: by ``query``'s words; ``lexical``: both)."""
+    rows = [store.row_of[d] for d, _ in ranked]
+    docs = [store.document(r) for r in rows]
+    vectors = None if query_vector is None else np.repeat(np.asarray(query_vector)[None], len(rows), axis=0)
+    best = best_passages(store, rows, [doc["text"] for doc in docs], n=n, queries=vectors,
+                         query_texts=[query or ""] * len(rows), metadatas=[doc.get("metadata") for doc in docs],
+                         lexical=lexical)
+    return list(zip(docs, best))
 
 
 def lexical_weight(mode: str, lam: float) -> float:

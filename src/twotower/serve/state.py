@@ -109,21 +109,17 @@ class ServiceState:
                 restriction(store, filter)  # a bad filter fails before any encoding
                 q_vecs = view.encode_queries(queries)
             run = view.run({str(i): q for i, q in enumerate(queries)}, k, query_vectors=q_vecs, **kwargs)
-        from twotower.retrieval.passages import best_passages
+        from twotower.retrieval.passages import ranked_passages
 
-        results = []
+        rankings = [sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k] for i in range(len(queries))]
         if hasattr(store, "prefetch"):  # a Milvus index: the documents in one query, not one each
-            store.prefetch([d for i in range(len(queries)) for d, _ in sorted(run[str(i)].items(),
-                                                                             key=lambda kv: -kv[1])[:k]])
-        for i in range(len(queries)):
-            ranked = sorted(run[str(i)].items(), key=lambda kv: -kv[1])[:k]
-            rows = [store.row_of[d] for d, _ in ranked]
-            docs = [store.document(r) for r in rows]
-            best = best_passages(store, rows, [doc["text"] for doc in docs], query_texts=[queries[i]] * len(rows),
-                                 queries=None if q_vecs is None else q_vecs[[i] * len(rows)],
-                                 metadatas=[doc.get("metadata") for doc in docs], lexical=lexical)
+            store.prefetch([d for ranked in rankings for d, _ in ranked])
+        results = []
+        for i, ranked in enumerate(rankings):
+            found = ranked_passages(store, ranked, queries[i], None if q_vecs is None else q_vecs[i],
+                                    lexical=lexical)
             results.append([(d, s, doc["title"], doc.get("metadata") or {}, doc["text"], p)
-                            for (d, s), doc, p in zip(ranked, docs, best)])
+                            for (d, s), (doc, p) in zip(ranked, found)])
         return store, results
 
     # ---- writes -------------------------------------------------------------------------
