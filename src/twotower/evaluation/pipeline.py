@@ -288,28 +288,24 @@ def _retrieve(cfg: EvalConfig, ds: BeirDataset, timings: dict) -> Run:
     return run
 
 
-def _index_model(index: Path | None) -> str | None:
-    """The model directory a stored index was built with (for its fitted retrieval choices)."""
+def _index_manifest(index: Path | None) -> dict:
+    """A stored index's manifest, read once for an evaluation: the model directory it was built with (for its
+    fitted retrieval choices) and whether it keeps passages; ``{}`` without an index."""
     if index is None:
-        return None
+        return {}
     from twotower.retrieval.backends import open_store
 
     try:
-        return open_store(index).manifest.get("model", {}).get("path")
+        return open_store(index).manifest
     except (TwoTowerError, OSError, ValueError):
-        return None  # check_index_for_eval reports what is wrong with the index
+        return {}  # check_index_for_eval reports what is wrong with the index
 
 
-def _passages_used(cfg: EvalConfig) -> bool | None:
-    """Whether documents were scored by their best passage: an index as it was built (its manifest's
+def _passages_used(cfg: EvalConfig, manifest: dict) -> bool | None:
+    """Whether documents were scored by their best passage: an index as it was built (its ``manifest``'s
     ``passages``), a corpus encoded now by ``cfg.passages`` (dense, hybrid, rrf without PRF); None: BM25 alone."""
     if cfg.index is not None:
-        from twotower.retrieval.backends import open_store
-
-        try:
-            return bool(open_store(cfg.index).manifest.get("passages"))
-        except (TwoTowerError, OSError, ValueError):
-            return None
+        return bool(manifest.get("passages")) if manifest else None
     if cfg.retriever == "bm25":
         return None
     return bool(cfg.passages and not cfg.prf_depth and cfg.retriever != "multivector")
@@ -378,7 +374,8 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
     """Evaluate ``cfg``'s retriever on its data (``dataset``, when given, instead of loading ``cfg.data``)."""
     from twotower.retrieval.searcher import DEFAULT_LAMBDA
 
-    cfg = apply_model_defaults(cfg, cfg.model or _index_model(cfg.index))
+    manifest = _index_manifest(cfg.index)
+    cfg = apply_model_defaults(cfg, cfg.model or manifest.get("model", {}).get("path"))
     cfg = replace(cfg, retriever=resolve_retriever(cfg.retriever, cfg.model))
     check_eval_options(cfg)
     device = resolve_device(cfg.device)  # a bad --device stops here, before any work
@@ -420,5 +417,5 @@ def run_eval(cfg: EvalConfig, dataset: BeirDataset | None = None) -> EvalResult:
         warnings=[*judged, *index_check.warnings],  # the data set's own warnings were logged once by its loader
         per_query=scores,
         mode=cfg.retriever,
-        passages=_passages_used(cfg),
+        passages=_passages_used(cfg, manifest),
     )
